@@ -1,0 +1,115 @@
+#include "autograd/engine.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/variable.h"
+#include "tensor/kernels/binary.h"
+#include "tensor/parallel.h"
+
+namespace gf {
+namespace {
+
+// Index of the first NaN (or, with inf_too, ±Inf) or -1.
+int64_t first_nonfinite(const Tensor& t, bool inf_too) {
+  if (!is_floating(t.dtype())) return -1;
+  Tensor c = t.contiguous();
+  return dispatch_float(c.dtype(), "anomaly", [&]<class T>() -> int64_t {
+    const T* p = c.data<T>();
+    for (int64_t i = 0; i < c.numel(); ++i)
+      if (std::isnan(p[i]) || (inf_too && std::isinf(p[i]))) return i;
+    return -1;
+  });
+}
+
+std::string describe(const Node& node) {
+  std::string s = std::string(node.name()) + " (inputs";
+  for (const auto& sh : node.input_shapes) s += " " + shape_str(sh);
+  s += ", op #" + std::to_string(node.sequence);
+  s += node.created_in.empty() ? ", created at top level)" : ", created in " + node.created_in + ")";
+  return s;
+}
+
+}  // namespace
+
+void check_forward_anomaly(const Node& node, const Tensor& output) {
+  // Forward outputs may hold -inf on purpose (masked scores), so forward checks NaN only.
+  int64_t i = first_nonfinite(output, false);
+  if (i >= 0)
+    throw std::runtime_error("anomaly: forward of " + describe(node) + " produced NaN at element " + std::to_string(i) +
+                             " of its output " + shape_str(output.shape()));
+}
+
+void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, bool retain_graph) {
+  if (!root) throw std::invalid_argument("backward: tensor does not require grad");
+  // 1. Count, for every reachable Node, how many edges point at it (iterative DFS).
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root.get()};
+  deps[root.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n->released)
+      throw std::runtime_error(std::string("backward: the graph through ") + n->name() +
+                               " was already freed by an earlier backward; pass retain_graph=true to backward twice");
+    for (const auto& e : n->next) {
+      if (!e) continue;
+      auto [it, fresh] = deps.try_emplace(e.get(), 0);
+      ++it->second;
+      if (fresh) stack.push_back(e.get());
+    }
+  }
+  // 2. Run Nodes once all their consumers have delivered gradients.
+  std::unordered_map<Node*, Tensor> pending;
+  pending[root.get()] = grad_output;
+  std::vector<std::shared_ptr<Node>> ready{root};
+  const bool anomaly = AnomalyMode::enabled();
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    Tensor grad = std::move(pending[node.get()]);
+    pending.erase(node.get());
+    for (auto& [handle, hook] : node->hooks) {
+      Tensor replaced = hook(grad);
+      if (replaced.defined()) {
+        if (replaced.shape() != grad.shape())
+          throw std::invalid_argument("gradient hook returned " + shape_str(replaced.shape()) + " for a gradient of " +
+                                      shape_str(grad.shape()));
+        grad = replaced;
+      }
+    }
+    if (auto kept = node->retained.lock()) {
+      if (!kept->grad.defined()) kept->grad = grad.clone();
+      else kernels::add_(kept->grad, grad);
+    }
+    std::vector<Tensor> grads = grad.defined() ? node->backward(grad) : std::vector<Tensor>{};
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const std::shared_ptr<Node>& target = node->next[i];
+      if (!target) continue;
+      if (i < grads.size() && grads[i].defined()) {
+        Tensor& g = grads[i];
+        if (i < node->input_shapes.size() && g.shape() != node->input_shapes[i])
+          throw std::logic_error(std::string("backward of ") + node->name() + " gave a gradient of " + shape_str(g.shape()) +
+                                 " for input " + std::to_string(i) + " of shape " + shape_str(node->input_shapes[i]));
+        if (anomaly) {
+          int64_t bad = first_nonfinite(g, true);
+          if (bad >= 0)
+            throw std::runtime_error("anomaly: backward of " + describe(*node) + " produced a non-finite gradient for input " +
+                                     std::to_string(i) + " at element " + std::to_string(bad));
+        }
+        Tensor& slot = pending[target.get()];
+        slot = slot.defined() ? kernels::add(slot, g) : std::move(g);
+      }
+      if (--deps[target.get()] == 0) ready.push_back(target);
+    }
+    if (!retain_graph && !node->persistent) {
+      node->release();
+      node->released = true;
+      node->next.clear();
+    }
+  }
+}
+
+}  // namespace gf

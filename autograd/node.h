@@ -1,0 +1,55 @@
+#pragma once
+// A Node is one recorded op in the backward graph: it turns the gradient of its output into
+// gradients of its inputs. Edges point at the Nodes that produced the inputs (or at a leaf's
+// AccumulateGrad), never at tensors, so the graph keeps alive only what backward needs: the
+// tensors each Node saved.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace gf {
+
+struct VariableImpl;
+
+// Called with the gradient flowing into a tensor; may return a replacement (or an undefined
+// Tensor to keep the gradient as it is).
+using GradHook = std::function<Tensor(const Tensor&)>;
+
+struct Node {
+  virtual ~Node();
+
+  // One gradient per input, in order; an undefined Tensor means "no gradient for that input".
+  virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  // Frees saved tensors once backward has run (the graph is not kept).
+  virtual void release() {}
+  virtual const char* name() const = 0;
+
+  // next[i]: the Node that takes input i's gradient; null when input i needs none.
+  std::vector<std::shared_ptr<Node>> next;
+  bool needs_grad(size_t i) const { return i < next.size() && next[i] != nullptr; }
+
+  // Hooks and retain_grad() of the tensor this Node produced.
+  std::vector<std::pair<int, GradHook>> hooks;
+  std::weak_ptr<VariableImpl> retained;  // receives .grad when retain_grad() was called
+
+  // For anomaly reports.
+  std::vector<Shape> input_shapes;
+  std::string created_in;
+  uint64_t sequence = 0;
+  bool released = false;
+  bool persistent = false;  // leaf accumulators outlive every backward
+};
+
+// The sink of a leaf tensor's gradient: adds it into the leaf's .grad.
+struct AccumulateGrad final : Node {
+  explicit AccumulateGrad(std::weak_ptr<VariableImpl> v) : variable(std::move(v)) { persistent = true; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override;
+  const char* name() const override { return "AccumulateGrad"; }
+  std::weak_ptr<VariableImpl> variable;
+};
+
+}  // namespace gf

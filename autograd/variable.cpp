@@ -1,0 +1,148 @@
+#include "autograd/variable.h"
+
+#include <stdexcept>
+
+#include "autograd/engine.h"
+#include "autograd/function.h"
+#include "autograd/grad_mode.h"
+#include "tensor/kernels/binary.h"
+
+namespace gf {
+
+Node::~Node() {
+  // Dismantle long chains iteratively: a Node whose last owner is this one gives its edges to
+  // the stack before it dies, so destruction never recurses (100,000-op chains).
+  std::vector<std::shared_ptr<Node>> stack = std::move(next);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    if (n && n.use_count() == 1) {
+      for (auto& e : n->next) stack.push_back(std::move(e));
+      n->next.clear();
+    }
+  }
+}
+
+std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
+  auto v = variable.lock();
+  if (!v) return {};
+  if (!v->grad.defined()) {
+    v->grad = grad_output.clone();
+  } else {
+    kernels::add_(v->grad, grad_output);
+  }
+  return {};
+}
+
+Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<VariableImpl>()) {
+  check_defined(data, "Variable");
+  impl_->data = std::move(data);
+  if (requires_grad) requires_grad_(true);
+}
+
+const Tensor& Variable::data() const {
+  if (!impl_) throw std::invalid_argument("Variable: undefined");
+  return impl_->data;
+}
+
+void Variable::set_data(const Tensor& t) {
+  if (t.shape() != impl_->data.shape() || t.dtype() != impl_->data.dtype())
+    throw std::invalid_argument("Variable::set_data: " + std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) +
+                                " does not match " + dtype_name(impl_->data.dtype()) + " " + shape_str(impl_->data.shape()));
+  impl_->data = t;
+}
+
+Variable& Variable::requires_grad_(bool on) {
+  if (!is_leaf()) throw std::invalid_argument("requires_grad_: only leaf tensors can change requires_grad");
+  if (on && !is_floating(impl_->data.dtype()))
+    throw std::invalid_argument(std::string("requires_grad_: ") + dtype_name(impl_->data.dtype()) +
+                                " tensors cannot require grad");
+  impl_->requires_grad = on;
+  if (!on) impl_->grad_accumulator.reset();
+  return *this;
+}
+
+Variable Variable::detach() const { return Variable(data(), false); }
+
+std::shared_ptr<Node> Variable::gradient_edge() const {
+  if (!impl_ || !impl_->requires_grad) return nullptr;
+  if (impl_->grad_fn) return impl_->grad_fn;
+  if (!impl_->grad_accumulator) impl_->grad_accumulator = std::make_shared<AccumulateGrad>(impl_);
+  return impl_->grad_accumulator;
+}
+
+Variable Variable::from_op(Tensor data, std::shared_ptr<Node> node) {
+  Variable v(std::move(data));
+  if (node) {
+    v.impl_->requires_grad = true;
+    if (AnomalyMode::enabled()) check_forward_anomaly(*node, v.impl_->data);
+    v.impl_->grad_fn = std::move(node);
+  }
+  return v;
+}
+
+void Variable::backward(bool retain_graph) const {
+  if (data().numel() != 1)
+    throw std::invalid_argument("backward: called without an upstream gradient on a tensor of shape " +
+                                shape_str(shape()) + "; only a one-element tensor gets the implicit gradient 1");
+  backward(Tensor::ones(shape(), dtype()), retain_graph);
+}
+
+void Variable::backward(const Tensor& grad_output, bool retain_graph) const {
+  if (!requires_grad()) throw std::invalid_argument("backward: tensor of shape " + shape_str(shape()) + " does not require grad");
+  if (grad_output.shape() != shape())
+    throw std::invalid_argument("backward: upstream gradient " + shape_str(grad_output.shape()) +
+                                " does not match the tensor's shape " + shape_str(shape()));
+  run_backward(gradient_edge(), grad_output.to(dtype()), retain_graph);
+}
+
+void Variable::retain_grad() const {
+  if (!requires_grad()) throw std::invalid_argument("retain_grad: tensor of shape " + shape_str(shape()) + " does not require grad");
+  if (is_leaf()) return;  // leaves keep their gradient anyway
+  impl_->grad_fn->retained = impl_;
+}
+
+namespace {
+int g_next_hook = 1;
+}
+
+int Variable::register_hook(GradHook hook) const {
+  auto edge = gradient_edge();
+  if (!edge) throw std::invalid_argument("register_hook: tensor of shape " + shape_str(shape()) + " does not require grad");
+  int handle = g_next_hook++;
+  edge->hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Variable::remove_hook(int handle) const {
+  auto edge = gradient_edge();
+  if (!edge) return;
+  auto& hs = edge->hooks;
+  for (auto it = hs.begin(); it != hs.end(); ++it)
+    if (it->first == handle) {
+      hs.erase(it);
+      return;
+    }
+}
+
+namespace detail {
+bool any_requires_grad(std::initializer_list<const Variable*> inputs) {
+  for (const Variable* v : inputs)
+    if (v && v->requires_grad()) return true;
+  return false;
+}
+
+void wire_node(Node& node, std::initializer_list<const Variable*> inputs) {
+  static uint64_t seq = 0;
+  node.sequence = ++seq;
+  node.next.reserve(inputs.size());
+  node.input_shapes.reserve(inputs.size());
+  for (const Variable* v : inputs) {
+    node.next.push_back(v ? v->gradient_edge() : nullptr);
+    node.input_shapes.push_back(v && v->defined() ? v->shape() : Shape{});
+  }
+  if (AnomalyMode::enabled()) node.created_in = NameScope::current();
+}
+}  // namespace detail
+
+}  // namespace gf

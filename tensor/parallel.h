@@ -1,0 +1,40 @@
+#pragma once
+// One place for threading: oneTBB loops with a grain that keeps small tensors serial, and
+// the single thread-count setting that governs both TBB and OpenBLAS.
+#include <cstdint>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+namespace gf {
+
+// Work below this many elements runs on the calling thread: scheduling costs more than it saves.
+constexpr int64_t kSerialGrain = 32768;
+
+int max_threads();
+
+// f(begin, end) over [0, n) in chunks of at least `grain` items.
+template <class F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (n <= grain || max_threads() == 1) {
+    f(int64_t{0}, n);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+}
+
+// Rows of `row_cost` elements each: a grain of rows so that each chunk has ~kSerialGrain elements.
+inline int64_t row_grain(int64_t row_cost) {
+  if (row_cost < 1) row_cost = 1;
+  int64_t g = kSerialGrain / row_cost;
+  return g < 1 ? 1 : g;
+}
+
+// Sets TBB's and OpenBLAS's thread counts together (n <= 0: the hardware's).
+void set_num_threads(int n);
+int max_threads();
+
+}  // namespace gf
