@@ -1,0 +1,23 @@
+// gradflow info: what the numeric runtime is running on.
+#include <fmt/core.h>
+#include <tbb/version.h>
+
+#include "app/commands.h"
+#include "app/flags.h"
+#include "tensor/parallel.h"
+#include "tensor/runtime.h"
+
+namespace gf::app {
+
+int cmd_info(int argc, char** argv) {
+  Flags flags("info", "Shows the OpenBLAS kernel in use (and the one this CPU should use) and the thread count.");
+  if (!flags.parse(argc, argv)) return 0;
+  std::string preferred = preferred_blas_core();
+  fmt::print("gradflow {}\n", GRADFLOW_VERSION);
+  fmt::print("openblas core: {} (this CPU suits: {})\n", blas_core_in_use(), preferred.empty() ? "OpenBLAS's own choice" : preferred);
+  fmt::print("openblas config: {}\n", blas_config());
+  fmt::print("threads: {} (oneTBB {}.{} and OpenBLAS share this count)\n", max_threads(), TBB_VERSION_MAJOR, TBB_VERSION_MINOR);
+  return 0;
+}
+
+}  // namespace gf::app

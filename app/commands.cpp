@@ -1,0 +1,15 @@
+#include "app/commands.h"
+
+#include "app/parity.h"
+
+namespace gf::app {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> list = {
+      {"parity", "compare modules with PyTorch reference cases, outputs and gradients", cmd_parity},
+      {"info", "show the version, the OpenBLAS kernel in use and the thread count", cmd_info},
+  };
+  return list;
+}
+
+}  // namespace gf::app

@@ -1,0 +1,20 @@
+#pragma once
+// The subcommands of the gradflow program. Each takes the arguments after its name and returns
+// the process exit code; usage errors throw app::UsageError.
+#include <string>
+#include <vector>
+
+namespace gf::app {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+// All subcommands, in the order `gradflow --help` lists them.
+const std::vector<Command>& commands();
+
+int cmd_info(int argc, char** argv);
+
+}  // namespace gf::app

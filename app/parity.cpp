@@ -1,0 +1,334 @@
+#include "app/parity.h"
+
+#include <fmt/core.h>
+#include <fmt/ostream.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "app/commands.h"
+#include "app/flags.h"
+#include "autograd/ops/arith.h"
+#include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/indexing.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/softmax.h"
+#include "nn/embedding.h"
+#include "nn/ffn.h"
+#include "nn/layer_norm.h"
+#include "nn/linear.h"
+#include "nn/multihead_attention.h"
+#include "nn/seq2seq.h"
+#include "nn/transformer_decoder.h"
+#include "nn/transformer_encoder.h"
+#include "tensor/io/safetensors.h"
+
+namespace gf::app {
+namespace {
+
+using json = nlohmann::json;
+using Outputs = std::map<std::string, Variable>;
+
+// One loaded case: its inputs as Variables (float ones require grad) and the module, if any.
+struct Case {
+  json config;
+  std::map<std::string, Variable> inputs;
+  std::map<std::string, Tensor> tensors;  // everything in the file
+  DType dtype;
+
+  const Variable& in(const std::string& name) const {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) throw std::runtime_error("the case has no input '" + name + "'");
+    return it->second;
+  }
+  Tensor mask(const std::string& name) const {  // optional bool inputs
+    auto it = inputs.find(name);
+    return it == inputs.end() ? Tensor() : it->second.data();
+  }
+  template <class T>
+  T cfg(const char* key, T def) const {
+    return config.contains(key) ? config.at(key).get<T>() : def;
+  }
+};
+
+nn::TransformerLayerOptions layer_options(const Case& c) {
+  nn::TransformerLayerOptions o;
+  o.d_model = c.cfg<int64_t>("d_model", 0);
+  o.nhead = c.cfg<int64_t>("nhead", 1);
+  o.dim_feedforward = c.cfg<int64_t>("dim_feedforward", 0);
+  o.dropout = 0.0;
+  o.activation = nn::parse_activation(c.cfg<std::string>("activation", "relu"));
+  o.norm_first = c.cfg<bool>("norm_first", false);
+  o.layer_norm_eps = c.cfg<double>("layer_norm_eps", 1e-5);
+  return o;
+}
+
+// Builds the module of a case kind and the function that runs it.
+struct Runner {
+  std::shared_ptr<nn::Module> module;
+  std::function<Outputs(const Case&)> run;
+};
+
+Runner make_runner(const std::string& kind, const Case& c) {
+  Runner r;
+  if (kind == "linear") {
+    auto m = std::make_shared<nn::Linear>(c.cfg<int64_t>("in_features", 0), c.cfg<int64_t>("out_features", 0), c.cfg<bool>("bias", true));
+    r.module = m;
+    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input"))}}; };
+  } else if (kind == "embedding") {
+    auto m = std::make_shared<nn::Embedding>(c.cfg<int64_t>("num_embeddings", 0), c.cfg<int64_t>("embedding_dim", 0),
+                                             c.config.contains("padding_idx") && !c.config.at("padding_idx").is_null()
+                                                 ? c.config.at("padding_idx").get<int64_t>()
+                                                 : -1);
+    r.module = m;
+    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input").data())}}; };
+  } else if (kind == "layer_norm") {
+    auto m = std::make_shared<nn::LayerNorm>(c.cfg<int64_t>("normalized_shape", 0), c.cfg<double>("eps", 1e-5));
+    r.module = m;
+    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input"))}}; };
+  } else if (kind == "softmax" || kind == "log_softmax") {
+    if (c.cfg<int64_t>("dim", -1) != -1) throw std::runtime_error(kind + ": only dim -1 is supported");
+    bool log = kind == "log_softmax";
+    r.run = [log](const Case& c) { return Outputs{{"output", log ? log_softmax(c.in("input")) : softmax(c.in("input"))}}; };
+  } else if (kind == "ffn") {
+    auto m = std::make_shared<nn::FFN>(c.cfg<int64_t>("d_model", 0), c.cfg<int64_t>("dim_feedforward", 0),
+                                       nn::parse_activation(c.cfg<std::string>("activation", "relu")), 0.0);
+    r.module = m;
+    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input"))}}; };
+  } else if (kind == "attention") {
+    double scale = c.cfg<double>("scale", 1.0);
+    r.run = [scale](const Case& c) {
+      Variable scores = matmul(c.in("q"), transpose(c.in("k"), -2, -1)) * scale;  // (B, L, S)
+      Tensor m = c.mask("mask");
+      if (m.defined()) scores = masked_fill(scores, m, -INFINITY);
+      Variable w = softmax(scores);  // (B, L, S)
+      return Outputs{{"output", matmul(w, c.in("v"))}, {"weights", w}};
+    };
+  } else if (kind == "multihead_attention") {
+    auto m = std::make_shared<nn::MultiheadAttention>(c.cfg<int64_t>("embed_dim", 0), c.cfg<int64_t>("num_heads", 1), 0.0,
+                                                      c.cfg<bool>("bias", true));
+    r.module = m;
+    bool self = c.cfg<bool>("self_attention", false);
+    r.run = [m, self](const Case& c) {
+      const Variable& q = c.in("query");
+      nn::AttentionResult a = self ? m->forward(q, q, q, c.mask("key_padding_mask"), c.mask("attn_mask"), true)
+                                   : m->forward(q, c.in("key"), c.in("value"), c.mask("key_padding_mask"), c.mask("attn_mask"), true);
+      return Outputs{{"output", a.output}, {"weights", a.weights}};
+    };
+  } else if (kind == "transformer_encoder_layer") {
+    auto m = std::make_shared<nn::TransformerEncoderLayer>(layer_options(c));
+    r.module = m;
+    r.run = [m](const Case& c) {
+      return Outputs{{"output", m->forward(c.in("src"), c.mask("src_key_padding_mask"), c.mask("src_mask"))}};
+    };
+  } else if (kind == "transformer_decoder_layer") {
+    auto m = std::make_shared<nn::TransformerDecoderLayer>(layer_options(c));
+    r.module = m;
+    r.run = [m](const Case& c) {
+      return Outputs{{"output", m->forward(c.in("tgt"), c.in("memory"), c.mask("tgt_mask"), c.mask("tgt_key_padding_mask"),
+                                           c.mask("memory_key_padding_mask"))
+                                    .output}};
+    };
+  } else if (kind == "cross_entropy") {
+    int64_t ignore = c.cfg<int64_t>("ignore_index", -100);
+    double ls = c.cfg<double>("label_smoothing", 0.0);
+    if (c.cfg<std::string>("reduction", "mean") != "mean") throw std::runtime_error("cross_entropy: only reduction mean is supported");
+    r.run = [ignore, ls](const Case& c) {
+      return Outputs{{"loss", cross_entropy(c.in("input"), c.in("target").data(), ignore, ls)}};
+    };
+  } else if (kind == "seq2seq") {
+    nn::Seq2SeqOptions o;
+    o.src_vocab = c.cfg<int64_t>("src_vocab", 0);
+    o.tgt_vocab = c.cfg<int64_t>("tgt_vocab", 0);
+    o.d_model = c.cfg<int64_t>("d_model", 0);
+    o.nhead = c.cfg<int64_t>("nhead", 1);
+    o.num_layers = c.cfg<int64_t>("num_layers", 1);
+    o.dim_feedforward = c.cfg<int64_t>("dim_feedforward", 0);
+    o.norm_first = c.cfg<bool>("norm_first", false);
+    o.pad = c.cfg<int64_t>("pad", 0);
+    o.dropout = 0.0;
+    o.activation = nn::parse_activation(c.cfg<std::string>("activation", "relu"));
+    double ls = c.cfg<double>("label_smoothing", 0.0);
+    auto m = std::make_shared<nn::Seq2SeqTransformer>(o);
+    r.module = m;
+    r.run = [m, ls](const Case& c) {
+      Tensor tgt = c.in("tgt").data();  // (B, T+1): BOS .. EOS PAD
+      const int64_t T = tgt.size(1) - 1;
+      Tensor tgt_in = tgt.narrow(1, 0, T).contiguous(), labels = tgt.narrow(1, 1, T).contiguous();
+      Variable logits = m->forward(c.in("src").data(), tgt_in);  // (B, T, V)
+      Variable loss = cross_entropy(reshape(logits, {-1, logits.size(2)}), labels.reshape({-1}), m->options().pad, ls);
+      return Outputs{{"loss", loss}, {"logits", logits}};
+    };
+  } else {
+    throw std::runtime_error("unknown kind '" + kind + "'");
+  }
+  return r;
+}
+
+// Compares ours with the expected tensor; updates the worst error and the verdict.
+struct Comparison {
+  double atol, rtol;
+  double worst_abs = 0, worst_rel = 0, worst_excess = -INFINITY;
+  std::string worst_where;
+  bool ok = true;
+
+  void check(const std::string& what, const Tensor& ours, const Tensor& expected) {
+    if (!ours.defined()) {
+      ok = false;
+      worst_where = what + ": no value computed";
+      worst_excess = INFINITY;
+      return;
+    }
+    if (ours.shape() != expected.shape()) {
+      ok = false;
+      worst_where = what + ": shape " + shape_str(ours.shape()) + " vs expected " + shape_str(expected.shape());
+      worst_excess = INFINITY;
+      return;
+    }
+    Tensor a = ours.to(DType::Float64).contiguous(), b = expected.to(DType::Float64).contiguous();
+    const double* pa = a.data<double>();
+    const double* pb = b.data<double>();
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      double err = std::abs(pa[i] - pb[i]);
+      if (std::isnan(pa[i]) != std::isnan(pb[i])) err = INFINITY;
+      if (std::isnan(pa[i]) && std::isnan(pb[i])) err = 0;
+      double excess = err - (atol + rtol * std::abs(pb[i]));
+      worst_abs = std::max(worst_abs, err);
+      if (err > 0) worst_rel = std::max(worst_rel, err / std::max(std::abs(pb[i]), 1e-300));
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        worst_where = fmt::format("{}[{}]: ours {:.10g}, expected {:.10g}", what, i, pa[i], pb[i]);
+      }
+      if (!(excess <= 0)) ok = false;
+    }
+  }
+};
+
+}  // namespace
+
+ParityCaseResult run_parity_case(const std::string& path, DType dtype) {
+  ParityCaseResult res;
+  res.name = std::filesystem::path(path).stem().string();
+  try {
+    SafetensorsFile file = load_safetensors(path);
+    auto meta = file.metadata.find("case");
+    if (meta == file.metadata.end()) throw std::runtime_error("no __metadata__.case entry");
+    json spec = json::parse(meta->second);
+    res.kind = spec.at("kind").get<std::string>();
+    Case c;
+    c.config = spec.value("config", json::object());
+    c.tensors = file.tensors;
+    c.dtype = dtype;
+    for (auto& [name, t] : file.tensors) {
+      if (name.rfind("in.", 0) != 0) continue;
+      bool is_float = is_floating(t.dtype());
+      c.inputs[name.substr(3)] = Variable(is_float ? t.to(dtype) : t, is_float);
+    }
+    Runner runner = make_runner(res.kind, c);
+    if (runner.module) {
+      runner.module->to(dtype);
+      runner.module->train();  // parity cases run with dropout 0 in training mode
+      std::map<std::string, Tensor> params;
+      for (auto& [name, t] : file.tensors)
+        if (name.rfind("param.", 0) == 0) params[name.substr(6)] = t;
+      // Every parameter of ours must come from the case, and every case parameter must be ours.
+      std::map<std::string, Tensor> ours;
+      for (auto& [n, p] : runner.module->named_parameters()) ours[n] = p.data();
+      for (auto& [n, t] : ours)
+        if (!params.count(n)) throw std::runtime_error("the case has no parameter '" + n + "' " + shape_str(t.shape()));
+      for (auto& [n, t] : params)
+        if (!ours.count(n)) throw std::runtime_error("unexpected parameter '" + n + "' " + shape_str(t.shape()) + " in the case");
+      runner.module->load_state_dict(params, false);
+    }
+    Outputs outs = runner.run(c);
+    // The differentiated scalar: every 0-dim output plus sum(out * gradout) for the others.
+    Variable total;
+    for (auto& [name, o] : outs) {
+      Variable term;
+      if (o.ndim() == 0) {
+        term = o;
+      } else {
+        auto g = file.tensors.find("gradout." + name);
+        if (g == file.tensors.end()) throw std::runtime_error("no gradout." + name + " for output " + name);
+        term = sum(o * Variable(g->second.to(dtype)));
+      }
+      total = total.defined() ? total + term : term;
+    }
+    total.backward();
+
+    const bool f64 = dtype == DType::Float64;
+    Comparison out_cmp{f64 ? 1e-9 : 1e-5, f64 ? 1e-9 : 1e-4};
+    Comparison grad_cmp{f64 ? 1e-9 : 1e-5, f64 ? 1e-9 : (res.kind == "seq2seq" ? 1e-3 : 1e-4)};
+    for (auto& [name, t] : file.tensors) {
+      if (name.rfind("out.", 0) == 0) {
+        auto o = outs.find(name.substr(4));
+        out_cmp.check(name, o == outs.end() ? Tensor() : o->second.data(), t);
+      } else if (name.rfind("grad.in.", 0) == 0) {
+        auto v = c.inputs.find(name.substr(8));
+        grad_cmp.check(name, v == c.inputs.end() ? Tensor() : v->second.grad(), t);
+      } else if (name.rfind("grad.param.", 0) == 0) {
+        Tensor g;
+        if (runner.module)
+          for (auto& [n, p] : runner.module->named_parameters())
+            if (n == name.substr(11)) g = p.grad().defined() ? p.grad() : Tensor::zeros(p.shape(), p.dtype());
+        grad_cmp.check(name, g, t);
+      }
+    }
+    res.passed = out_cmp.ok && grad_cmp.ok;
+    res.worst_abs = std::max(out_cmp.worst_abs, grad_cmp.worst_abs);
+    res.worst_rel = std::max(out_cmp.worst_rel, grad_cmp.worst_rel);
+    res.worst_where = out_cmp.worst_excess >= grad_cmp.worst_excess ? out_cmp.worst_where : grad_cmp.worst_where;
+  } catch (const std::exception& e) {
+    res.passed = false;
+    res.error = e.what();
+  }
+  return res;
+}
+
+int run_parity_dir(const std::string& dir, DType dtype, std::ostream& out) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw std::runtime_error("parity: '" + dir + "' is not a directory");
+  std::vector<std::string> files;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw std::runtime_error("parity: no *.safetensors cases in '" + dir + "'");
+  int passed = 0, failed = 0;
+  for (const auto& f : files) {
+    ParityCaseResult r = run_parity_case(f, dtype);
+    if (!r.error.empty()) {
+      fmt::print(out, "{:<28} {:<26} ERROR  {}\n", r.name, r.kind, r.error);
+    } else {
+      fmt::print(out, "{:<28} {:<26} abs {:9.2e}  rel {:9.2e}  {}", r.name, r.kind, r.worst_abs, r.worst_rel, r.passed ? "pass" : "FAIL");
+      if (!r.passed) fmt::print(out, "  worst: {}", r.worst_where);
+      fmt::print(out, "\n");
+    }
+    (r.passed ? passed : failed) += 1;
+  }
+  fmt::print(out, "{} passed, {} failed\n", passed, failed);
+  return failed;
+}
+
+int cmd_parity(int argc, char** argv) {
+  Flags flags("parity", "Runs PyTorch reference cases (*.safetensors, see ../shared/parity/README.md) and compares every output\n"
+                        "and gradient. Exits non-zero on any failure, unknown kind or unreadable file.");
+  flags.add_positional("DIR", "folder of cases");
+  flags.add_string("dtype", "f64", "f32 or f64");
+  if (!flags.parse(argc, argv)) return 0;
+  std::string dt = flags.str("dtype");
+  if (dt != "f32" && dt != "f64") throw UsageError("parity: --dtype must be f32 or f64, got '" + dt + "'");
+  int failed = run_parity_dir(flags.positional(0), dt == "f64" ? DType::Float64 : DType::Float32, std::cout);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace gf::app

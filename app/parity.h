@@ -1,0 +1,30 @@
+#pragma once
+// PyTorch parity: runs the reference cases written by ../shared/parity/make_parity.py (format in
+// its README.md). Each case names a module kind and its config; the module is built, loaded with
+// the case's parameters under their PyTorch names, run forward and backward with the stored
+// upstream gradients, and every output and gradient is compared.
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace gf::app {
+
+struct ParityCaseResult {
+  std::string name, kind;
+  bool passed = false;
+  double worst_abs = 0, worst_rel = 0;
+  std::string worst_where;  // which tensor and element, for the failure line
+  std::string error;        // set when the case could not run (unknown kind, unreadable file)
+};
+
+ParityCaseResult run_parity_case(const std::string& path, DType dtype);
+
+// Runs every *.safetensors in dir (sorted), prints one line a case and "N passed, M failed";
+// returns the number of failures (cases that failed or could not run).
+int run_parity_dir(const std::string& dir, DType dtype, std::ostream& out);
+
+int cmd_parity(int argc, char** argv);
+
+}  // namespace gf::app

@@ -1,0 +1,19 @@
+#include "nn/ffn.h"
+
+namespace gf::nn {
+
+Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, Activation act, const Dropout* dropout) {
+  Variable h = activate(linear1.forward(x), act);  // (..., ff)
+  if (dropout) h = dropout->forward(h);
+  return linear2.forward(h);  // (..., d_model)
+}
+
+FFN::FFN(int64_t d, int64_t ff, Activation act, double p) : activation(act) {
+  linear1 = register_module("linear1", std::make_shared<Linear>(d, ff));
+  linear2 = register_module("linear2", std::make_shared<Linear>(ff, d));
+  dropout = register_module("dropout", std::make_shared<Dropout>(p));
+}
+
+Variable FFN::forward(const Variable& x) const { return feed_forward(x, *linear1, *linear2, activation, dropout.get()); }
+
+}  // namespace gf::nn

@@ -1,0 +1,25 @@
+#pragma once
+// The position-wise feed-forward block: linear2(dropout(act(linear1(x)))). Transformer layers
+// own linear1/linear2 directly (PyTorch's names) and call feed_forward(); FFN is the same block
+// as a module of its own.
+#include <memory>
+
+#include "nn/activation.h"
+#include "nn/dropout.h"
+#include "nn/linear.h"
+
+namespace gf::nn {
+
+Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, Activation act, const Dropout* dropout);
+
+class FFN : public Module {
+ public:
+  FFN(int64_t d_model, int64_t dim_feedforward, Activation act = Activation::ReLU, double dropout = 0.0);
+  Variable forward(const Variable& x) const;  // (..., d_model) -> (..., d_model)
+
+  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<Dropout> dropout;
+  Activation activation;
+};
+
+}  // namespace gf::nn

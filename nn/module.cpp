@@ -1,0 +1,131 @@
+#include "nn/module.h"
+
+#include <set>
+#include <stdexcept>
+
+namespace gf::nn {
+
+Variable Module::register_parameter(const std::string& name, const Tensor& value, bool requires_grad) {
+  for (auto& [n, p] : params_)
+    if (n == name) throw std::invalid_argument("register_parameter: '" + name + "' registered twice");
+  Variable v(value, requires_grad);
+  v.set_name(name);
+  params_.emplace_back(name, v);
+  return v;
+}
+
+void Module::register_shared_parameter(const std::string& name, const Variable& param) { params_.emplace_back(name, param); }
+
+void Module::set_parameter(const std::string& name, const Variable& param) {
+  for (auto& [n, p] : params_)
+    if (n == name) {
+      if (p.shape() != param.shape())
+        throw std::invalid_argument("set_parameter: '" + name + "' is " + shape_str(p.shape()) + ", the replacement " +
+                                    shape_str(param.shape()));
+      p = param;
+      return;
+    }
+  throw std::invalid_argument("set_parameter: no parameter named '" + name + "'");
+}
+
+void Module::register_buffer(const std::string& name, const Tensor& value, bool persistent) {
+  buffers_.push_back({name, value, persistent});
+}
+
+Tensor& Module::buffer(const std::string& name) {
+  for (auto& b : buffers_)
+    if (b.name == name) return b.value;
+  throw std::invalid_argument("buffer: no buffer named '" + name + "'");
+}
+const Tensor& Module::buffer(const std::string& name) const { return const_cast<Module*>(this)->buffer(name); }
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const {
+  for (const auto& [n, p] : params_) out.emplace_back(prefix + n, p);
+  for (const auto& [n, child] : children_) child->collect(prefix + n + ".", out);
+}
+
+std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Variable> Module::parameters() const {
+  std::vector<Variable> out;
+  std::set<const VariableImpl*> seen;
+  for (auto& [n, p] : named_parameters())
+    if (seen.insert(p.impl().get()).second) out.push_back(p);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+std::map<std::string, Tensor> Module::state_dict() const {
+  std::map<std::string, Tensor> sd;
+  for (auto& [n, p] : named_parameters()) sd[n] = p.data();
+  // Buffers: walk the tree again with prefixes.
+  std::vector<std::pair<std::string, const Module*>> stack{{"", this}};
+  while (!stack.empty()) {
+    auto [prefix, m] = stack.back();
+    stack.pop_back();
+    for (const auto& b : m->buffers_)
+      if (b.persistent) sd[prefix + b.name] = b.value;
+    for (const auto& [n, c] : m->children_) stack.emplace_back(prefix + n + ".", c.get());
+  }
+  return sd;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  std::set<std::string> used;
+  auto load_into = [&](const std::string& key, Tensor& dst, bool required) {
+    auto it = state.find(key);
+    if (it == state.end()) {
+      if (strict && required) throw std::invalid_argument("load_state_dict: missing key '" + key + "' " + shape_str(dst.shape()));
+      return;
+    }
+    if (it->second.shape() != dst.shape())
+      throw std::invalid_argument("load_state_dict: '" + key + "' has shape " + shape_str(it->second.shape()) +
+                                  " in the checkpoint but " + shape_str(dst.shape()) + " in the model");
+    dst.copy_(it->second);
+    used.insert(key);
+  };
+  for (auto& [n, p] : named_parameters()) {
+    Tensor d = p.data();
+    load_into(n, d, true);
+  }
+  std::vector<std::pair<std::string, Module*>> stack{{"", this}};
+  while (!stack.empty()) {
+    auto [prefix, m] = stack.back();
+    stack.pop_back();
+    for (auto& b : m->buffers_)
+      if (b.persistent) load_into(prefix + b.name, b.value, true);
+    for (auto& [n, c] : m->children_) stack.emplace_back(prefix + n + ".", c.get());
+  }
+  if (strict)
+    for (auto& [k, v] : state)
+      if (!used.count(k))
+        throw std::invalid_argument("load_state_dict: unexpected key '" + k + "' " + shape_str(v.shape()) + " in the checkpoint");
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& p : parameters()) p.zero_grad();
+}
+
+void Module::to(DType dtype) {
+  for (auto& p : parameters())
+    if (p.dtype() != dtype) p.impl()->data = p.data().to(dtype);
+  for (auto& b : buffers_)
+    if (is_floating(b.value.dtype())) b.value = b.value.to(dtype);
+  for (auto& [n, c] : children_) c->to(dtype);
+}
+
+}  // namespace gf::nn

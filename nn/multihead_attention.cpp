@@ -1,0 +1,139 @@
+#include "nn/multihead_attention.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "autograd/ops/arith.h"
+#include "autograd/ops/indexing.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/shape.h"
+#include "autograd/ops/softmax.h"
+#include "nn/init.h"
+
+namespace gf::nn {
+
+MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, bool bias, Generator& gen)
+    : embed_dim(d), num_heads(h), head_dim(h > 0 ? d / h : 0) {
+  if (h <= 0 || d % h != 0)
+    throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(d) + " is not divisible by num_heads " + std::to_string(h));
+  Tensor w = Tensor::empty({3 * d, d});  // (3D, D)
+  init::xavier_uniform_(w, gen);
+  in_proj_weight = register_parameter("in_proj_weight", w);
+  if (bias) in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * d}));
+  out_proj = register_module("out_proj", std::make_shared<Linear>(d, d, bias, gen));
+  if (bias) out_proj->bias.data().zero_();  // as nn.MultiheadAttention's _reset_parameters
+  attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(dropout));  // no parameters: no state_dict keys
+}
+
+Variable MultiheadAttention::split_heads(const Variable& x) const {
+  const int64_t B = x.size(0), L = x.size(1);
+  Variable r = reshape(x, {B, L, num_heads, head_dim});  // (B, L, H, d_k)
+  return contiguous(permute(r, {0, 2, 1, 3}));           // (B, H, L, d_k)
+}
+
+Variable MultiheadAttention::project_q(const Variable& x) const {
+  Variable w = narrow(in_proj_weight, 0, 0, embed_dim);                                    // (D, D)
+  Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, 0, embed_dim) : Variable();  // (D)
+  return split_heads(linear(x, w, b));                                                     // (B, H, L, d_k)
+}
+
+std::pair<Variable, Variable> MultiheadAttention::project_kv(const Variable& x) const {
+  Variable w = narrow(in_proj_weight, 0, embed_dim, 2 * embed_dim);                                    // (2D, D)
+  Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, embed_dim, 2 * embed_dim) : Variable();  // (2D)
+  Variable kv = linear(x, w, b);                                                                       // (B, S, 2D)
+  return {split_heads(narrow(kv, -1, 0, embed_dim)), split_heads(narrow(kv, -1, embed_dim, embed_dim))};
+}
+
+namespace {
+
+void check_input(const Variable& x, int64_t D, const char* what) {
+  if (x.ndim() != 3 || x.size(2) != D)
+    throw std::invalid_argument(std::string("MultiheadAttention: ") + what + " must be (B, len, " + std::to_string(D) +
+                                "), got " + shape_str(x.shape()));
+}
+
+// OR of the boolean masks as one (B, 1, L, S) or (B, H, L, S) tensor; undefined if none is bool.
+Tensor combine_bool_masks(const Tensor& kpm, const Tensor& attn, int64_t B, int64_t H, int64_t L, int64_t S) {
+  bool kb = kpm.defined() && kpm.dtype() == DType::Bool;
+  bool ab = attn.defined() && attn.dtype() == DType::Bool;
+  if (!kb && !ab) return Tensor();
+  const int64_t Hm = ab && attn.ndim() == 3 ? H : 1;
+  Tensor out = Tensor::zeros({B, Hm, L, S}, DType::Bool);  // (B, Hm, L, S)
+  bool* o = out.data<bool>();
+  Tensor k = kb ? kpm.contiguous() : Tensor();   // (B, S)
+  Tensor a = ab ? attn.contiguous() : Tensor();  // (L, S) or (B*H, L, S)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hm; ++h)
+      for (int64_t l = 0; l < L; ++l) {
+        bool* row = o + ((b * Hm + h) * L + l) * S;
+        const bool* krow = kb ? k.data<bool>() + b * S : nullptr;
+        const bool* arow = !ab ? nullptr : a.ndim() == 2 ? a.data<bool>() + l * S : a.data<bool>() + ((b * H + h) * L + l) * S;
+        for (int64_t s = 0; s < S; ++s) row[s] = (krow && krow[s]) || (arow && arow[s]);
+      }
+  return out;
+}
+
+}  // namespace
+
+AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
+                                           const Tensor& attn_mask, bool need_weights) const {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2);
+  if (kpm.defined() && (kpm.ndim() != 2 || kpm.size(0) != B || kpm.size(1) != S))
+    throw std::invalid_argument("MultiheadAttention: key_padding_mask must be (" + std::to_string(B) + ", " + std::to_string(S) +
+                                "), got " + shape_str(kpm.shape()));
+  if (attn_mask.defined()) {
+    bool ok2 = attn_mask.ndim() == 2 && attn_mask.size(0) == L && attn_mask.size(1) == S;
+    bool ok3 = attn_mask.ndim() == 3 && attn_mask.size(0) == B * H && attn_mask.size(1) == L && attn_mask.size(2) == S;
+    if (!ok2 && !ok3)
+      throw std::invalid_argument("MultiheadAttention: attn_mask must be (" + std::to_string(L) + ", " + std::to_string(S) + ") or (" +
+                                  std::to_string(B * H) + ", " + std::to_string(L) + ", " + std::to_string(S) + "), got " +
+                                  shape_str(attn_mask.shape()));
+  }
+  Variable scores = matmul(q * (1.0 / std::sqrt(static_cast<double>(head_dim))), transpose(k, -2, -1));  // (B, H, L, S)
+  // Float masks are added; boolean masks block (-inf). The two conventions are never mixed.
+  if (attn_mask.defined() && attn_mask.dtype() != DType::Bool) {
+    Tensor m = attn_mask.to(scores.dtype());
+    if (m.ndim() == 3) m = m.reshape({B, H, L, S});
+    scores = scores + Variable(m);  // (B, H, L, S)
+  }
+  if (kpm.defined() && kpm.dtype() != DType::Bool) scores = scores + Variable(kpm.to(scores.dtype()).reshape({B, 1, 1, S}));
+  Tensor blocked = combine_bool_masks(kpm, attn_mask, B, H, L, S);  // (B, 1|H, L, S)
+  if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
+  Variable weights = softmax(scores);  // (B, H, L, S)
+  Variable mixed = matmul(attn_dropout->p > 0 ? attn_dropout->forward(weights) : weights, v);  // (B, H, L, d_k)
+  Variable merged = reshape(permute(mixed, {0, 2, 1, 3}), {B, L, H * head_dim});            // (B, L, D)
+  AttentionResult r;
+  r.output = out_proj->forward(merged);  // (B, L, D)
+  if (need_weights) r.weights = weights;
+  return r;
+}
+
+AttentionResult MultiheadAttention::forward(const Variable& query, const Variable& key, const Variable& value, const Tensor& kpm,
+                                            const Tensor& attn_mask, bool need_weights) const {
+  const int64_t D = embed_dim;
+  check_input(query, D, "query");
+  check_input(key, D, "key");
+  check_input(value, D, "value");
+  if (key.size(0) != query.size(0) || value.size(0) != query.size(0) || key.size(1) != value.size(1))
+    throw std::invalid_argument("MultiheadAttention: query " + shape_str(query.shape()) + ", key " + shape_str(key.shape()) +
+                                " and value " + shape_str(value.shape()) + " disagree in batch or key length");
+  Variable q, k, v;
+  if (query.impl() == key.impl() && key.impl() == value.impl()) {
+    Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3D): one GEMM for self-attention
+    q = split_heads(narrow(qkv, -1, 0, D));
+    k = split_heads(narrow(qkv, -1, D, D));
+    v = split_heads(narrow(qkv, -1, 2 * D, D));
+  } else if (key.impl() == value.impl()) {
+    q = project_q(query);
+    std::tie(k, v) = project_kv(key);
+  } else {
+    q = project_q(query);
+    auto w = [&](int64_t i) { return narrow(in_proj_weight, 0, i * D, D); };
+    auto b = [&](int64_t i) { return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * D, D) : Variable(); };
+    k = split_heads(linear(key, w(1), b(1)));
+    v = split_heads(linear(value, w(2), b(2)));
+  }
+  return attend(q, k, v, kpm, attn_mask, need_weights);
+}
+
+}  // namespace gf::nn

@@ -1,0 +1,49 @@
+#pragma once
+// Multi-head attention, batch-first, with nn.MultiheadAttention's parameters and semantics:
+//   q = query W_q^T + b_q, k = key W_k^T + b_k, v = value W_v^T + b_v   (W_q|W_k|W_v = in_proj_weight)
+//   per head h (d_k = D / H features each): weights = softmax(q_h k_h^T / sqrt(d_k) + masks)
+//   output = concat_h(weights_h v_h) out_proj.weight^T + out_proj.bias
+// Masks: key_padding_mask (B, S) and attn_mask (L, S) or (B*H, L, S), each bool (true = blocked,
+// the score becomes -inf) or float (added to the scores). A row with every key blocked gets zero
+// weights (softmax's rule), never NaN.
+#include <memory>
+#include <utility>
+
+#include "nn/dropout.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+
+namespace gf::nn {
+
+struct AttentionResult {
+  Variable output;   // (B, L, D)
+  Variable weights;  // (B, H, L, S) per head, part of the graph; undefined unless asked for
+};
+
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
+                     Generator& gen = default_generator());
+
+  AttentionResult forward(const Variable& query, const Variable& key, const Variable& value,
+                          const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
+                          bool need_weights = false) const;
+
+  // The pieces, for incremental decoding with a KV cache.
+  Variable project_q(const Variable& x) const;                       // (B, L, D) -> (B, H, L, d_k)
+  std::pair<Variable, Variable> project_kv(const Variable& x) const;  // (B, S, D) -> 2 x (B, H, S, d_k)
+  // q (B, H, L, d_k), k and v (B, H, S, d_k) -> output (B, L, D) after out_proj.
+  AttentionResult attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& key_padding_mask,
+                         const Tensor& attn_mask, bool need_weights) const;
+
+  Variable in_proj_weight;  // (3D, D)
+  Variable in_proj_bias;    // (3D)
+  std::shared_ptr<Linear> out_proj;
+  std::shared_ptr<Dropout> attn_dropout;
+  int64_t embed_dim, num_heads, head_dim;
+
+ private:
+  Variable split_heads(const Variable& x) const;  // (B, L, D) -> (B, H, L, d_k) contiguous
+};
+
+}  // namespace gf::nn

@@ -1,0 +1,92 @@
+#include "nn/seq2seq.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "autograd/ops/arith.h"
+#include "nn/init.h"
+#include "nn/masks.h"
+
+namespace gf::nn {
+
+Transformer::Transformer(const TransformerLayerOptions& opt, int64_t n_enc, int64_t n_dec) {
+  encoder = register_module("encoder", std::make_shared<TransformerEncoder>(opt, n_enc));
+  decoder = register_module("decoder", std::make_shared<TransformerDecoder>(opt, n_dec));
+}
+
+Seq2SeqTransformer::Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_seed) : options_(opt) {
+  if (opt.src_vocab <= 0 || opt.tgt_vocab <= 0)
+    throw std::invalid_argument("Seq2SeqTransformer: vocabulary sizes must be positive, got " + std::to_string(opt.src_vocab) + " and " +
+                                std::to_string(opt.tgt_vocab));
+  Generator gen(init_seed);
+  src_emb = register_module("src_emb", std::make_shared<Embedding>(opt.src_vocab, opt.d_model, opt.pad, gen));
+  tgt_emb = register_module("tgt_emb", std::make_shared<Embedding>(opt.tgt_vocab, opt.d_model, opt.pad, gen));
+  pos = register_module("pos", std::make_shared<PositionalEncoding>(opt.d_model, opt.max_len));
+  drop = register_module("drop", std::make_shared<Dropout>(opt.dropout));
+  TransformerLayerOptions lo;
+  lo.d_model = opt.d_model;
+  lo.nhead = opt.nhead;
+  lo.dim_feedforward = opt.dim_feedforward;
+  lo.dropout = opt.dropout;
+  lo.activation = opt.activation;
+  lo.norm_first = opt.norm_first;
+  transformer = register_module("transformer", std::make_shared<Transformer>(lo, opt.num_layers, opt.num_layers));
+  out = register_module("out", std::make_shared<Linear>(opt.d_model, opt.tgt_vocab, true, gen));
+  // As the reference: xavier_uniform_ on every parameter with more than one dim.
+  for (auto& p : parameters())
+    if (p.ndim() > 1) {
+      Tensor t = p.data();
+      init::xavier_uniform_(t, gen);
+    }
+  // The reference's xavier pass overwrites the padding rows too; they get no gradient either way,
+  // and a zero row keeps padded positions' embeddings at exactly the positional encoding.
+  src_emb->weight.data().select(0, opt.pad).zero_();
+  tgt_emb->weight.data().select(0, opt.pad).zero_();
+  if (opt.tie_output) {
+    out->weight = tgt_emb->weight;
+    out->set_parameter("weight", tgt_emb->weight);
+  }
+}
+
+Variable Seq2SeqTransformer::embed_src(const Tensor& src) const {
+  Variable e = src_emb->forward(src) * std::sqrt(static_cast<double>(options_.d_model));  // (B, S, D)
+  return drop->forward(pos->forward(e));
+}
+
+Variable Seq2SeqTransformer::embed_tgt(const Tensor& tgt, int64_t offset) const {
+  Variable e = tgt_emb->forward(tgt) * std::sqrt(static_cast<double>(options_.d_model));  // (B, T, D)
+  return drop->forward(pos->forward(e, offset));
+}
+
+Variable Seq2SeqTransformer::encode(const Tensor& src, const Tensor& src_pad_mask) const {
+  return transformer->encoder->forward(embed_src(src), src_pad_mask);  // (B, S, D)
+}
+
+Variable Seq2SeqTransformer::project(const Variable& h) const { return out->forward(h); }
+
+DecoderOutput Seq2SeqTransformer::forward_with_attention(const Tensor& src, const Tensor& tgt_in) const {
+  if (src.ndim() != 2 || tgt_in.ndim() != 2 || src.size(0) != tgt_in.size(0))
+    throw std::invalid_argument("Seq2SeqTransformer: src " + shape_str(src.shape()) + " and tgt " + shape_str(tgt_in.shape()) +
+                                " must be (B, S) and (B, T) with the same B");
+  Tensor src_pad = make_pad_mask(src, options_.pad);     // (B, S)
+  Tensor tgt_pad = make_pad_mask(tgt_in, options_.pad);  // (B, T)
+  Tensor causal = make_causal_mask(tgt_in.size(1));      // (T, T)
+  Variable memory = encode(src, src_pad);                // (B, S, D)
+  DecoderOutput d = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad, true);
+  d.output = project(d.output);  // (B, T, V)
+  return d;
+}
+
+Variable Seq2SeqTransformer::forward(const Tensor& src, const Tensor& tgt_in) const {
+  if (src.ndim() != 2 || tgt_in.ndim() != 2 || src.size(0) != tgt_in.size(0))
+    throw std::invalid_argument("Seq2SeqTransformer: src " + shape_str(src.shape()) + " and tgt " + shape_str(tgt_in.shape()) +
+                                " must be (B, S) and (B, T) with the same B");
+  Tensor src_pad = make_pad_mask(src, options_.pad);     // (B, S)
+  Tensor tgt_pad = make_pad_mask(tgt_in, options_.pad);  // (B, T)
+  Tensor causal = make_causal_mask(tgt_in.size(1));      // (T, T)
+  Variable memory = encode(src, src_pad);                // (B, S, D)
+  Variable h = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad).output;  // (B, T, D)
+  return project(h);  // (B, T, V)
+}
+
+}  // namespace gf::nn

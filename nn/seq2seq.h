@@ -1,0 +1,60 @@
+#pragma once
+// The translator: embeddings scaled by sqrt(d_model) plus sinusoidal positions, nn.Transformer's
+// encoder and decoder (each stack with its final LayerNorm), and the output projection. Names
+// match ../shared/reference/torch_translator.py: src_emb, tgt_emb, pos.pe, transformer.encoder.*,
+// transformer.decoder.*, out.
+#include <memory>
+#include <vector>
+
+#include "nn/embedding.h"
+#include "nn/positional_encoding.h"
+#include "nn/transformer_decoder.h"
+#include "nn/transformer_encoder.h"
+
+namespace gf::nn {
+
+struct Seq2SeqOptions {
+  int64_t src_vocab = 0, tgt_vocab = 0;
+  int64_t d_model = 256, nhead = 4, num_layers = 3, dim_feedforward = 1024;
+  double dropout = 0.1;
+  Activation activation = Activation::ReLU;
+  bool norm_first = false;
+  bool tie_output = false;  // out.weight shares tgt_emb.weight
+  int64_t pad = 0;
+  int64_t max_len = 512;
+};
+
+class Transformer : public Module {
+ public:
+  Transformer(const TransformerLayerOptions& opt, int64_t num_encoder_layers, int64_t num_decoder_layers);
+  std::shared_ptr<TransformerEncoder> encoder;
+  std::shared_ptr<TransformerDecoder> decoder;
+};
+
+class Seq2SeqTransformer : public Module {
+ public:
+  explicit Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_seed = 1);
+
+  // Teacher forcing: src (B, S) and tgt_in (B, T) int64 ids -> logits (B, T, tgt_vocab).
+  Variable forward(const Tensor& src, const Tensor& tgt_in) const;
+  // Also returns each decoder layer's cross-attention weights (B, H, T, S).
+  DecoderOutput forward_with_attention(const Tensor& src, const Tensor& tgt_in) const;
+
+  Variable embed_src(const Tensor& src) const;                          // (B, S) -> (B, S, D)
+  Variable embed_tgt(const Tensor& tgt, int64_t offset = 0) const;      // (B, T) -> (B, T, D)
+  Variable encode(const Tensor& src, const Tensor& src_pad_mask) const;  // -> memory (B, S, D)
+  Variable project(const Variable& h) const;                            // (B, T, D) -> (B, T, V)
+
+  const Seq2SeqOptions& options() const { return options_; }
+
+  std::shared_ptr<Embedding> src_emb, tgt_emb;
+  std::shared_ptr<PositionalEncoding> pos;
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<Transformer> transformer;
+  std::shared_ptr<Linear> out;
+
+ private:
+  Seq2SeqOptions options_;
+};
+
+}  // namespace gf::nn

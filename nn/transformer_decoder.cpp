@@ -1,0 +1,166 @@
+#include "nn/transformer_decoder.h"
+
+#include <stdexcept>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
+#include "nn/ffn.h"
+
+namespace gf::nn {
+
+int64_t DecoderLayerCache::bytes() const {
+  int64_t n = 0;
+  for (const Tensor* t : {&self_k, &self_v, &cross_k, &cross_v})
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  return n;
+}
+
+void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
+  for (Tensor* t : {&self_k, &self_v, &cross_k, &cross_v}) {
+    if (!t->defined()) continue;
+    Shape shape = t->shape();
+    shape[0] = static_cast<int64_t>(rows.size());
+    Tensor out = Tensor::empty(shape, t->dtype());  // (B', H, *, d_k)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= t->size(0))
+        throw std::out_of_range("DecoderLayerCache::select_rows: row " + std::to_string(rows[i]) + " of " + std::to_string(t->size(0)));
+      Tensor dst = out.select(0, static_cast<int64_t>(i));
+      dst.copy_(t->select(0, rows[i]));
+    }
+    *t = out;
+  }
+}
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt) : options(opt) {
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout));
+  multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout));
+  linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward));
+  dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
+  linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  norm3 = register_module("norm3", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(opt.dropout));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(opt.dropout));
+  dropout3 = register_module("dropout3", std::make_shared<Dropout>(opt.dropout));
+}
+
+// The three sub-layers with residuals, post-norm or pre-norm; the attention blocks vary between
+// full-sequence and incremental use.
+template <class SelfBlock, class CrossBlock>
+Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_block, CrossBlock cross_block) const {
+  auto ff_block = [&](const Variable& x) {
+    return dropout3->forward(feed_forward(x, *linear1, *linear2, options.activation, dropout.get()));  // (B, T, D)
+  };
+  Variable x = tgt;  // (B, T, D)
+  if (options.norm_first) {
+    x = x + dropout1->forward(self_block(norm1->forward(x)));
+    x = x + dropout2->forward(cross_block(norm2->forward(x)));
+    x = x + ff_block(norm3->forward(x));
+  } else {
+    x = norm1->forward(x + dropout1->forward(self_block(x)));
+    x = norm2->forward(x + dropout2->forward(cross_block(x)));
+    x = norm3->forward(x + ff_block(x));
+  }
+  return x;
+}
+
+DecoderLayerOutput TransformerDecoderLayer::forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask,
+                                                    const Tensor& tgt_kpm, const Tensor& memory_kpm, bool need_weights) const {
+  DecoderLayerOutput r;
+  auto self_block = [&](const Variable& x) { return self_attn->forward(x, x, x, tgt_kpm, tgt_mask).output; };
+  auto cross_block = [&](const Variable& x) {
+    AttentionResult a = multihead_attn->forward(x, memory, memory, memory_kpm, Tensor(), need_weights);  // no causal mask
+    r.cross_weights = a.weights;
+    return a.output;
+  };
+  r.output = sublayers(tgt, self_block, cross_block);
+  return r;
+}
+
+void TransformerDecoderLayer::start_cache(DecoderLayerCache& cache, const Variable& memory, int64_t capacity) const {
+  NoGradGuard ng;
+  auto [k, v] = multihead_attn->project_kv(memory);  // (B, H, S, d_k) each
+  cache.cross_k = k.data();
+  cache.cross_v = v.data();
+  const int64_t B = memory.size(0), H = self_attn->num_heads, dk = self_attn->head_dim;
+  cache.self_k = Tensor::empty({B, H, capacity, dk}, memory.dtype());  // (B, H, capacity, d_k)
+  cache.self_v = Tensor::empty({B, H, capacity, dk}, memory.dtype());
+  cache.length = 0;
+}
+
+DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, DecoderLayerCache& cache, const Tensor& memory_kpm,
+                                                         bool need_weights) const {
+  NoGradGuard ng;
+  if (x.ndim() != 3 || x.size(1) != 1)
+    throw std::invalid_argument("TransformerDecoderLayer::forward_step: expected (B, 1, D), got " + shape_str(x.shape()));
+  if (cache.length >= cache.self_k.size(2))
+    throw std::length_error("TransformerDecoderLayer::forward_step: the cache holds " + std::to_string(cache.self_k.size(2)) +
+                            " positions and is full");
+  DecoderLayerOutput r;
+  auto self_block = [&](const Variable& h) {
+    Variable q = self_attn->project_q(h);            // (B, H, 1, d_k)
+    auto [k_new, v_new] = self_attn->project_kv(h);  // (B, H, 1, d_k)
+    Tensor k_slot = cache.self_k.narrow(2, cache.length, 1), v_slot = cache.self_v.narrow(2, cache.length, 1);
+    k_slot.copy_(k_new.data());
+    v_slot.copy_(v_new.data());
+    cache.length += 1;
+    // Only past positions are in the cache, so no causal mask is needed.
+    Variable k(cache.self_k.narrow(2, 0, cache.length)), v(cache.self_v.narrow(2, 0, cache.length));  // (B, H, t, d_k)
+    return self_attn->attend(q, k, v, Tensor(), Tensor(), false).output;
+  };
+  auto cross_block = [&](const Variable& h) {
+    Variable q = multihead_attn->project_q(h);  // (B, H, 1, d_k)
+    AttentionResult a = multihead_attn->attend(q, Variable(cache.cross_k), Variable(cache.cross_v), memory_kpm, Tensor(), need_weights);
+    r.cross_weights = a.weights;
+    return a.output;
+  };
+  r.output = sublayers(x, self_block, cross_block);
+  return r;
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm) {
+  layers = register_module("layers", std::make_shared<ModuleList<TransformerDecoderLayer>>());
+  for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(opt));
+  if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+}
+
+DecoderOutput TransformerDecoder::forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask, const Tensor& tgt_kpm,
+                                          const Tensor& memory_kpm, bool need_weights) const {
+  DecoderOutput r;
+  Variable x = tgt;  // (B, T, D)
+  size_t i = 0;
+  for (const auto& layer : *layers) {
+    NameScope scope("decoder.layers." + std::to_string(i++));
+    DecoderLayerOutput o = layer->forward(x, memory, tgt_mask, tgt_kpm, memory_kpm, need_weights);
+    x = o.output;
+    if (need_weights) r.cross_weights.push_back(o.cross_weights);
+  }
+  r.output = norm ? norm->forward(x) : x;
+  return r;
+}
+
+std::vector<DecoderLayerCache> TransformerDecoder::start_cache(const Variable& memory, int64_t capacity) const {
+  std::vector<DecoderLayerCache> caches(layers->size());
+  for (size_t i = 0; i < layers->size(); ++i) (*layers)[i].start_cache(caches[i], memory, capacity);
+  return caches;
+}
+
+DecoderOutput TransformerDecoder::forward_step(const Variable& x_in, std::vector<DecoderLayerCache>& caches, const Tensor& memory_kpm,
+                                               bool need_weights) const {
+  if (caches.size() != layers->size())
+    throw std::invalid_argument("TransformerDecoder::forward_step: " + std::to_string(caches.size()) + " caches for " +
+                                std::to_string(layers->size()) + " layers");
+  DecoderOutput r;
+  Variable x = x_in;  // (B, 1, D)
+  for (size_t i = 0; i < layers->size(); ++i) {
+    DecoderLayerOutput o = (*layers)[i].forward_step(x, caches[i], memory_kpm, need_weights);
+    x = o.output;
+    if (need_weights) r.cross_weights.push_back(o.cross_weights);
+  }
+  NoGradGuard ng;
+  r.output = norm ? norm->forward(x) : x;
+  return r;
+}
+
+}  // namespace gf::nn

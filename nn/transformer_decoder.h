@@ -1,0 +1,73 @@
+#pragma once
+// The Transformer decoder: layers as nn.TransformerDecoderLayer (masked self-attention with the
+// causal and target padding masks, cross-attention `multihead_attn` with the source padding mask
+// only, then the FFN), the stack with its final LayerNorm, and incremental decoding with a KV
+// cache: self-attention K/V grow by one position a step, cross-attention K/V are projected once.
+#include <memory>
+#include <vector>
+
+#include "nn/transformer_encoder.h"
+
+namespace gf::nn {
+
+// One layer's cache for incremental decoding.
+struct DecoderLayerCache {
+  Tensor self_k, self_v;    // (B, H, capacity, d_k): positions [0, length) are filled
+  int64_t length = 0;
+  Tensor cross_k, cross_v;  // (B, H, S, d_k): the source, projected once
+  int64_t bytes() const;
+  // Keeps batch rows `rows` (in that order): beam search reorders hypotheses with it.
+  void select_rows(const std::vector<int64_t>& rows);
+};
+
+struct DecoderLayerOutput {
+  Variable output;         // (B, T, D)
+  Variable cross_weights;  // (B, H, T, S) when asked for
+};
+
+class TransformerDecoderLayer : public Module {
+ public:
+  explicit TransformerDecoderLayer(const TransformerLayerOptions& opt);
+  // tgt (B, T, D), memory (B, S, D); tgt_mask (T, T) (causal); tgt_key_padding_mask (B, T);
+  // memory_key_padding_mask (B, S).
+  DecoderLayerOutput forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask = Tensor(),
+                             const Tensor& tgt_key_padding_mask = Tensor(), const Tensor& memory_key_padding_mask = Tensor(),
+                             bool need_weights = false) const;
+
+  // Incremental decoding (no graph): projects the source into the cache.
+  void start_cache(DecoderLayerCache& cache, const Variable& memory, int64_t capacity) const;
+  // x (B, 1, D): the newest position; appends its K/V to the cache. Returns (B, 1, D).
+  DecoderLayerOutput forward_step(const Variable& x, DecoderLayerCache& cache, const Tensor& memory_key_padding_mask,
+                                  bool need_weights = false) const;
+
+  std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
+  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<LayerNorm> norm1, norm2, norm3;
+  std::shared_ptr<Dropout> dropout, dropout1, dropout2, dropout3;
+  TransformerLayerOptions options;
+
+ private:
+  template <class SelfBlock, class CrossBlock>
+  Variable sublayers(const Variable& tgt, SelfBlock self_block, CrossBlock cross_block) const;
+};
+
+struct DecoderOutput {
+  Variable output;                       // (B, T, D)
+  std::vector<Variable> cross_weights;  // per layer (B, H, T, S), when asked for
+};
+
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm = true);
+  DecoderOutput forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask = Tensor(),
+                        const Tensor& tgt_key_padding_mask = Tensor(), const Tensor& memory_key_padding_mask = Tensor(),
+                        bool need_weights = false) const;
+  std::vector<DecoderLayerCache> start_cache(const Variable& memory, int64_t capacity) const;
+  DecoderOutput forward_step(const Variable& x, std::vector<DecoderLayerCache>& caches, const Tensor& memory_key_padding_mask,
+                             bool need_weights = false) const;
+
+  std::shared_ptr<ModuleList<TransformerDecoderLayer>> layers;
+  std::shared_ptr<LayerNorm> norm;
+};
+
+}  // namespace gf::nn

@@ -1,0 +1,55 @@
+#include "nn/transformer_encoder.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
+#include "nn/ffn.h"
+
+namespace gf::nn {
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& opt) : options(opt) {
+  // Registration order follows PyTorch's, so named_parameters() lists the same sequence.
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout));
+  linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward));
+  dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
+  linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(opt.dropout));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(opt.dropout));
+}
+
+Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm, const Tensor& src_mask) const {
+  auto self_block = [&](const Variable& x) {
+    return dropout1->forward(self_attn->forward(x, x, x, kpm, src_mask).output);  // (B, S, D)
+  };
+  auto ff_block = [&](const Variable& x) {
+    return dropout2->forward(feed_forward(x, *linear1, *linear2, options.activation, dropout.get()));  // (B, S, D)
+  };
+  Variable x = src;  // (B, S, D)
+  if (options.norm_first) {
+    x = x + self_block(norm1->forward(x));
+    x = x + ff_block(norm2->forward(x));
+  } else {
+    x = norm1->forward(x + self_block(x));
+    x = norm2->forward(x + ff_block(x));
+  }
+  return x;
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm) {
+  layers = register_module("layers", std::make_shared<ModuleList<TransformerEncoderLayer>>());
+  for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(opt));
+  if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+}
+
+Variable TransformerEncoder::forward(const Variable& src, const Tensor& kpm, const Tensor& mask) const {
+  Variable x = src;  // (B, S, D)
+  size_t i = 0;
+  for (const auto& layer : *layers) {
+    NameScope scope("encoder.layers." + std::to_string(i++));
+    x = layer->forward(x, kpm, mask);
+  }
+  return norm ? norm->forward(x) : x;
+}
+
+}  // namespace gf::nn

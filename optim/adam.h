@@ -1,0 +1,55 @@
+#pragma once
+// Adam (Kingma & Ba 2015) with PyTorch's update rule, bias correction and optional decoupled
+// weight decay (AdamW). State is kept per parameter and can be saved and restored by name, so a
+// resumed run continues exactly.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace gf::optim {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // decoupled (AdamW)
+};
+
+class Adam {
+ public:
+  // named: (name, parameter) pairs; names key the saved state. Duplicates (tied weights) are
+  // updated once.
+  Adam(const std::vector<std::pair<std::string, Variable>>& named, AdamOptions opt);
+
+  void step();       // one update from the parameters' .grad (parameters without grad are skipped)
+  void zero_grad();  // drops the gradients
+  void set_lr(double lr) { options_.lr = lr; }
+  double lr() const { return options_.lr; }
+  int64_t steps() const { return step_; }
+
+  // "exp_avg.NAME" and "exp_avg_sq.NAME" tensors; step count in "step".
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ private:
+  struct Slot {
+    std::string name;
+    Variable param;
+    Tensor m, v;  // same shape as param
+  };
+  std::vector<Slot> slots_;
+  AdamOptions options_;
+  int64_t step_ = 0;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before
+// clipping (as torch.nn.utils.clip_grad_norm_).
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm);
+
+// Linear warmup then inverse square root decay, as the reference's LambdaLR:
+// factor(step) = min((step + 1) / warmup, sqrt(warmup / (step + 1))); lr = base * factor.
+double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup);
+
+}  // namespace gf::optim

@@ -1,0 +1,155 @@
+// The autograd engine itself: accumulation, deep graphs, no-grad, hooks, retain_grad, anomaly.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
+#include "gradcheck_util.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+TEST_CASE("a tensor used twice gets the sum of both gradients (residual connection)") {
+  Variable x(Tensor::of({1, 2, 3}, {3}, DType::Float64), true);
+  Variable w(Tensor::of({2, 2, 2}, {3}, DType::Float64), true);
+  Variable h = x * w;       // f(x)
+  Variable y = h + x;       // residual: y = x*w + x
+  y.backward(Tensor::ones({3}, DType::Float64));
+  // dy/dx = w + 1 = 3, dy/dw = x
+  CHECK(x.grad().at({0}) == 3);
+  CHECK(x.grad().at({2}) == 3);
+  CHECK(w.grad().at({1}) == 2);
+}
+
+TEST_CASE("gradients accumulate across backward calls into leaves") {
+  Variable x(Tensor::of({1, 2}, {2}, DType::Float64), true);
+  (x * 3.0).backward(Tensor::ones({2}, DType::Float64));
+  (x * 4.0).backward(Tensor::ones({2}, DType::Float64));
+  CHECK(x.grad().at({0}) == 7);
+  x.zero_grad();
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("backward through a 100,000-op chain does not overflow the stack") {
+  Variable x(Tensor::of({1.0}, {1}, DType::Float64), true);
+  Variable y = x;
+  for (int i = 0; i < 100000; ++i) y = (i % 2) ? y * 1.0 : y + 0.0;
+  y.backward();
+  CHECK(x.grad().item() == 1.0);
+}
+
+TEST_CASE("dropping an un-backwarded 100,000-op chain does not overflow the stack") {
+  Variable x(Tensor::of({1.0}, {1}, DType::Float64), true);
+  {
+    Variable y = x;
+    for (int i = 0; i < 100000; ++i) y = y + 1.0;
+    CHECK(y.item() == 100001.0);
+  }
+  CHECK(x.requires_grad());
+}
+
+TEST_CASE("the graph is freed after backward; a second backward says so") {
+  Variable x(Tensor::of({2.0}, {1}, DType::Float64), true);
+  Variable y = x * x;
+  y.backward();
+  CHECK(x.grad().item() == 4.0);
+  CHECK_THROWS_WITH(y.backward(), doctest::Contains("already freed"));
+  Variable z = x * x;
+  z.backward(true);  // retain_graph
+  z.backward();
+  CHECK(x.grad().item() == 4.0 + 8.0);
+}
+
+TEST_CASE("NoGradGuard records no graph; detach cuts it") {
+  Variable x(Tensor::of({1, 2}, {2}), true);
+  {
+    NoGradGuard ng;
+    Variable y = x * 2.0;
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.is_leaf());
+  }
+  Variable y = x * 2.0;
+  CHECK(y.requires_grad());
+  Variable d = y.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.data().storage() == y.data().storage());
+}
+
+TEST_CASE("requires_grad_ on leaves only; int tensors cannot require grad") {
+  Variable x(Tensor::of({1, 2}, {2}));
+  CHECK_FALSE(x.requires_grad());
+  x.requires_grad_();
+  CHECK(x.requires_grad());
+  Variable y = x * 2.0;
+  CHECK_THROWS_WITH(y.requires_grad_(false), doctest::Contains("leaf"));
+  Variable ids(Tensor::of({1, 2}, {2}, DType::Int64));
+  CHECK_THROWS(ids.requires_grad_());
+}
+
+TEST_CASE("retain_grad keeps an intermediate gradient; hooks see and can replace it") {
+  Variable x(Tensor::of({1, 2, 3}, {3}, DType::Float64), true);
+  Variable h = x * 2.0;   // intermediate
+  h.retain_grad();
+  Tensor seen;
+  h.register_hook([&](const Tensor& g) {
+    seen = g.clone();
+    return Tensor();  // keep it
+  });
+  Variable y = h * h;  // dy/dh = 2h = 4x
+  y.backward(Tensor::ones({3}, DType::Float64));
+  REQUIRE(h.grad().defined());
+  CHECK(h.grad().at({2}) == 12);
+  CHECK(seen.at({1}) == 8);
+  CHECK(x.grad().at({0}) == 8);  // 2 * 4x
+
+  // A hook that doubles the gradient flowing through an intermediate.
+  Variable x2(Tensor::of({1.0}, {1}, DType::Float64), true);
+  Variable h2 = x2 * 3.0;
+  int handle = h2.register_hook([](const Tensor& g) { return Tensor::full(g.shape(), 2.0 * g.item(), g.dtype()); });
+  (h2 * 1.0).backward();
+  CHECK(x2.grad().item() == 6.0);
+  h2.remove_hook(handle);
+}
+
+TEST_CASE("hooks on leaves see the gradient before it accumulates") {
+  Variable x(Tensor::of({1.0}, {1}, DType::Float64), true);
+  double got = 0;
+  x.register_hook([&](const Tensor& g) {
+    got = g.item();
+    return Tensor();
+  });
+  (x * 5.0).backward();
+  CHECK(got == 5.0);
+}
+
+TEST_CASE("backward needs a scalar or an upstream gradient of the right shape") {
+  Variable x(Tensor::of({1, 2}, {2}), true);
+  Variable y = x * 2.0;
+  CHECK_THROWS_WITH(y.backward(), doctest::Contains("(2,)"));
+  CHECK_THROWS_WITH(y.backward(Tensor::ones({3})), doctest::Contains("does not match"));
+  Variable c(Tensor::of({1, 2}, {2}));
+  CHECK_THROWS_WITH(c.backward(Tensor::ones({2})), doctest::Contains("does not require grad"));
+}
+
+TEST_CASE("anomaly mode names the op that first produced NaN in forward, and where") {
+  Variable x(Tensor::of({0.0, 1.0}, {2}, DType::Float64), true);
+  AnomalyGuard ag;
+  NameScope scope("encoder.layers.0");
+  CHECK_THROWS_WITH(x / x, doctest::Contains("div"));
+  CHECK_THROWS_WITH(x / x, doctest::Contains("encoder.layers.0"));
+}
+
+TEST_CASE("anomaly mode stops at a non-finite gradient in backward") {
+  Variable x(Tensor::of({0.0, 1.0}, {2}, DType::Float64), true);
+  Variable one(Tensor::of({1.0, 1.0}, {2}, DType::Float64));
+  AnomalyGuard ag;
+  Variable y = one / x;  // forward gives inf (allowed: masks use -inf), backward -1/x^2 = -inf
+  CHECK_THROWS_WITH(y.backward(Tensor::ones({2}, DType::Float64)), doctest::Contains("non-finite gradient"));
+}
+
+TEST_CASE("without anomaly mode NaN flows silently (so the mode is what catches it)") {
+  Variable x(Tensor::of({0.0}, {1}, DType::Float64), true);
+  Variable y = x / x;
+  CHECK(std::isnan(y.item()));
+}

@@ -1,0 +1,30 @@
+#pragma once
+// Autoregressive decoding of a Seq2SeqTransformer: greedy and beam search, batched, with a KV
+// cache (self-attention K/V grow one position a step; cross-attention K/V are projected once per
+// source batch). Stops at <eos> or at the source length + max_extra tokens.
+#include <cstdint>
+#include <vector>
+
+#include "nn/seq2seq.h"
+
+namespace gf::train {
+
+struct DecodeOptions {
+  int64_t beam = 1;             // 1 = greedy
+  double length_penalty = 1.0;  // beam: a hypothesis scores log p / length^length_penalty
+  int64_t max_extra = 50;       // tokens past the source length
+  bool use_cache = true;        // false recomputes the whole prefix every step (for tests)
+  int64_t bos = 2, eos = 3, pad = 0;
+};
+
+struct DecodeStats {
+  int64_t steps = 0;
+  int64_t cache_bytes_peak = 0;  // KV cache size at its largest
+  int64_t cache_positions = 0;   // target positions cached at that point (summed over rows)
+};
+
+// src: (B, S) int64, PAD-padded. Returns B token sequences without <bos>/<eos>.
+std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt,
+                                                  DecodeStats* stats = nullptr);
+
+}  // namespace gf::train
