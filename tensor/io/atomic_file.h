@@ -3,7 +3,9 @@
 // flushed to disk (fsync) and then renamed over the target; finally the directory itself is
 // fsync'ed so the rename survives a power cut. A reader, or a crash at any moment, sees either the
 // complete old file or the complete new one, never a torn mix. On any failure the temporary file
-// is removed and the old file is left untouched.
+// is removed and the old file is left untouched. (The one exception: if fsync of the directory
+// fails after the rename, the new file is already in place but its durability is not assured;
+// that is reported as an error too.) The new file gets mode 0666 minus the umask.
 #include <cstddef>
 #include <functional>
 #include <string>
