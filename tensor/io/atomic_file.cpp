@@ -1,0 +1,135 @@
+#include "tensor/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
+
+namespace gf {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+[[noreturn]] void fail(const std::string& path, const std::string& step, int err) {
+  throw std::runtime_error("write_file_atomic: '" + path + "': " + step + ": " + errno_text(err));
+}
+
+// The directory that will hold the file: the rename must stay within one filesystem, and that
+// directory is the one whose entry has to be fsync'ed.
+std::string directory_of(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+// Owns the temporary file until it has been renamed into place; unlinks it otherwise.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& target) {
+    static std::atomic<uint64_t> counter{0};
+    std::filesystem::path p(target);
+    std::string dir = p.parent_path().string();
+    std::string base = p.filename().string();
+    if (base.empty() || base == "." || base == "..") fail(target, "not a file name", EINVAL);
+    // A hidden name in the same directory, unique per process and call; O_EXCL guarantees we never
+    // reuse a name someone else holds, so a clash just moves on to the next counter value.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::string name = "." + base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+      path_ = dir.empty() ? name : (std::filesystem::path(dir) / name).string();
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ >= 0) return;
+      if (errno != EEXIST) fail(target, "cannot create temporary file '" + path_ + "'", errno);
+    }
+    fail(target, "cannot find a free temporary file name", EEXIST);
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  void closed() { fd_ = -1; }
+  void committed() { committed_ = true; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// write(2) may write less than asked or be interrupted; loop until everything is out.
+void write_all(int fd, const char* p, size_t n, const std::string& target, const std::string& tmp) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(target, "cannot write temporary file '" + tmp + "'", errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void fsync_directory(const std::string& target) {
+  std::string dir = directory_of(target);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) fail(target, "cannot open directory '" + dir + "' to fsync it", errno);
+  int rc = ::fsync(dfd);
+  int err = errno;
+  ::close(dfd);
+  // Some filesystems cannot fsync a directory at all; the rename is still done, only its
+  // durability is up to them, so that is not an error.
+  if (rc != 0 && err != EINVAL && err != ENOTSUP) fail(target, "cannot fsync directory '" + dir + "'", err);
+}
+
+}  // namespace
+
+void write_file_atomic_with(const std::string& path, const std::function<void(const ByteSink& sink)>& produce) {
+  TempFile tmp(path);
+
+  // Many small chunks (a header, then tensors) are gathered so each costs no system call.
+  constexpr size_t kBufferSize = 1 << 16;
+  std::vector<char> buffer;
+  buffer.reserve(kBufferSize);
+  auto flush = [&] {
+    write_all(tmp.fd(), buffer.data(), buffer.size(), path, tmp.path());
+    buffer.clear();
+  };
+  ByteSink sink = [&](const void* data, size_t size) {
+    const char* p = static_cast<const char*>(data);
+    if (buffer.size() + size <= kBufferSize) {
+      buffer.insert(buffer.end(), p, p + size);
+      return;
+    }
+    flush();
+    if (size <= kBufferSize) buffer.insert(buffer.end(), p, p + size);
+    else write_all(tmp.fd(), p, size, path, tmp.path());
+  };
+  produce(sink);
+  flush();
+
+  // The data must be on disk before the rename makes it visible, or a crash could leave the new
+  // name pointing at an empty or partial file.
+  if (::fsync(tmp.fd()) != 0) fail(path, "cannot fsync temporary file '" + tmp.path() + "'", errno);
+  int rc = ::close(tmp.fd());
+  tmp.closed();
+  if (rc != 0) fail(path, "cannot close temporary file '" + tmp.path() + "'", errno);
+  if (::rename(tmp.path().c_str(), path.c_str()) != 0)
+    fail(path, "cannot rename temporary file '" + tmp.path() + "' over it", errno);
+  tmp.committed();
+  fsync_directory(path);
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic_with(path, [&](const ByteSink& sink) { sink(bytes.data(), bytes.size()); });
+}
+
+}  // namespace gf

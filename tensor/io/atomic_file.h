@@ -1,0 +1,28 @@
+#pragma once
+// Crash-safe file replacement: the bytes go to a temporary file in the target's directory, which is
+// flushed to disk (fsync) and then renamed over the target; finally the directory itself is
+// fsync'ed so the rename survives a power cut. A reader, or a crash at any moment, sees either the
+// complete old file or the complete new one, never a torn mix. On any failure the temporary file
+// is removed and the old file is left untouched. (The one exception: if fsync of the directory
+// fails after the rename, the new file is already in place but its durability is not assured;
+// that is reported as an error too.) The new file gets mode 0666 minus the umask.
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace gf {
+
+// Receives the next chunk of the file; may be called any number of times.
+using ByteSink = std::function<void(const void* data, size_t size)>;
+
+// Writes `bytes` to `path` atomically. Throws std::runtime_error naming the path, the failing step
+// and the errno text (e.g. "write_file_atomic: 'dir/x.bin': cannot create temporary file
+// 'dir/.x.bin.tmp-123-0': No such file or directory").
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+// Streaming variant: `produce` is called once and writes the whole content through the sink it is
+// given, so large files need not be built in memory first. If `produce` throws, the temporary file
+// is removed, the old file stays as it was, and the exception propagates unchanged.
+void write_file_atomic_with(const std::string& path, const std::function<void(const ByteSink& sink)>& produce);
+
+}  // namespace gf

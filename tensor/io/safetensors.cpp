@@ -1,0 +1,365 @@
+#include "tensor/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <unordered_set>
+#include <vector>
+
+#include "tensor/io/atomic_file.h"
+
+namespace gf {
+
+// Tensor bytes are copied to and from the file unchanged, which is only right on a
+// little-endian machine.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+// A valid header nests three levels deep at most; the limit only stops hostile input from
+// building huge nested structures.
+constexpr int kMaxJsonDepth = 16;
+
+[[noreturn]] void bad(const std::string& what, const std::string& problem) {
+  throw std::runtime_error("safetensors: '" + what + "': " + problem);
+}
+
+const char* st_dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "F32";
+    case DType::Float64: return "F64";
+    case DType::Int64: return "I64";
+    case DType::Bool: return "BOOL";
+  }
+  return "?";
+}
+
+bool st_dtype_from_name(const std::string& s, DType& out) {
+  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::Bool})
+    if (s == st_dtype_name(t)) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+// A JSON value for an error message, cut short so a hostile header cannot flood the message.
+std::string brief(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+std::string brief(const std::string& s) { return s.size() > 60 ? s.substr(0, 57) + "..." : s; }
+
+// Non-negative integers parse as number_unsigned; negative ones as number_integer, and
+// fractions or exponents as number_float. Only the first kind is a valid size or offset.
+bool as_uint(const json& v, uint64_t& out) {
+  if (!v.is_number_unsigned()) return false;
+  out = v.get<uint64_t>();
+  return true;
+}
+
+uint64_t read_le64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// One tensor as the header describes it, already checked for internal consistency.
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;  // relative to the start of the data section
+};
+
+struct Header {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses the JSON text, rejecting duplicate keys (nlohmann would silently keep the last one)
+// and absurd nesting, both detected while parsing through the callback.
+json parse_json(const std::string& text, const std::string& what) {
+  std::vector<std::unordered_set<std::string>> keys_per_object;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= kMaxJsonDepth)
+          bad(what, "header JSON is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
+        if (event == json::parse_event_t::object_start) keys_per_object.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        keys_per_object.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!keys_per_object.back().insert(key).second)
+          bad(what, "header has duplicate key '" + brief(key) + "'");
+        break;
+      }
+      default: break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, cb);
+  } catch (const json::exception& e) {
+    bad(what, std::string("header is not valid JSON: ") + e.what());
+  }
+}
+
+Entry parse_entry(const std::string& name, const json& v, uint64_t data_size, const std::string& what) {
+  const std::string t = "tensor '" + brief(name) + "': ";
+  if (!v.is_object()) bad(what, t + "entry is " + brief(v) + " (a " + v.type_name() + "), not an object");
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
+      bad(what, t + "unexpected field '" + brief(it.key()) + "' (allowed: dtype, shape, data_offsets)");
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(field)) bad(what, t + "missing field '" + field + "'");
+
+  Entry e;
+  e.name = name;
+
+  const json& dt = v["dtype"];
+  if (!dt.is_string()) bad(what, t + "dtype is " + brief(dt) + ", not a string");
+  if (!st_dtype_from_name(dt.get_ref<const std::string&>(), e.dtype))
+    bad(what, t + "unsupported dtype " + brief(dt) + " (gradflow reads F32, F64, I64, BOOL)");
+
+  const json& sh = v["shape"];
+  if (!sh.is_array()) bad(what, t + "shape is " + brief(sh) + ", not an array");
+  for (size_t i = 0; i < sh.size(); ++i) {
+    uint64_t d;
+    if (!as_uint(sh[i], d))
+      bad(what, t + "shape dim " + std::to_string(i) + " is " + brief(sh[i]) + ", not a non-negative integer");
+    if (d > kInt64Max) bad(what, t + "shape dim " + std::to_string(i) + " is " + std::to_string(d) + ", too large");
+    e.shape.push_back(static_cast<int64_t>(d));
+  }
+  // Zero-size dims are skipped in the product so that row-major strides, which multiply the
+  // other dims, cannot overflow either.
+  int64_t stride_product = 1, nbytes = 0;
+  for (int64_t d : e.shape)
+    if (__builtin_mul_overflow(stride_product, std::max<int64_t>(d, 1), &stride_product))
+      bad(what, t + "element count of shape " + shape_str(e.shape) + " overflows 64 bits");
+  if (__builtin_mul_overflow(shape_numel(e.shape), static_cast<int64_t>(dtype_size(e.dtype)), &nbytes))
+    bad(what, t + "byte size of shape " + shape_str(e.shape) + " overflows 64 bits");
+
+  const json& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2)
+    bad(what, t + "data_offsets is " + brief(off) + ", not an array of two integers [begin, end]");
+  for (int k = 0; k < 2; ++k) {
+    uint64_t x;
+    if (!as_uint(off[k], x))
+      bad(what, t + "data_offsets[" + std::to_string(k) + "] is " + brief(off[k]) + ", not a non-negative integer");
+    (k == 0 ? e.begin : e.end) = x;
+  }
+  const std::string range = "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+  if (e.begin > e.end) bad(what, t + range + " are out of order (begin > end)");
+  if (e.end > data_size)
+    bad(what, t + range + " run past the end of the data section (" + std::to_string(data_size) + " bytes)");
+  if (e.end - e.begin != static_cast<uint64_t>(nbytes))
+    bad(what, t + range + " span " + std::to_string(e.end - e.begin) + " bytes but " + st_dtype_name(e.dtype) +
+                  " shape " + shape_str(e.shape) + " needs " + std::to_string(nbytes) + " bytes");
+  return e;
+}
+
+// The spec asks for the tensors to tile the data section exactly: no overlaps, no holes, no
+// trailing bytes.
+void check_layout(std::vector<Entry>& entries, uint64_t data_size, const std::string& what) {
+  std::vector<const Entry*> order;
+  for (const Entry& e : entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t pos = 0;
+  const Entry* prev = nullptr;
+  auto span = [](const Entry* e) {
+    // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on the equivalent chain of operator+.
+    std::string s = "'";
+    s += brief(e->name);
+    s += "' [" + std::to_string(e->begin) + ", " + std::to_string(e->end) + "]";
+    return s;
+  };
+  for (const Entry* e : order) {
+    if (e->begin < pos) bad(what, "tensors " + span(prev) + " and " + span(e) + " overlap");
+    if (e->begin > pos)
+      bad(what, "hole in the data section: bytes [" + std::to_string(pos) + ", " + std::to_string(e->begin) +
+                    ") before tensor " + span(e) + " belong to no tensor");
+    pos = e->end;
+    prev = e;
+  }
+  if (pos != data_size)
+    bad(what, "hole in the data section: the last " + std::to_string(data_size - pos) +
+                  " bytes belong to no tensor");
+}
+
+Header parse_header(const std::string& text, uint64_t data_size, const std::string& what) {
+  json root = parse_json(text, what);
+  if (!root.is_object()) bad(what, std::string("header is a JSON ") + root.type_name() + ", not an object");
+  Header h;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      const json& m = it.value();
+      if (!m.is_object()) bad(what, "__metadata__ is " + brief(m) + ", not an object of strings");
+      for (auto mt = m.begin(); mt != m.end(); ++mt) {
+        if (!mt.value().is_string())
+          bad(what, "__metadata__ value for '" + brief(mt.key()) + "' is " + brief(mt.value()) + ", not a string");
+        h.metadata[mt.key()] = mt.value().get<std::string>();
+      }
+      continue;
+    }
+    h.entries.push_back(parse_entry(it.key(), it.value(), data_size, what));
+  }
+  check_layout(h.entries, data_size, what);
+  return h;
+}
+
+// `read(offset, dst, n)` copies n bytes at `offset` of the file; the offsets it is given have been
+// checked against `file_size` already.
+using ReadFn = std::function<void(uint64_t offset, void* dst, size_t n)>;
+
+SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string& what) {
+  if (file_size < 8)
+    bad(what, "file is " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
+  unsigned char len_bytes[8];
+  read(0, len_bytes, 8);
+  const uint64_t n = read_le64(len_bytes);
+  if (n > kSafetensorsMaxHeader)
+    bad(what, "header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kSafetensorsMaxHeader) +
+                  " bytes");
+  if (n > file_size - 8)
+    bad(what, "header length " + std::to_string(n) + " runs past the end of the file (only " +
+                  std::to_string(file_size - 8) + " bytes follow the length)");
+  std::string text(n, '\0');
+  read(8, text.data(), n);
+  const uint64_t data_start = 8 + n, data_size = file_size - data_start;
+  Header h = parse_header(text, data_size, what);
+
+  SafetensorsFile out;
+  out.metadata = std::move(h.metadata);
+  for (const Entry& e : h.entries) {
+    // Sizes are bounded by the file size here, so this allocation is never absurd.
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    const size_t nbytes = e.end - e.begin;
+    if (nbytes > 0) read(data_start + e.begin, t.raw_data(), nbytes);
+    if (e.dtype == DType::Bool) {
+      // Any byte but 0 or 1 would be an invalid bool object; inspect the raw bytes first.
+      const unsigned char* b = static_cast<const unsigned char*>(t.raw_data());
+      for (size_t i = 0; i < nbytes; ++i)
+        if (b[i] > 1)
+          bad(what, "tensor '" + brief(e.name) + "': BOOL element " + std::to_string(i) + " is byte " +
+                        std::to_string(b[i]) + ", not 0 or 1");
+    }
+    out.tensors.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+// Closes a file descriptor on every exit path.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Writes the file: length, padded header, then each tensor's bytes in name order.
+void encode(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata,
+            const ByteSink& sink) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t nbytes = t.nbytes();
+    header[name] = {{"dtype", st_dtype_name(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception&) {
+    throw std::invalid_argument("save_safetensors: a tensor name or metadata string is not valid UTF-8");
+  }
+  // Padding keeps the data section 8-byte aligned in the file, as the reference writer does.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
+  sink(len_bytes, 8);
+  sink(text.data(), text.size());
+  for (const auto& [name, t] : tensors) {
+    Tensor c = t.contiguous();  // (same shape) row-major; a copy only for strided views
+    if (c.nbytes() > 0) sink(c.raw_data(), c.nbytes());
+  }
+}
+
+void check_savable(const std::map<std::string, Tensor>& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__")
+      throw std::invalid_argument("save_safetensors: '__metadata__' is reserved and cannot name a tensor");
+    if (!t.defined()) throw std::invalid_argument("save_safetensors: tensor '" + name + "' is undefined");
+  }
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std::string& what) {
+  auto read = [&](uint64_t offset, void* dst, size_t n) {
+    if (offset > bytes.size() || n > bytes.size() - offset)
+      throw std::logic_error("load_safetensors_from_bytes: unchecked read past the end of '" + what + "'");
+    std::memcpy(dst, bytes.data() + offset, n);
+  };
+  return decode(bytes.size(), read, what);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0) bad(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
+  auto read = [&](uint64_t offset, void* dst, size_t n) {
+    char* p = static_cast<char*>(dst);
+    while (n > 0) {
+      ssize_t r = ::pread(f.fd, p, n, static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        bad(path, std::string("read failed: ") + std::strerror(errno));
+      }
+      if (r == 0) bad(path, "file ended early (did it shrink while being read?)");
+      p += r;
+      n -= static_cast<size_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+  };
+  return decode(static_cast<uint64_t>(st.st_size), read, path);
+}
+
+std::string safetensors_to_bytes(const std::map<std::string, Tensor>& tensors,
+                                 const std::map<std::string, std::string>& metadata) {
+  check_savable(tensors);
+  std::string out;
+  encode(tensors, metadata, [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
+  return out;
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  check_savable(tensors);
+  write_file_atomic_with(path, [&](const ByteSink& sink) { encode(tensors, metadata, sink); });
+}
+
+}  // namespace gf

@@ -1,0 +1,42 @@
+#pragma once
+// Reading and writing the safetensors format (https://github.com/huggingface/safetensors):
+//   8 bytes   little-endian uint64 N, the header length
+//   N bytes   UTF-8 JSON object: name -> {"dtype", "shape", "data_offsets": [begin, end]},
+//             plus an optional "__metadata__" object of string -> string; padded with spaces
+//   the rest  the tensors' raw little-endian bytes, back to back; offsets count from here
+// Dtypes read and written: F32, F64, I64 and BOOL (one byte, 0 or 1).
+//
+// The reader trusts nothing: every malformed file is rejected with a std::runtime_error that
+// names the file and what is wrong, before any out-of-bounds read or any allocation larger than
+// the file itself.
+#include <map>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace gf {
+
+struct SafetensorsFile {
+  std::map<std::string, Tensor> tensors;          // each contiguous, in its own storage
+  std::map<std::string, std::string> metadata;   // "__metadata__"; empty if absent
+};
+
+// The header may not exceed this many bytes (the reference implementation's limit too).
+constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+// Reads a file. Errors read "safetensors: '<path>': <problem>".
+SafetensorsFile load_safetensors(const std::string& path);
+// Parses a whole file held in memory; `what` names it in error messages.
+SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std::string& what = "<bytes>");
+
+// Writes tensors (in name order, each made contiguous) and metadata to `path`, atomically (see
+// tensor/io/atomic_file.h): a crash or error mid-write leaves any previous file intact.
+// Throws std::invalid_argument for an undefined tensor or the reserved name "__metadata__", and
+// std::runtime_error if the file cannot be written.
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+// The exact bytes save_safetensors writes.
+std::string safetensors_to_bytes(const std::map<std::string, Tensor>& tensors,
+                                 const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace gf
