@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -105,20 +106,72 @@ TEST_CASE("gradcheck: a composition with broadcasting (gelu(x) * sigmoid(b) + ta
   GF_CHECK_GRADS(fn, (std::vector<Variable>{x, b}));
 }
 
-TEST_CASE("float32 kernels match double references on a tensor large enough to run in parallel") {
-  const int64_t n = 100003;
-  Tensor x = randn({n}, 15, 2.0, DType::Float32);
-  Tensor e = kernels::exp(x), g = kernels::gelu(x), t = kernels::tanh(x);
-  REQUIRE(e.dtype() == DType::Float32);
-  const float* px = x.data<float>();
-  int bad = 0;
-  for (int64_t i = 0; i < n; i += 1) {
-    double v = px[i];
-    bad += std::abs(e.data<float>()[i] - std::exp(v)) > 1e-5 * std::exp(v);
-    bad += std::abs(g.data<float>()[i] - 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))) > 1e-5 * (1 + std::abs(v));
-    bad += std::abs(t.data<float>()[i] - std::tanh(v)) > 1e-6;
+namespace {
+// float32 values from lo to hi in n steps: enough elements that the kernels run in parallel.
+Tensor grid_f32(double lo, double hi, int64_t n) {
+  Tensor t = Tensor::empty({n}, DType::Float32);
+  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = static_cast<float>(lo + (hi - lo) * i / (n - 1));
+  return t;
+}
+
+// Largest |got - want| / max(|want|, floor) over the grid, want computed in double from x.
+template <class F>
+double worst_rel(const Tensor& x, const Tensor& got, F want, double floor = 1e-30) {
+  double worst = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double w = want(static_cast<double>(x.data<float>()[i]));
+    worst = std::max(worst, std::abs(got.data<float>()[i] - w) / std::max(std::abs(w), floor));
   }
-  CHECK(bad == 0);
+  return worst;
+}
+
+double phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }  // normal CDF, accurate in the tail
+}  // namespace
+
+TEST_CASE("float32 kernels (vectorised math) match double references over wide ranges") {
+  const int64_t n = 200001;
+  Tensor wide = grid_f32(-87, 88, n);  // exp stays a normal float
+  CHECK(worst_rel(wide, kernels::exp(wide), [](double v) { return std::exp(v); }) < 2.5e-7);
+  Tensor mid = grid_f32(-20, 20, n);
+  CHECK(worst_rel(mid, kernels::tanh(mid), [](double v) { return std::tanh(v); }) < 2.5e-7);
+  CHECK(worst_rel(mid, kernels::sigmoid(mid), [](double v) { return 1 / (1 + std::exp(-v)); }) < 5e-7);
+  Tensor g = grid_f32(-5, 5, n);
+  CHECK(worst_rel(g, kernels::gelu(g), [](double v) { return v * phi(v); }) < 2e-6);
+  Tensor ones = Tensor::ones({n}, DType::Float32);
+  auto dgelu = [](double v) { return phi(v) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI); };
+  // gelu' crosses zero near x = -0.75, where only the absolute error can be small.
+  CHECK(worst_rel(g, kernels::gelu_backward(ones, g), dgelu, 0.05) < 2e-6);
+  Tensor dtail = grid_f32(-5, -1.5, 20001);
+  CHECK(worst_rel(dtail, kernels::gelu_backward(Tensor::ones({20001}, DType::Float32), dtail), dgelu) < 2e-6);
+  Tensor tail = grid_f32(-12.5, -5, 20001);
+  CHECK(worst_rel(tail, kernels::gelu(tail), [](double v) { return v * phi(v); }) < 2e-5);
+  CHECK(worst_rel(tail, kernels::gelu_backward(Tensor::ones({20001}, DType::Float32), tail), dgelu) < 1e-5);
+}
+
+TEST_CASE("float32 vectorised math at the edges: overflow, underflow, subnormals, inf, NaN") {
+  Tensor x = Tensor::of({89, -89, -100, -110, INFINITY, -INFINITY, NAN, 0}, {8}, DType::Float32);
+  Tensor e = kernels::exp(x);
+  CHECK(e.at({0}) == INFINITY);
+  CHECK(std::abs(e.at({1}) / std::exp(-89.0) - 1) < 1e-5);   // a subnormal result
+  CHECK(std::abs(e.at({2}) / std::exp(-100.0) - 1) < 0.05);  // deep subnormal: few bits left
+  CHECK(e.at({3}) == 0);
+  CHECK(e.at({4}) == INFINITY);
+  CHECK(e.at({5}) == 0);
+  CHECK(std::isnan(e.at({6})));
+  CHECK(e.at({7}) == 1);
+  Tensor t = kernels::tanh(x);
+  CHECK(t.at({4}) == 1);
+  CHECK(t.at({5}) == -1);
+  CHECK(std::isnan(t.at({6})));
+  Tensor s = kernels::sigmoid(x);
+  CHECK(s.at({4}) == 1);
+  CHECK(s.at({5}) == 0);
+  CHECK(std::isnan(s.at({6})));
+  Tensor g = kernels::gelu(x);
+  CHECK(g.at({0}) == 89);
+  CHECK(g.at({1}) == 0);
+  CHECK(g.at({4}) == INFINITY);
+  CHECK(std::isnan(g.at({6})));
 }
 
 TEST_CASE("no graph under NoGradGuard; integer input is an error naming the op") {

@@ -2,15 +2,17 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
+#include "tensor/kernels/fast_math.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
 namespace {
 
-// Transcendental functions cost ~10-20x an add per element, so they go parallel sooner.
+// Transcendental functions cost several adds per element even vectorised, so they go parallel sooner.
 constexpr int64_t kCheapGrain = kSerialGrain;
-constexpr int64_t kCostlyGrain = kSerialGrain / 8;
+constexpr int64_t kCostlyGrain = kSerialGrain / 4;
 
 // out[i] = f(x[i]); f is a generic lambda called with T = float or double.
 template <class F>
@@ -51,10 +53,27 @@ Tensor map2(const Tensor& g_in, const Tensor& s_in, const char* op, int64_t grai
 constexpr double kInvSqrt2 = 0.70710678118654752440;    // 1 / sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 
+// float32 takes the vectorisable versions; float64 the std:: ones.
+template <class T>
+T exp_of(T v) {
+  if constexpr (std::is_same_v<T, float>) return fast::exp(v);
+  else return std::exp(v);
+}
+template <class T>
+T tanh_of(T v) {
+  if constexpr (std::is_same_v<T, float>) return fast::tanh(v);
+  else return std::tanh(v);
+}
+template <class T>
+T normal_cdf_of(T v) {  // Phi(v)
+  if constexpr (std::is_same_v<T, float>) return fast::normal_cdf(v);
+  else return 0.5 * (1.0 + std::erf(v * kInvSqrt2));
+}
+
 }  // namespace
 
 Tensor exp(const Tensor& x) {
-  return map1(x, "exp", kCostlyGrain, [](auto v) { return std::exp(v); });
+  return map1(x, "exp", kCostlyGrain, [](auto v) { return exp_of(v); });
 }
 
 Tensor log(const Tensor& x) {
@@ -76,7 +95,7 @@ Tensor pow(const Tensor& x, double p) {
 }
 
 Tensor tanh(const Tensor& x) {
-  return map1(x, "tanh", kCostlyGrain, [](auto v) { return std::tanh(v); });
+  return map1(x, "tanh", kCostlyGrain, [](auto v) { return tanh_of(v); });
 }
 
 Tensor relu(const Tensor& x) {
@@ -85,19 +104,15 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x) {
-  return map1(x, "gelu", kCostlyGrain, [](auto v) {
-    using T = decltype(v);
-    return static_cast<T>(0.5) * v * (static_cast<T>(1) + std::erf(v * static_cast<T>(kInvSqrt2)));
-  });
+  return map1(x, "gelu", kCostlyGrain, [](auto v) { return v * normal_cdf_of(v); });
 }
 
 Tensor sigmoid(const Tensor& x) {
   return map1(x, "sigmoid", kCostlyGrain, [](auto v) {
     using T = decltype(v);
-    // e^-|v| never overflows; the two branches are the same function.
-    if (v >= 0) return static_cast<T>(1) / (static_cast<T>(1) + std::exp(-v));
-    T e = std::exp(v);
-    return e / (static_cast<T>(1) + e);
+    // e^-|v| never overflows; both branches are the same function.
+    const T e = exp_of(-std::abs(v));
+    return v >= 0 ? static_cast<T>(1) / (static_cast<T>(1) + e) : e / (static_cast<T>(1) + e);
   });
 }
 
@@ -135,9 +150,8 @@ Tensor relu_backward(const Tensor& g, const Tensor& y) {
 Tensor gelu_backward(const Tensor& g, const Tensor& x) {
   return map2(g, x, "gelu_backward", kCostlyGrain, [](auto gv, auto xv) {
     using T = decltype(gv);
-    const T cdf = static_cast<T>(0.5) * (static_cast<T>(1) + std::erf(xv * static_cast<T>(kInvSqrt2)));
-    const T pdf = static_cast<T>(kInvSqrt2Pi) * std::exp(static_cast<T>(-0.5) * xv * xv);
-    return gv * (cdf + xv * pdf);
+    const T pdf = static_cast<T>(kInvSqrt2Pi) * exp_of(static_cast<T>(-0.5) * xv * xv);  // phi(x)
+    return gv * (normal_cdf_of(xv) + xv * pdf);
   });
 }
 
