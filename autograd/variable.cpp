@@ -126,15 +126,19 @@ void Variable::remove_hook(int handle) const {
 }
 
 namespace detail {
-bool any_requires_grad(std::initializer_list<const Variable*> inputs) {
+namespace {
+uint64_t g_node_sequence = 0;
+
+template <class Inputs>
+bool any_requires_grad_in(const Inputs& inputs) {
   for (const Variable* v : inputs)
     if (v && v->requires_grad()) return true;
   return false;
 }
 
-void wire_node(Node& node, std::initializer_list<const Variable*> inputs) {
-  static uint64_t seq = 0;
-  node.sequence = ++seq;
+template <class Inputs>
+void wire_node_to(Node& node, const Inputs& inputs) {
+  node.sequence = ++g_node_sequence;
   node.next.reserve(inputs.size());
   node.input_shapes.reserve(inputs.size());
   for (const Variable* v : inputs) {
@@ -143,6 +147,12 @@ void wire_node(Node& node, std::initializer_list<const Variable*> inputs) {
   }
   if (AnomalyMode::enabled()) node.created_in = NameScope::current();
 }
+}  // namespace
+
+bool any_requires_grad(std::initializer_list<const Variable*> inputs) { return any_requires_grad_in(inputs); }
+bool any_requires_grad(const std::vector<const Variable*>& inputs) { return any_requires_grad_in(inputs); }
+void wire_node(Node& node, std::initializer_list<const Variable*> inputs) { wire_node_to(node, inputs); }
+void wire_node(Node& node, const std::vector<const Variable*>& inputs) { wire_node_to(node, inputs); }
 }  // namespace detail
 
 }  // namespace gf
