@@ -33,15 +33,16 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   if (cols == 0) throw std::invalid_argument("layer_norm: input " + shape_str(x.shape()) + " has an empty last dim");
   const int64_t rows = x.numel() / cols;
   Tensor xc = x.contiguous();  // (..., D)
-  LayerNormResult r{Tensor::empty(x.shape(), x.dtype()), Tensor::empty(row_shape(x), x.dtype()),
-                    Tensor::empty(row_shape(x), x.dtype())};
+  LayerNormResult r{Tensor::empty(x.shape(), x.dtype()), Tensor::empty(row_shape(x), DType::Float64),
+                    Tensor::empty(row_shape(x), DType::Float64)};
   Tensor wc = weight.defined() ? weight.contiguous() : Tensor();  // (D,)
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();      // (D,)
   dispatch_float(x.dtype(), "layer_norm", [&]<class T>() {
     const T* px = xc.data<T>();
     const T* pw = wc.defined() ? wc.data<T>() : nullptr;
     const T* pb = bc.defined() ? bc.data<T>() : nullptr;
-    T *py = r.out.data<T>(), *pm = r.mean.data<T>(), *ps = r.rstd.data<T>();
+    T* py = r.out.data<T>();
+    double *pm = r.mean.data<double>(), *ps = r.rstd.data<double>();
     parallel_for(rows, row_grain(3 * cols), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         const T* xr = px + i * cols;
@@ -57,17 +58,17 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
           sq += d * d;
         }
         const double rstd = 1.0 / std::sqrt(sq / cols + eps);
-        pm[i] = static_cast<T>(mean);
-        ps[i] = static_cast<T>(rstd);
-        const T m = static_cast<T>(mean), s = static_cast<T>(rstd);
+        pm[i] = mean;
+        ps[i] = rstd;
+        // The normalised value in double, then the affine map in T.
         if (pw && pb) {
-          for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * s * pw[j] + pb[j];
+          for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>((xr[j] - mean) * rstd) * pw[j] + pb[j];
         } else if (pw) {
-          for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * s * pw[j];
+          for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>((xr[j] - mean) * rstd) * pw[j];
         } else if (pb) {
-          for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * s + pb[j];
+          for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>((xr[j] - mean) * rstd) + pb[j];
         } else {
-          for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - m) * s;
+          for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<T>((xr[j] - mean) * rstd);
         }
       }
     });
@@ -101,7 +102,8 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
   std::vector<double> part_w(need_weight ? blocks * cols : 0), part_b(need_bias ? blocks * cols : 0);
 
   dispatch_float(x.dtype(), "layer_norm_backward", [&]<class T>() {
-    const T *px = xc.data<T>(), *pg = gc.data<T>(), *pm = mc.data<T>(), *ps = sc.data<T>();
+    const T *px = xc.data<T>(), *pg = gc.data<T>();
+    const double *pm = mc.data<double>(), *ps = sc.data<double>();
     const T* pw = wc.defined() ? wc.data<T>() : nullptr;
     T* pgx = need_x ? out.x.data<T>() : nullptr;
     parallel_for(blocks, 1, [&](int64_t b_lo, int64_t b_hi) {
@@ -114,11 +116,13 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
         const int64_t r_end = std::min(rows, (blk + 1) * block_rows);
         for (int64_t i = blk * block_rows; i < r_end; ++i) {
           const T *xr = px + i * cols, *gr = pg + i * cols;
-          const T m = pm[i], s = ps[i];
-          // xhat = normalised input; gy = gradient reaching xhat (through the weight).
+          const double m = pm[i];
+          const T s = static_cast<T>(ps[i]);
+          // xhat = normalised input (x - mean in double, as in the forward); gy = gradient
+          // reaching xhat through the weight.
           double sum_gy = 0, sum_gy_xhat = 0;
           for (int64_t j = 0; j < cols; ++j) {
-            xhat[j] = (xr[j] - m) * s;
+            xhat[j] = static_cast<T>((xr[j] - m) * ps[i]);
             gy[j] = pw ? gr[j] * pw[j] : gr[j];
             sum_gy += gy[j];
             sum_gy_xhat += static_cast<double>(gy[j]) * xhat[j];
