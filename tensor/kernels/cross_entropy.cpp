@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/kernels/softmax.h"  // fast_exp, row_max, lane_sum
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -59,13 +60,9 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
     parallel_for(n, row_grain(3 * c), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         const T* xr = px + i * c;
-        T mx = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j < c; ++j) mx = xr[j] > mx ? xr[j] : mx;
-        double sum_exp = 0, sum_x = 0;
-        for (int64_t j = 0; j < c; ++j) {
-          sum_exp += std::exp(xr[j] - mx);
-          sum_x += xr[j];
-        }
+        const T mx = row_max(xr, c);
+        const double sum_exp = lane_sum(c, [&](int64_t j) { return fast_exp(xr[j] - mx); });
+        const double sum_x = label_smoothing > 0 ? lane_sum(c, [&](int64_t j) { return xr[j]; }) : 0.0;
         const double lse = mx + std::log(sum_exp);
         plse[i] = static_cast<T>(lse);
         if (pt[i] == ignore_index) continue;
@@ -103,8 +100,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Ten
           continue;
         }
         const T l = pl[i];
-        for (int64_t j = 0; j < c; ++j) gr[j] = (std::exp(xr[j] - l) - off) * s;
-        gr[pt[i]] = (std::exp(xr[pt[i]] - l) - hit) * s;
+        for (int64_t j = 0; j < c; ++j) gr[j] = (fast_exp(xr[j] - l) - off) * s;
+        gr[pt[i]] = (fast_exp(xr[pt[i]] - l) - hit) * s;
       }
     });
   });

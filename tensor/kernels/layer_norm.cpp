@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/kernels/softmax.h"  // lane_sum
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -49,14 +50,11 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
         T* yr = py + i * cols;
         // Two passes in double (mean, then squared deviations): no cancellation for rows with a
         // large mean, which the one-pass E[x^2] - E[x]^2 would suffer.
-        double sum = 0;
-        for (int64_t j = 0; j < cols; ++j) sum += xr[j];
-        const double mean = sum / cols;
-        double sq = 0;
-        for (int64_t j = 0; j < cols; ++j) {
+        const double mean = lane_sum(cols, [&](int64_t j) { return xr[j]; }) / cols;
+        const double sq = lane_sum(cols, [&](int64_t j) {
           const double d = xr[j] - mean;
-          sq += d * d;
-        }
+          return d * d;
+        });
         const double rstd = 1.0 / std::sqrt(sq / cols + eps);
         pm[i] = mean;
         ps[i] = rstd;
@@ -120,13 +118,14 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
           const T s = static_cast<T>(ps[i]);
           // xhat = normalised input (x - mean in double, as in the forward); gy = gradient
           // reaching xhat through the weight.
-          double sum_gy = 0, sum_gy_xhat = 0;
-          for (int64_t j = 0; j < cols; ++j) {
-            xhat[j] = static_cast<T>((xr[j] - m) * ps[i]);
-            gy[j] = pw ? gr[j] * pw[j] : gr[j];
-            sum_gy += gy[j];
-            sum_gy_xhat += static_cast<double>(gy[j]) * xhat[j];
+          for (int64_t j = 0; j < cols; ++j) xhat[j] = static_cast<T>((xr[j] - m) * ps[i]);
+          if (pw) {
+            for (int64_t j = 0; j < cols; ++j) gy[j] = gr[j] * pw[j];
+          } else {
+            std::copy(gr, gr + cols, gy.begin());
           }
+          const double sum_gy = lane_sum(cols, [&](int64_t j) { return gy[j]; });
+          const double sum_gy_xhat = lane_sum(cols, [&](int64_t j) { return static_cast<double>(gy[j]) * xhat[j]; });
           if (pgx) {
             // dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat))
             const T a = static_cast<T>(sum_gy / cols), c = static_cast<T>(sum_gy_xhat / cols);

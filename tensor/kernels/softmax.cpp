@@ -17,19 +17,18 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * cols;
       T* yr = y + r * cols;
-      T mx = kNegInf;
-      for (int64_t j = 0; j < cols; ++j) mx = xr[j] > mx ? xr[j] : mx;
+      const T mx = row_max(xr, cols);
       if (mx == kNegInf) {  // fully masked row: exp(-inf - -inf) would be NaN
         for (int64_t j = 0; j < cols; ++j) yr[j] = Log ? kNegInf : T(0);
         continue;
       }
       // A NaN entry leaves mx alone but turns the sum into NaN, so NaN still propagates.
-      double sum = 0;  // in double: a long row of small terms must not lose the tail
-      for (int64_t j = 0; j < cols; ++j) {
-        const T e = std::exp(xr[j] - mx);
+      // Summed in double: a long row of small terms must not lose the tail.
+      const double sum = lane_sum(cols, [&](int64_t j) {
+        const T e = fast_exp(xr[j] - mx);
         if constexpr (!Log) yr[j] = e;
-        sum += e;
-      }
+        return e;
+      });
       if constexpr (Log) {
         const T shift = mx + static_cast<T>(std::log(sum));
         for (int64_t j = 0; j < cols; ++j) yr[j] = xr[j] - shift;
@@ -78,9 +77,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g) {
       for (int64_t r = lo; r < hi; ++r) {
         const T *yr = py + r * cols, *gr = pg + r * cols;
         T* xr = px + r * cols;
-        double dot = 0;
-        for (int64_t j = 0; j < cols; ++j) dot += static_cast<double>(gr[j]) * yr[j];
-        const T d = static_cast<T>(dot);
+        const T d = static_cast<T>(lane_sum(cols, [&](int64_t j) { return gr[j] * yr[j]; }));
         // A masked row has y = 0, so its gradient is 0 with no special case.
         for (int64_t j = 0; j < cols; ++j) xr[j] = yr[j] * (gr[j] - d);
       }
@@ -103,12 +100,9 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g) {
       for (int64_t r = lo; r < hi; ++r) {
         const T *yr = py + r * cols, *gr = pg + r * cols;
         T* xr = px + r * cols;
-        double sum = 0;
+        const double sum = lane_sum(cols, [&](int64_t j) { return gr[j]; });
         bool masked = true;
-        for (int64_t j = 0; j < cols; ++j) {
-          sum += gr[j];
-          masked &= yr[j] == kNegInf;
-        }
+        for (int64_t j = 0; j < cols; ++j) masked &= yr[j] == kNegInf;
         // A fully masked row has no live input: its outputs are constant -inf, so gradient 0
         // (the formula would pass g straight through).
         if (masked) {
@@ -116,7 +110,7 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g) {
           continue;
         }
         const T s = static_cast<T>(sum);
-        for (int64_t j = 0; j < cols; ++j) xr[j] = gr[j] - std::exp(yr[j]) * s;
+        for (int64_t j = 0; j < cols; ++j) xr[j] = gr[j] - fast_exp(yr[j]) * s;
       }
     });
   });
