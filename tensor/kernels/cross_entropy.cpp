@@ -1,7 +1,6 @@
 #include "tensor/kernels/cross_entropy.h"
 
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -59,13 +58,16 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
     T* plse = r.lse.data<T>();
     parallel_for(n, row_grain(3 * c), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
+        if (pt[i] == ignore_index) {  // padding: no loss and no gradient, so no work
+          plse[i] = T(0);
+          continue;
+        }
         const T* xr = px + i * c;
         const T mx = row_max(xr, c);
         const double sum_exp = lane_sum(c, [&](int64_t j) { return fast_exp(xr[j] - mx); });
         const double sum_x = label_smoothing > 0 ? lane_sum(c, [&](int64_t j) { return xr[j]; }) : 0.0;
         const double lse = mx + std::log(sum_exp);
         plse[i] = static_cast<T>(lse);
-        if (pt[i] == ignore_index) continue;
         const double nll = lse - xr[pt[i]];
         const double smooth = lse - sum_x / c;  // mean over classes of -log p
         row_loss[i] = (1.0 - label_smoothing) * nll + label_smoothing * smooth;

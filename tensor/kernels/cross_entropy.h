@@ -13,7 +13,8 @@ namespace gf::kernels {
 
 struct CrossEntropyResult {
   Tensor loss;        // () scalar, the logits' dtype
-  Tensor lse;         // (N,) log-sum-exp of each row: with the logits, all backward needs
+  Tensor lse;         // (N,) log-sum-exp of each counted row (0 where ignored): with the
+                      // logits, all that backward needs
   int64_t count = 0;  // rows whose target is not ignore_index
 };
 
