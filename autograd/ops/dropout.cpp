@@ -1,0 +1,36 @@
+// dropout: the backward applies the same mask and scale; the mask is kept as bool (1 byte per
+// element) rather than as a float tensor of scales.
+#include "autograd/ops/dropout.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "autograd/function.h"
+
+namespace gf {
+
+struct DropoutBackward : Node {
+  Tensor mask;  // (...) bool, true = kept
+  double scale = 1.0;
+  const char* name() const override { return "dropout"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {kernels::apply_mask(g, mask, scale)}; }
+  void release() override { mask = Tensor(); }
+};
+
+Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
+  if (!(p >= 0.0 && p <= 1.0))
+    throw std::invalid_argument("dropout: probability " + std::to_string(p) + " is outside [0, 1] (input " +
+                                shape_str(x.shape()) + ")");
+  if (!is_floating(x.dtype()))
+    throw std::invalid_argument(std::string("dropout: expected a float32 or float64 tensor, got ") + dtype_name(x.dtype()));
+  if (!training || p == 0.0) return x;
+  // p == 1 drops everything: scale 0 instead of 1 / 0.
+  const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
+  Tensor mask = kernels::keep_mask(x.shape(), p, gen);            // (...) bool
+  Tensor out = kernels::apply_mask(x.data(), mask, scale);         // (...)
+  auto node = make_node<DropoutBackward>({&x});
+  if (node) node->mask = std::move(mask), node->scale = scale;
+  return Variable::from_op(std::move(out), node);
+}
+
+}  // namespace gf

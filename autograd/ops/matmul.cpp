@@ -1,0 +1,69 @@
+// matmul and linear: forward and backward side by side. Every gradient is one GEMM (or a loop of
+// GEMMs over the batch) reading transposed operands through BLAS's flags, never a transposed copy.
+#include "autograd/ops/matmul.h"
+
+#include "autograd/function.h"
+#include "tensor/kernels/matmul.h"
+#include "tensor/kernels/reduce.h"
+
+namespace gf {
+
+// ---- matmul: grad_a = g @ b^T, grad_b = a^T @ g, each summed over a's / b's broadcast batch dims ----
+struct MatmulBackward : Node {
+  Tensor a;  // (..., m, k), kept only when b needs a gradient
+  Tensor b;  // (..., k, n), kept only when a needs a gradient
+  Shape a_shape, b_shape;
+  const char* name() const override { return "matmul"; }
+  std::vector<Tensor> backward(const Tensor& g) override {  // g: (batch..., m, n)
+    Tensor ga, gb;
+    if (needs_grad(0)) ga = kernels::matmul_sum_to(g, b.transpose(-1, -2), a_shape);  // (..., m, k)
+    if (needs_grad(1)) gb = kernels::matmul_sum_to(a.transpose(-1, -2), g, b_shape);  // (..., k, n)
+    return {ga, gb};
+  }
+  void release() override { a = b = Tensor(); }
+};
+
+Variable matmul(const Variable& a, const Variable& b) {
+  Tensor out = kernels::matmul(a.data(), b.data());  // (batch..., m, n)
+  auto node = make_node<MatmulBackward>({&a, &b});
+  if (node) {
+    node->a_shape = a.shape(), node->b_shape = b.shape();
+    if (node->needs_grad(1)) node->a = a.data();
+    if (node->needs_grad(0)) node->b = b.data();
+  }
+  return Variable::from_op(std::move(out), node);
+}
+
+// ---- linear: with x as (N, in) and g as (N, out): grad_x = g @ W, grad_W = g^T @ x,
+// grad_b = column sums of g ----
+struct LinearBackward : Node {
+  Tensor x2;      // (N, in): x with its leading dims flattened, kept only when W needs a gradient
+  Tensor weight;  // (out, in), kept only when x needs a gradient
+  Shape x_shape;
+  const char* name() const override { return "linear"; }
+  std::vector<Tensor> backward(const Tensor& g) override {  // g: (..., out)
+    const int64_t out_f = g.shape().back();
+    const int64_t rows = shape_numel(Shape(x_shape.begin(), x_shape.end() - 1));
+    Tensor g2 = g.reshape({rows, out_f});  // (N, out)
+    Tensor gx, gw, gb;
+    if (needs_grad(0)) gx = kernels::matmul(g2, weight).reshape(x_shape);  // (..., in)
+    if (needs_grad(1)) gw = kernels::matmul(g2.transpose(0, 1), x2);     // (out, in)
+    if (needs_grad(2)) gb = kernels::sum(g2, {0}, false);                // (out,)
+    return {gx, gw, gb};
+  }
+  void release() override { x2 = weight = Tensor(); }
+};
+
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  Tensor xc = x.data().contiguous();  // (..., in): at most one copy, shared with backward
+  Tensor out = kernels::linear(xc, weight.data(), bias.defined() ? bias.data() : Tensor());  // (..., out)
+  auto node = make_node<LinearBackward>({&x, &weight, &bias});
+  if (node) {
+    node->x_shape = x.shape();
+    if (node->needs_grad(1)) node->x2 = xc.view({shape_numel(Shape(x.shape().begin(), x.shape().end() - 1)), x.shape().back()});
+    if (node->needs_grad(0)) node->weight = weight.data();
+  }
+  return Variable::from_op(std::move(out), node);
+}
+
+}  // namespace gf

@@ -1,0 +1,39 @@
+// softmax and log_softmax: both backward passes need only the saved output, not the input.
+#include "autograd/ops/softmax.h"
+
+#include "autograd/function.h"
+#include "tensor/kernels/softmax.h"
+
+namespace gf {
+
+// ---- softmax: grad_x = y * (g - sum(g * y)) ----
+struct SoftmaxBackward : Node {
+  Tensor y;  // (..., C) the output
+  const char* name() const override { return "softmax"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {kernels::softmax_backward(y, g)}; }
+  void release() override { y = Tensor(); }
+};
+
+Variable softmax(const Variable& x) {
+  Tensor y = kernels::softmax(x.data());  // (..., C)
+  auto node = make_node<SoftmaxBackward>({&x});
+  if (node) node->y = y;
+  return Variable::from_op(std::move(y), node);
+}
+
+// ---- log_softmax: grad_x = g - exp(y) * sum(g) ----
+struct LogSoftmaxBackward : Node {
+  Tensor y;  // (..., C) the output
+  const char* name() const override { return "log_softmax"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {kernels::log_softmax_backward(y, g)}; }
+  void release() override { y = Tensor(); }
+};
+
+Variable log_softmax(const Variable& x) {
+  Tensor y = kernels::log_softmax(x.data());  // (..., C)
+  auto node = make_node<LogSoftmaxBackward>({&x});
+  if (node) node->y = y;
+  return Variable::from_op(std::move(y), node);
+}
+
+}  // namespace gf

@@ -1,0 +1,30 @@
+#pragma once
+// Cross-entropy of logits against class indices, fused with log-softmax. Matches PyTorch's
+// F.cross_entropy(logits, target, ignore_index=..., label_smoothing=..., reduction='mean'):
+//   loss_i = (1 - ls) * (lse_i - x[i, t_i]) + ls * mean_c (lse_i - x[i, c])
+//   loss   = sum of loss_i over rows whose target is not ignore_index, divided by their count.
+// Unlike PyTorch, which returns NaN (0 / 0) when every target is ignored, this returns 0 loss
+// and zero gradient then, so that a batch of padding alone cannot poison training.
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace gf::kernels {
+
+struct CrossEntropyResult {
+  Tensor loss;        // () scalar, the logits' dtype
+  Tensor lse;         // (N,) log-sum-exp of each counted row (0 where ignored): with the
+                      // logits, all that backward needs
+  int64_t count = 0;  // rows whose target is not ignore_index
+};
+
+// logits (N, C) float, target (N,) int64 with values in [0, C) or ignore_index.
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 double label_smoothing);
+
+// d loss / d logits scaled by `scale` (the upstream gradient over count):
+// (softmax - ((1 - ls) * onehot + ls / C)) * scale; ignored rows get 0. Returns (N, C).
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& target, int64_t ignore_index,
+                              double label_smoothing, double scale);
+
+}  // namespace gf::kernels

@@ -1,0 +1,22 @@
+#pragma once
+// Matrix products on OpenBLAS. Operands whose last two dims are a row-major matrix or the
+// transpose of one (any leading dimension, e.g. a permuted or narrowed view) are handed to BLAS
+// in place through its transpose flags; other layouts are copied once with contiguous().
+#include "tensor/tensor.h"
+
+namespace gf::kernels {
+
+// a (..., m, k) @ b (..., k, n) -> (..., m, n); batch dims broadcast as in NumPy, e.g.
+// (B, H, L, d) @ (B, H, d, S) or (B, L, D) @ (D, E). Both operands at least 2-D, same float dtype.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// sum_to(a @ b, shape) without building the broadcast product: batch dims that `shape` lacks or
+// holds as 1 are summed by accumulating GEMMs (or folded into one GEMM's inner dim when the
+// layouts allow). Matmul's backward uses it for gradients of broadcast operands.
+Tensor matmul_sum_to(const Tensor& a, const Tensor& b, const Shape& shape);
+
+// x (..., in) @ weight (out, in)^T + bias (out) -> (..., out), as PyTorch's nn.Linear: one GEMM
+// over all leading dims. bias may be undefined (no bias).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+}  // namespace gf::kernels

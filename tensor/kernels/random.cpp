@@ -1,0 +1,116 @@
+#include "tensor/kernels/random.h"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/parallel.h"
+
+namespace gf {
+
+uint64_t Generator::next_below(uint64_t n) {
+  if (n == 0) throw std::invalid_argument("Generator::next_below: n must be positive");
+  // Reject the top partial block of 2^64 so that every residue is equally likely.
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  for (;;) {
+    uint64_t x = next_u64();
+    if (x < limit) return x % n;
+  }
+}
+
+Generator& default_generator() {
+  static Generator gen;
+  return gen;
+}
+
+namespace kernels {
+namespace {
+
+// Runs fill(dense_pointer, count) on a dense buffer, then copies into t if t is a strided view.
+template <class F>
+void fill_dense(Tensor& t, const char* op, F&& fill) {
+  Tensor dense = t.is_contiguous() ? t : Tensor::empty(t.shape(), t.dtype());
+  dispatch_float(t.dtype(), op, [&]<class T>() { fill(dense.data<T>(), dense.numel()); });
+  if (!t.is_contiguous()) t.copy_(dense);
+}
+
+}  // namespace
+
+void uniform_(Tensor& t, double lo, double hi, Generator& gen) {
+  check_defined(t, "uniform_");
+  if (!(lo <= hi)) throw std::invalid_argument("uniform_: lo " + std::to_string(lo) + " exceeds hi " + std::to_string(hi));
+  fill_dense(t, "uniform_", [&]<class T>(T* p, int64_t n) {
+    const uint64_t base = gen.reserve(static_cast<uint64_t>(n));
+    const double width = hi - lo;
+    parallel_for(n, kSerialGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(lo + width * Generator::to_unit(gen.at(base + i)));
+    });
+  });
+}
+
+void normal_(Tensor& t, double mean, double stddev, Generator& gen) {
+  check_defined(t, "normal_");
+  if (!(stddev >= 0)) throw std::invalid_argument("normal_: stddev " + std::to_string(stddev) + " is negative");
+  fill_dense(t, "normal_", [&]<class T>(T* p, int64_t n) {
+    // Box-Muller turns the two uniforms of pair j into elements 2j and 2j+1.
+    const int64_t pairs = (n + 1) / 2;
+    const uint64_t base = gen.reserve(2 * static_cast<uint64_t>(pairs));
+    parallel_for(pairs, kSerialGrain / 2, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        const double u1 = 1.0 - Generator::to_unit(gen.at(base + 2 * j));  // (0, 1]: log stays finite
+        const double u2 = Generator::to_unit(gen.at(base + 2 * j + 1));
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        const double angle = 2.0 * std::numbers::pi * u2;
+        p[2 * j] = static_cast<T>(mean + stddev * r * std::cos(angle));
+        if (2 * j + 1 < n) p[2 * j + 1] = static_cast<T>(mean + stddev * r * std::sin(angle));
+      }
+    });
+  });
+}
+
+Tensor uniform(const Shape& shape, double lo, double hi, Generator& gen, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);  // (shape)
+  uniform_(t, lo, hi, gen);
+  return t;
+}
+
+Tensor randn(const Shape& shape, Generator& gen, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);  // (shape)
+  normal_(t, 0.0, 1.0, gen);
+  return t;
+}
+
+Tensor keep_mask(const Shape& shape, double p, Generator& gen) {
+  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument("keep_mask: drop probability " + std::to_string(p) + " is outside [0, 1]");
+  Tensor mask = Tensor::empty(shape, DType::Bool);  // (shape)
+  bool* m = mask.data<bool>();
+  const int64_t n = mask.numel();
+  const uint64_t base = gen.reserve(static_cast<uint64_t>(n));
+  parallel_for(n, kSerialGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) m[i] = Generator::to_unit(gen.at(base + i)) >= p;
+  });
+  return mask;
+}
+
+Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale) {
+  check_dtype(mask, DType::Bool, "apply_mask");
+  if (mask.shape() != x.shape())
+    throw std::invalid_argument("apply_mask: mask " + shape_str(mask.shape()) + " does not match input " + shape_str(x.shape()));
+  Tensor xc = x.contiguous(), mc = mask.contiguous();  // (shape), (shape)
+  Tensor out = Tensor::empty(x.shape(), x.dtype());     // (shape)
+  dispatch_float(x.dtype(), "apply_mask", [&]<class T>() {
+    const T* px = xc.data<T>();
+    const bool* pm = mc.data<bool>();
+    T* po = out.data<T>();
+    const T s = static_cast<T>(scale);
+    parallel_for(out.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
+      // x * 0 rather than a plain 0 for dropped elements: a NaN input stays visible, as in PyTorch.
+      for (int64_t i = b; i < e; ++i) po[i] = px[i] * (pm[i] ? s : T(0));
+    });
+  });
+  return out;
+}
+
+}  // namespace kernels
+}  // namespace gf

@@ -1,0 +1,76 @@
+#pragma once
+// Seeded random numbers: a small counter-based Generator and the tensor fills built on it
+// (weight init, dropout masks, test data).
+//
+// The generator is SplitMix64 (Steele, Lea and Flood, 2014) read as a counter-based generator:
+// the n-th number of a stream is mix(seed + n * gamma). Any element can therefore be computed
+// on its own, so a fill split across threads gives exactly the numbers of a serial fill: results
+// depend on the seed and the order of calls, never on the thread count.
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace gf {
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0x2545F4914F6CDD1DULL) { this->seed(seed); }
+
+  // Restarts the stream.
+  void seed(uint64_t s) {
+    seed_ = s;
+    counter_ = 0;
+  }
+  uint64_t initial_seed() const { return seed_; }
+  // How many numbers have been drawn since seed() (the stream position).
+  uint64_t offset() const { return counter_; }
+
+  // Claims the next n numbers of the stream and returns the position of the first; a parallel
+  // fill then computes number (base + i) with at(base + i).
+  uint64_t reserve(uint64_t n) {
+    uint64_t base = counter_;
+    counter_ += n;
+    return base;
+  }
+  // The stream's number at a position (no state change).
+  uint64_t at(uint64_t position) const { return mix(seed_ + (position + 1) * kGamma); }
+
+  // Serial draws, for small uses (shuffles, sampling).
+  uint64_t next_u64() { return at(reserve(1)); }
+  double next_double() { return to_unit(next_u64()); }  // [0, 1)
+  // Uniform integer in [0, n) (n > 0), by rejection so that every value is equally likely.
+  uint64_t next_below(uint64_t n);
+
+  // 53 random bits as a double in [0, 1).
+  static double to_unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+
+ private:
+  static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;  // 2^64 / golden ratio, odd
+  static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  uint64_t seed_ = 0;
+  uint64_t counter_ = 0;
+};
+
+// A process-wide generator for callers that do not carry their own.
+Generator& default_generator();
+
+namespace kernels {
+
+// In place, any layout: uniform in [lo, hi), and normal(mean, stddev) by Box-Muller.
+void uniform_(Tensor& t, double lo, double hi, Generator& gen);
+void normal_(Tensor& t, double mean, double stddev, Generator& gen);
+
+Tensor uniform(const Shape& shape, double lo, double hi, Generator& gen, DType dtype = DType::Float32);
+Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::Float32);  // standard normal
+
+// Dropout's pieces. keep_mask: a bool tensor, true (kept) with probability 1 - p. apply_mask:
+// x * scale where mask is true, 0 where it is false (mask of x's shape), in one pass.
+Tensor keep_mask(const Shape& shape, double p, Generator& gen);
+Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale);
+
+}  // namespace kernels
+}  // namespace gf

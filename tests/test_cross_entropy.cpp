@@ -1,0 +1,110 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/ops/arith.h"
+#include "autograd/ops/cross_entropy.h"
+#include "gradcheck_util.h"
+#include "tensor/kernels/cross_entropy.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+namespace {
+Tensor targets(std::vector<int64_t> t) { return Tensor::from_vector<int64_t>(t, {static_cast<int64_t>(t.size())}); }
+
+// Row 0: logits (2, 1, 0.5); row 1: (0, 0, 0).
+Tensor sample_logits(DType dt) { return Tensor::of({2.0, 1.0, 0.5, 0.0, 0.0, 0.0}, {2, 3}, dt); }
+}  // namespace
+
+TEST_CASE("cross_entropy forward values by hand") {
+  const double lse0 = std::log(std::exp(2.0) + std::exp(1.0) + std::exp(0.5));  // 2.464359
+  const double nll0 = lse0 - 2.0;                                                // -log 0.628532 = 0.464359
+  const double nll0_c2 = lse0 - 0.5;                                             // target 2 in row 0
+  const double nll1 = std::log(3.0);                                             // uniform row
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Variable logits(sample_logits(dt));
+    CHECK(cross_entropy(logits, targets({0, 2})).item() == doctest::Approx(0.781486).epsilon(1e-5));
+    CHECK(cross_entropy(logits, targets({0, 2})).item() == doctest::Approx((nll0 + nll1) / 2).epsilon(1e-6));
+    CHECK(cross_entropy(logits, targets({2, 1})).item() == doctest::Approx((nll0_c2 + nll1) / 2).epsilon(1e-6));
+    CHECK(cross_entropy(logits, targets({0, 2})).dtype() == dt);
+    // ignore_index: the mean is over the remaining rows only.
+    CHECK(cross_entropy(logits, targets({0, -100})).item() == doctest::Approx(nll0).epsilon(1e-6));
+    CHECK(cross_entropy(logits, targets({0, 2}), 2).item() == doctest::Approx(nll0).epsilon(1e-6));  // custom index
+    // label smoothing 0.1: (1 - 0.1) * nll + 0.1 * mean over classes of -log p.
+    const double smooth0 = lse0 - (2.0 + 1.0 + 0.5) / 3;  // 1.297692
+    const double ls0 = 0.9 * nll0 + 0.1 * smooth0;         // 0.547692
+    CHECK(ls0 == doctest::Approx(0.547692).epsilon(1e-5));
+    CHECK(cross_entropy(logits, targets({0, 2}), -100, 0.1).item() == doctest::Approx((ls0 + nll1) / 2).epsilon(1e-6));
+    // Both together.
+    CHECK(cross_entropy(logits, targets({-100, 0}), -100, 0.1).item() == doctest::Approx(nll1).epsilon(1e-6));
+    CHECK(cross_entropy(logits, targets({0, -1}), -1, 0.1).item() == doctest::Approx(ls0).epsilon(1e-6));
+    // Full smoothing: the target no longer matters.
+    CHECK(cross_entropy(logits, targets({1, 0}), -100, 1.0).item() == doctest::Approx((smooth0 + nll1) / 2).epsilon(1e-6));
+  }
+  // Huge logits do not overflow.
+  Variable big(Tensor::of({1000.0, 0.0}, {1, 2}));
+  CHECK(cross_entropy(big, targets({1})).item() == doctest::Approx(1000.0));
+  CHECK(cross_entropy(big, targets({0})).item() == doctest::Approx(0.0));
+}
+
+TEST_CASE("cross_entropy backward: softmax minus smoothed one-hot over the counted rows") {
+  Variable logits(sample_logits(DType::Float64), true);
+  Variable loss = cross_entropy(logits, targets({0, -100, }), -100, 0.1);
+  loss.backward();
+  const double e = std::exp(2.0) + std::exp(1.0) + std::exp(0.5);
+  const double p[3] = {std::exp(2.0) / e, std::exp(1.0) / e, std::exp(0.5) / e};
+  const double want[3] = {p[0] - (0.9 + 0.1 / 3), p[1] - 0.1 / 3, p[2] - 0.1 / 3};  // count = 1
+  for (int64_t j = 0; j < 3; ++j) {
+    CHECK(logits.grad().at({0, j}) == doctest::Approx(want[j]).epsilon(1e-12));
+    CHECK(logits.grad().at({1, j}) == 0.0);  // ignored row
+  }
+  // The upstream gradient scales it (loss * 3).
+  Variable l2(sample_logits(DType::Float64), true);
+  (cross_entropy(l2, targets({0, 1})) * 3.0).backward();
+  CHECK(l2.grad().at({1, 1}) == doctest::Approx(3.0 * (1.0 / 3 - 1) / 2).epsilon(1e-12));
+}
+
+TEST_CASE("cross_entropy with every target ignored returns 0 (PyTorch: NaN) and a zero gradient") {
+  Variable logits(sample_logits(DType::Float64), true);
+  Variable loss = cross_entropy(logits, targets({-100, -100}), -100, 0.1);
+  CHECK(loss.item() == 0.0);
+  loss.backward();
+  for (int64_t i = 0; i < 6; ++i) CHECK(logits.grad().flat_get(i) == 0.0);
+}
+
+TEST_CASE("gradcheck: cross_entropy with ignore_index and label smoothing") {
+  Tensor t = targets({1, 4, -100, 0, 3});
+  auto ce = [t](const std::vector<Variable>& in) { return cross_entropy(in[0], t); };
+  auto ce_ls = [t](const std::vector<Variable>& in) { return cross_entropy(in[0], t, -100, 0.2); };
+  Tensor t3 = targets({1, 3, 2, 0, 3});  // ignore_index 3
+  auto ce_chain = [t3](const std::vector<Variable>& in) { return cross_entropy(in[0] * in[1], t3, 3, 0.05) * 2.5; };
+  GF_CHECK_GRADS(ce, (std::vector<Variable>{leaf(randn({5, 6}, 1, 2.0))}));
+  GF_CHECK_GRADS(ce_ls, (std::vector<Variable>{leaf(randn({5, 6}, 2, 2.0))}));
+  GF_CHECK_GRADS(ce_chain, (std::vector<Variable>{leaf(randn({5, 6}, 3)), leaf(randn({6}, 4))}));
+  // Non-contiguous logits.
+  GF_CHECK_GRADS(ce_ls, (std::vector<Variable>{leaf(randn({6, 5}, 5).transpose(0, 1))}));
+}
+
+TEST_CASE("cross_entropy: float32 matches float64 on a large batch") {
+  Tensor logits = randn({300, 1000}, 9, 3.0);
+  std::vector<int64_t> tv(300);
+  for (int64_t i = 0; i < 300; ++i) tv[i] = i % 7 == 0 ? -100 : (i * 37) % 1000;
+  Tensor t = targets(tv);
+  const double l64 = kernels::cross_entropy(logits, t, -100, 0.1).loss.item();
+  const double l32 = kernels::cross_entropy(logits.to(DType::Float32), t, -100, 0.1).loss.item();
+  CHECK(l32 == doctest::Approx(l64).epsilon(1e-6));
+  CHECK(kernels::cross_entropy(logits, t, -100, 0.1).count == 300 - 43);
+}
+
+TEST_CASE("cross_entropy errors") {
+  Variable logits(Tensor::zeros({4, 5}));
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, targets({0, 1, 7, 2})),
+                       "cross_entropy: target 7 at row 2 is out of range for 5 classes (logits (4, 5), ignore_index -100)",
+                       std::out_of_range);
+  CHECK_THROWS_AS(cross_entropy(logits, targets({0, 1, -1, 2})), std::out_of_range);
+  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 2})),
+                    "cross_entropy: logits (4, 5) and target (3,): expected logits (N, C) and target (N,)");
+  CHECK_THROWS_WITH(cross_entropy(logits, Tensor::zeros({4})), doctest::Contains("target must be int64"));
+  CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 2, 3}), -100, 1.5), doctest::Contains("label_smoothing"));
+}

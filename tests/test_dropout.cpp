@@ -1,0 +1,122 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/ops/arith.h"
+#include "autograd/ops/dropout.h"
+#include "gradcheck_util.h"
+#include "tensor/kernels/random.h"
+#include "tensor/parallel.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+TEST_CASE("Generator: seeded, reproducible, positioned") {
+  Generator a(42), b(42), c(43);
+  const uint64_t first = a.next_u64();
+  CHECK(first == b.next_u64());
+  CHECK(first != c.next_u64());
+  CHECK(a.offset() == 1);
+  CHECK(a.at(0) == first);  // counter-based: position 0 of the stream
+  a.seed(42);
+  CHECK(a.next_u64() == first);
+  for (int i = 0; i < 1000; ++i) {
+    const double u = a.next_double();
+    REQUIRE(u >= 0.0);
+    REQUIRE(u < 1.0);
+    REQUIRE(a.next_below(7) < 7);
+  }
+  CHECK_THROWS_AS(a.next_below(0), std::invalid_argument);
+}
+
+TEST_CASE("uniform and normal fills have the right range and moments") {
+  Generator gen(7);
+  Tensor u = kernels::uniform({100000}, -2.0, 3.0, gen, DType::Float64);
+  double lo = 1e9, hi = -1e9, sum = 0;
+  for (double v : u.to_vector<double>()) lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
+  CHECK(lo >= -2.0);
+  CHECK(hi < 3.0);
+  CHECK(lo < -1.99);
+  CHECK(hi > 2.99);
+  CHECK(sum / 1e5 == doctest::Approx(0.5).epsilon(0.02));  // mean 0.5, sd of the mean ~0.005
+
+  Tensor z = kernels::randn({100001}, gen, DType::Float32);  // odd count: the last Box-Muller pair is cut
+  double m = 0, sq = 0;
+  for (float v : z.to_vector<float>()) m += v, sq += double(v) * v;
+  m /= z.numel();
+  CHECK(std::abs(m) < 0.02);                             // sd of the mean ~0.003
+  CHECK(sq / z.numel() - m * m == doctest::Approx(1.0).epsilon(0.02));
+
+  // Fills of a strided view land in the view.
+  Tensor base = Tensor::zeros({4, 6});
+  Tensor view = base.transpose(0, 1);
+  kernels::uniform_(view, 1.0, 2.0, gen);
+  for (int64_t i = 0; i < base.numel(); ++i) CHECK(base.flat_get(i) >= 1.0);
+
+  CHECK_THROWS_WITH(kernels::uniform({2}, 1.0, 0.0, gen), doctest::Contains("uniform_: lo"));
+}
+
+TEST_CASE("random fills do not depend on the thread count") {
+  Generator g1(99), g2(99);
+  set_num_threads(1);
+  Tensor a = kernels::randn({200000}, g1);
+  Tensor ma = kernels::keep_mask({200000}, 0.3, g1);
+  set_num_threads(2);
+  Tensor b = kernels::randn({200000}, g2);
+  Tensor mb = kernels::keep_mask({200000}, 0.3, g2);
+  set_num_threads(0);
+  CHECK(a.to_vector<float>() == b.to_vector<float>());
+  CHECK(ma.to_vector<bool>() == mb.to_vector<bool>());
+}
+
+TEST_CASE("dropout: seeded masks, inverted scaling, identity in eval") {
+  Tensor x = kernels::uniform({50000}, 1.0, 2.0, default_generator(), DType::Float64);
+  Variable xv(x);
+  const double p = 0.25;
+  Generator g1(5), g2(5), g3(6);
+  Tensor y1 = dropout(xv, p, true, g1).data();
+  Tensor y2 = dropout(xv, p, true, g2).data();
+  Tensor y3 = dropout(xv, p, true, g3).data();
+  CHECK(y1.to_vector<double>() == y2.to_vector<double>());  // same seed, same mask
+  CHECK(y1.to_vector<double>() != y3.to_vector<double>());
+  int64_t dropped = 0;
+  bool scaled = true;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = y1.flat_get(i);
+    if (v == 0.0) ++dropped;
+    else scaled &= v == x.flat_get(i) * (1.0 / (1.0 - p));  // survivors exactly x / (1 - p)
+  }
+  CHECK(scaled);
+  // 25% of 50000 dropped; the standard deviation of the count is ~97.
+  CHECK(std::abs(dropped - 12500) < 500);
+
+  // Eval mode and p = 0 are the identity: the same tensor, no graph.
+  Generator g4(1);
+  CHECK(dropout(xv, p, false, g4).data().storage() == x.storage());
+  CHECK(dropout(xv, 0.0, true, g4).data().storage() == x.storage());
+  CHECK(g4.offset() == 0);  // and draw nothing
+  // p = 1 drops everything (no division by zero).
+  Tensor all = dropout(xv, 1.0, true, g4).data();
+  for (int64_t i = 0; i < 100; ++i) CHECK(all.flat_get(i) == 0.0);
+
+  CHECK_THROWS_WITH(dropout(xv, 1.5, true, g4), "dropout: probability 1.500000 is outside [0, 1] (input (50000,))");
+}
+
+TEST_CASE("dropout backward applies the same mask and scale") {
+  Variable x(randn({4, 50}, 1), true);
+  Generator gen(11);
+  Variable y = dropout(x, 0.5, true, gen);
+  Tensor up = randn({4, 50}, 2);
+  y.backward(up);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const bool kept = y.data().flat_get(i) != 0.0;
+    CHECK(x.grad().flat_get(i) == doctest::Approx(kept ? 2.0 * up.flat_get(i) : 0.0));
+  }
+  // gradcheck: the generator is reseeded per call so every evaluation uses the same mask.
+  auto fn = [](const std::vector<Variable>& in) {
+    static Generator g;
+    g.seed(3);
+    return dropout(in[0] * in[1], 0.4, true, g);
+  };
+  GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({3, 5}, 4)), leaf(randn({5, 3}, 5).transpose(0, 1))}));
+}

@@ -1,0 +1,115 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/ops/arith.h"
+#include "autograd/ops/layer_norm.h"
+#include "gradcheck_util.h"
+#include "tensor/kernels/layer_norm.h"
+#include "tensor/parallel.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+TEST_CASE("layer_norm forward values") {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    // mean 2.5, biased variance 1.25, rstd = 1 / sqrt(1.25 + 1e-5)
+    Tensor x = Tensor::of({1, 2, 3, 4, 10, 10, 10, 10}, {2, 4}, dt);
+    const double rstd = 1.0 / std::sqrt(1.25 + 1e-5);
+    kernels::LayerNormResult r = kernels::layer_norm(x, Tensor(), Tensor(), 1e-5);
+    CHECK(r.out.at({0, 0}) == doctest::Approx(-1.5 * rstd).epsilon(1e-6));
+    CHECK(r.out.at({0, 1}) == doctest::Approx(-0.5 * rstd).epsilon(1e-6));
+    CHECK(r.out.at({0, 3}) == doctest::Approx(1.5 * rstd).epsilon(1e-6));
+    CHECK(r.mean.shape() == Shape{2});
+    CHECK(r.mean.at({0}) == doctest::Approx(2.5));
+    CHECK(r.rstd.at({0}) == doctest::Approx(rstd).epsilon(1e-6));
+    // A constant row normalises to 0 (rstd = 1/sqrt(eps)), not NaN.
+    CHECK(r.out.at({1, 2}) == 0.0);
+    CHECK(r.rstd.at({1}) == doctest::Approx(1.0 / std::sqrt(1e-5)).epsilon(1e-5));
+
+    // Affine: y * weight + bias.
+    Variable y = layer_norm(Variable(x), Variable(Tensor::of({1, 2, 1, 1}, {4}, dt)), Variable(Tensor::of({0, 0, 1, 0}, {4}, dt)));
+    CHECK(y.data().at({0, 1}) == doctest::Approx(-1.0 * rstd).epsilon(1e-6));
+    CHECK(y.data().at({0, 2}) == doctest::Approx(0.5 * rstd + 1).epsilon(1e-6));
+    CHECK(y.data().at({1, 2}) == doctest::Approx(1.0));
+  }
+}
+
+TEST_CASE("layer_norm is accurate for rows with a large mean (float32)") {
+  // Values 10000 + noise of spread 0.01: a float32 mean is off by up to 5e-4 (half an ulp of
+  // 10000), i.e. 5% of the spread, so x - mean must be formed in double.
+  Tensor x32 = randn({8, 64}, 1, 0.01, DType::Float32);
+  for (int64_t i = 0; i < x32.numel(); ++i) x32.flat_set(i, x32.flat_get(i) + 10000.0);
+  Tensor y32 = kernels::layer_norm(x32, Tensor(), Tensor(), 1e-5).out;
+  Tensor y64 = kernels::layer_norm(x32.to(DType::Float64), Tensor(), Tensor(), 1e-5).out;  // same inputs, exactly
+  double worst = 0;
+  for (int64_t i = 0; i < y64.numel(); ++i) worst = std::max(worst, std::abs(y64.flat_get(i) - y32.flat_get(i)));
+  CHECK(worst < 1e-5);
+  // The backward too: gradient of sum(y * g) for a fixed g.
+  Tensor g = randn({8, 64}, 2, 1.0, DType::Float64);
+  auto r64 = kernels::layer_norm(x32.to(DType::Float64), Tensor(), Tensor(), 1e-5);
+  auto r32 = kernels::layer_norm(x32, Tensor(), Tensor(), 1e-5);
+  Tensor gx64 = kernels::layer_norm_backward(g, x32.to(DType::Float64), r64.mean, r64.rstd, Tensor(), true, false, false).x;
+  Tensor gx32 = kernels::layer_norm_backward(g.to(DType::Float32), x32, r32.mean, r32.rstd, Tensor(), true, false, false).x;
+  worst = 0;
+  double scale = 0;
+  for (int64_t i = 0; i < gx64.numel(); ++i) {
+    worst = std::max(worst, std::abs(gx64.flat_get(i) - gx32.flat_get(i)));
+    scale = std::max(scale, std::abs(gx64.flat_get(i)));
+  }
+  CHECK(worst < 1e-5 * scale);
+}
+
+TEST_CASE("gradcheck: layer_norm with and without affine parameters") {
+  auto ln = [](const std::vector<Variable>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); };
+  auto ln_plain = [](const std::vector<Variable>& in) { return layer_norm(in[0], Variable(), Variable(), 1e-5); };
+  auto ln_w = [](const std::vector<Variable>& in) { return layer_norm(in[0], in[1], Variable(), 1e-3); };
+  auto ln_b = [](const std::vector<Variable>& in) { return layer_norm(in[0], Variable(), in[1], 1e-5); };
+  GF_CHECK_GRADS(ln, (std::vector<Variable>{leaf(randn({3, 5}, 10)), leaf(randn({5}, 11)), leaf(randn({5}, 12))}));
+  GF_CHECK_GRADS(ln, (std::vector<Variable>{leaf(randn({2, 3, 4}, 13, 3.0)), leaf(randn({4}, 14)), leaf(randn({4}, 15))}));
+  GF_CHECK_GRADS(ln_plain, (std::vector<Variable>{leaf(randn({4, 6}, 16))}));
+  GF_CHECK_GRADS(ln_w, (std::vector<Variable>{leaf(randn({4, 6}, 17)), leaf(randn({6}, 18))}));
+  GF_CHECK_GRADS(ln_b, (std::vector<Variable>{leaf(randn({4, 6}, 19)), leaf(randn({6}, 20))}));
+  // Non-contiguous input; parameters only (input constant).
+  GF_CHECK_GRADS(ln, (std::vector<Variable>{leaf(randn({5, 3}, 21).transpose(0, 1)), leaf(randn({5}, 22)), leaf(randn({5}, 23))}));
+  GF_CHECK_GRADS(ln, (std::vector<Variable>{Variable(randn({3, 5}, 24)), leaf(randn({5}, 25)), leaf(randn({5}, 26))}));
+  // Followed by more ops, so the upstream gradient is not uniform.
+  auto chain = [](const std::vector<Variable>& in) { return layer_norm(in[0] * in[0], in[1], Variable()) * in[0]; };
+  GF_CHECK_GRADS(chain, (std::vector<Variable>{leaf(randn({2, 5}, 27)), leaf(randn({5}, 28))}));
+}
+
+TEST_CASE("layer_norm backward: weight and bias gradients are the same for any thread count") {
+  // Enough rows for several blocks of the parallel reduction.
+  Tensor x = randn({2000, 48}, 30, 1.0, DType::Float32), g = randn({2000, 48}, 31, 1.0, DType::Float32);
+  Tensor w = randn({48}, 32, 1.0, DType::Float32);
+  kernels::LayerNormResult r = kernels::layer_norm(x, w, Tensor(), 1e-5);
+  set_num_threads(1);
+  kernels::LayerNormGrads one = kernels::layer_norm_backward(g, x, r.mean, r.rstd, w, true, true, true);
+  set_num_threads(2);
+  kernels::LayerNormGrads two = kernels::layer_norm_backward(g, x, r.mean, r.rstd, w, true, true, true);
+  set_num_threads(0);
+  CHECK(one.weight.to_vector<float>() == two.weight.to_vector<float>());
+  CHECK(one.bias.to_vector<float>() == two.bias.to_vector<float>());
+  CHECK(one.x.to_vector<float>() == two.x.to_vector<float>());
+  // And they match a float64 computation: grad_bias = column sums of g.
+  Tensor gd = g.to(DType::Float64);
+  for (int64_t j = 0; j < 48; j += 7) {
+    double s = 0;
+    for (int64_t i = 0; i < 2000; ++i) s += gd.at({i, j});
+    CHECK(one.bias.at({j}) == doctest::Approx(s).epsilon(1e-5));
+  }
+  // Only the requested gradients are computed.
+  kernels::LayerNormGrads only_x = kernels::layer_norm_backward(g, x, r.mean, r.rstd, w, true, false, false);
+  CHECK(only_x.x.defined());
+  CHECK_FALSE(only_x.weight.defined());
+  CHECK_FALSE(only_x.bias.defined());
+}
+
+TEST_CASE("layer_norm errors name the shapes") {
+  Variable x(Tensor::zeros({2, 5, 8}));
+  CHECK_THROWS_WITH(layer_norm(x, Variable(Tensor::ones({7}))),
+                    "layer_norm: weight (7,) does not match the last dim of input (2, 5, 8)");
+  CHECK_THROWS_WITH(layer_norm(x, Variable(), Variable(Tensor::ones({8, 1}))),
+                    "layer_norm: bias (8, 1) does not match the last dim of input (2, 5, 8)");
+  CHECK_THROWS_WITH(layer_norm(Variable(Tensor::zeros({3, 0}))), doctest::Contains("has an empty last dim"));
+}

@@ -1,0 +1,148 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/ops/arith.h"
+#include "autograd/ops/softmax.h"
+#include "gradcheck_util.h"
+#include "tensor/kernels/softmax.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+bool all_finite(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t.flat_get(i))) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("softmax and log_softmax forward values") {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor scores = Tensor::of({2.0, 1.0, 0.5}, {1, 3}, dt);
+    Tensor p = kernels::softmax(scores);
+    CHECK(p.dtype() == dt);
+    CHECK(p.at({0, 0}) == doctest::Approx(0.628532).epsilon(1e-5));
+    CHECK(p.at({0, 1}) == doctest::Approx(0.231224).epsilon(1e-5));
+    CHECK(p.at({0, 2}) == doctest::Approx(0.140244).epsilon(1e-5));
+    Tensor lp = kernels::log_softmax(scores);
+    CHECK(lp.at({0, 0}) == doctest::Approx(-0.464359).epsilon(1e-5));
+    CHECK(lp.at({0, 2}) == doctest::Approx(-1.964359).epsilon(1e-5));
+
+    // The third position blocked by -inf: e / (e + 1) and 1 / (e + 1).
+    Tensor masked = kernels::softmax(Tensor::of({2.0, 1.0, -kInf}, {3}, dt));
+    CHECK(masked.at({0}) == doctest::Approx(0.731059).epsilon(1e-5));
+    CHECK(masked.at({1}) == doctest::Approx(0.268941).epsilon(1e-5));
+    CHECK(masked.at({2}) == 0.0);
+    Tensor lmasked = kernels::log_softmax(Tensor::of({2.0, 1.0, -kInf}, {3}, dt));
+    CHECK(lmasked.at({1}) == doctest::Approx(-1.313262).epsilon(1e-5));
+    CHECK(lmasked.at({2}) == -kInf);
+
+    // Stable for huge logits: no overflow.
+    Tensor big = kernels::softmax(Tensor::of({1000, 1000, 990}, {3}, dt));
+    CHECK(big.at({0}) == doctest::Approx(0.5 / (1 + 0.5 * std::exp(-10.0))).epsilon(1e-5));
+    CHECK(kernels::log_softmax(Tensor::of({-1000, 0}, {2}, dt)).at({0}) == doctest::Approx(-1000));
+  }
+}
+
+TEST_CASE("softmax works over the last dim of any layout") {
+  Tensor x = randn({4, 3, 5}, 1);
+  Tensor xt = x.transpose(0, 2);  // (5, 3, 4), non-contiguous
+  Tensor p = kernels::softmax(xt);
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 3; ++j) {
+      double sum = 0, denom = 0;
+      for (int64_t k = 0; k < 4; ++k) denom += std::exp(xt.at({i, j, k}));
+      for (int64_t k = 0; k < 4; ++k) {
+        sum += p.at({i, j, k});
+        CHECK(p.at({i, j, k}) == doctest::Approx(std::exp(xt.at({i, j, k})) / denom).epsilon(1e-12));
+      }
+      CHECK(sum == doctest::Approx(1.0).epsilon(1e-14));
+    }
+  // float32 and float64 agree; a large tensor exercises the parallel row loop.
+  Tensor big = randn({600, 77}, 2, 3.0);
+  Tensor p64 = kernels::softmax(big), p32 = kernels::softmax(big.to(DType::Float32));
+  double worst = 0;
+  for (int64_t i = 0; i < p64.numel(); ++i) worst = std::max(worst, std::abs(p64.flat_get(i) - p32.flat_get(i)));
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("a fully masked row gives zeros (softmax) or -inf (log_softmax) and a zero, finite gradient") {
+  Tensor scores = Tensor::of({1.0, -kInf, 3.0, -kInf, -kInf, -kInf}, {2, 3});
+  Variable x(scores.to(DType::Float64), true);
+  Variable p = softmax(x);
+  CHECK(p.data().at({1, 0}) == 0.0);
+  CHECK(p.data().at({1, 2}) == 0.0);
+  CHECK(p.data().at({0, 1}) == 0.0);
+  CHECK(all_finite(p.data()));
+  p.backward(Tensor::of({1, 2, 3, 4, 5, 6}, {2, 3}, DType::Float64));
+  CHECK(all_finite(x.grad()));
+  for (int64_t j = 0; j < 3; ++j) CHECK(x.grad().at({1, j}) == 0.0);
+  CHECK(x.grad().at({0, 1}) == 0.0);  // a masked position inside a live row
+
+  Variable x2(scores.to(DType::Float64), true);
+  Variable lp = log_softmax(x2);
+  for (int64_t j = 0; j < 3; ++j) CHECK(lp.data().at({1, j}) == -kInf);
+  lp.backward(Tensor::of({1, 2, 3, 4, 5, 6}, {2, 3}, DType::Float64));
+  CHECK(all_finite(x2.grad()));
+  for (int64_t j = 0; j < 3; ++j) CHECK(x2.grad().at({1, j}) == 0.0);
+  // Live row: g - softmax * sum(g), with softmax = (1/(1+e^2), 0, e^2/(1+e^2)), sum(g) = 6.
+  const double p0 = 1.0 / (1.0 + std::exp(2.0));
+  CHECK(x2.grad().at({0, 0}) == doctest::Approx(1 - 6 * p0));
+  CHECK(x2.grad().at({0, 1}) == doctest::Approx(2));
+  CHECK(x2.grad().at({0, 2}) == doctest::Approx(3 - 6 * (1 - p0)));
+}
+
+TEST_CASE("fast_exp (float32) is within 2 ulp of std::exp and handles the edges") {
+  double worst_ulp = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f + 175.0f * static_cast<float>(i) / 200000.0f;  // [-87, 88]
+    const float want = std::exp(x), got = kernels::fast_exp(x);
+    const double ulp = std::nextafter(want, INFINITY) - want;
+    worst_ulp = std::max(worst_ulp, std::abs(double(got) - double(want)) / ulp);
+  }
+  CHECK(worst_ulp <= 2.0);
+  CHECK(kernels::fast_exp(0.0f) == 1.0f);
+  CHECK(kernels::fast_exp(-INFINITY) == 0.0f);
+  CHECK(kernels::fast_exp(-100.0f) == 0.0f);  // below float's normal range: flushed
+  CHECK(kernels::fast_exp(89.0f) == INFINITY);
+  CHECK(kernels::fast_exp(INFINITY) == INFINITY);
+  CHECK(std::isnan(kernels::fast_exp(std::nanf(""))));
+}
+
+TEST_CASE("NaN inputs propagate instead of being masked") {
+  Tensor p = kernels::softmax(Tensor::of({1.0, std::nan(""), 0.0}, {3}));
+  CHECK(std::isnan(p.at({0})));
+}
+
+TEST_CASE("gradcheck: softmax and log_softmax") {
+  auto sm = [](const std::vector<Variable>& in) { return softmax(in[0]); };
+  auto lsm = [](const std::vector<Variable>& in) { return log_softmax(in[0]); };
+  GF_CHECK_GRADS(sm, (std::vector<Variable>{leaf(randn({3, 5}, 10))}));
+  GF_CHECK_GRADS(lsm, (std::vector<Variable>{leaf(randn({3, 5}, 11))}));
+  GF_CHECK_GRADS(sm, (std::vector<Variable>{leaf(randn({2, 3, 4}, 12, 2.0))}));
+  GF_CHECK_GRADS(lsm, (std::vector<Variable>{leaf(randn({2, 3, 4}, 13, 2.0))}));
+  // Non-contiguous input.
+  Variable xt = leaf(randn({4, 3}, 14).transpose(0, 1));
+  GF_CHECK_GRADS(sm, (std::vector<Variable>{xt}));
+  GF_CHECK_GRADS(lsm, (std::vector<Variable>{leaf(randn({4, 3}, 15).transpose(0, 1))}));
+  // Softmax with masked positions and a fully masked row (all derivatives there are 0).
+  Tensor m = randn({3, 4}, 16);
+  m.flat_set(1, -kInf), m.flat_set(6, -kInf);
+  for (int64_t j = 8; j < 12; ++j) m.flat_set(j, -kInf);
+  GF_CHECK_GRADS(sm, (std::vector<Variable>{leaf(m)}));
+  // Composition: the output feeds further ops.
+  auto chain = [](const std::vector<Variable>& in) { return softmax(in[0] * in[1]) * in[1]; };
+  GF_CHECK_GRADS(chain, (std::vector<Variable>{leaf(randn({2, 3}, 17)), leaf(randn({3}, 18))}));
+}
+
+TEST_CASE("softmax errors") {
+  CHECK_THROWS_WITH(kernels::softmax(Tensor::scalar(1.0)), doctest::Contains("softmax: input () has no last dim"));
+  CHECK_THROWS_WITH(kernels::softmax(Tensor::zeros({2}, DType::Int64)), doctest::Contains("softmax: expected a float32 or float64"));
+  CHECK_THROWS_WITH(kernels::softmax_backward(Tensor::zeros({2, 3}), Tensor::zeros({3, 2})),
+                    doctest::Contains("softmax_backward: output (2, 3) and gradient (3, 2) differ in shape"));
+}
