@@ -21,7 +21,10 @@ MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, boo
   in_proj_weight = register_parameter("in_proj_weight", w);
   if (bias) in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * d}));
   out_proj = register_module("out_proj", std::make_shared<Linear>(d, d, bias, gen));
-  if (bias) out_proj->bias.data().zero_();  // as nn.MultiheadAttention's _reset_parameters
+  if (bias) {
+    Tensor b = out_proj->bias.data();  // shares storage
+    b.zero_();                         // as nn.MultiheadAttention's _reset_parameters
+  }
   attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(dropout));  // no parameters: no state_dict keys
 }
 

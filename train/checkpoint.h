@@ -1,0 +1,46 @@
+#pragma once
+// A training run's folder (--out DIR):
+//   config.json                 model and recipe (written once, at the start)
+//   vocab.src.txt, vocab.tgt.txt
+//   model-NNNNNNN.safetensors   the latest weights (PyTorch names); NNNNNNN = global step
+//   optim-NNNNNNN.safetensors   Adam state for the same step
+//   best.safetensors            the weights with the lowest validation loss so far
+//   state.json                  which files are current + progress; written last
+// Every file is written atomically (temp file, fsync, rename). state.json is replaced only after
+// the files it names are complete, so a run killed at any moment leaves the previous state.json
+// pointing at a complete, loadable checkpoint. Files it no longer names are deleted afterwards.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace gf::train {
+
+struct CurvePoint {
+  double step, loss;
+};
+
+struct RunState {
+  int64_t step = 0;            // optimizer steps done
+  int64_t epoch = 0;           // epoch in progress (1-based once started)
+  int64_t batch_in_epoch = 0;  // batches of that epoch already done
+  double train_seconds = 0;
+  double best_valid_loss = 1e300;
+  std::string model_file, optim_file;  // relative to the folder
+  std::vector<CurvePoint> train_curve, valid_curve;
+  int64_t skipped_long = 0;
+};
+
+std::string state_to_json(const RunState& s);
+RunState state_from_json(const std::string& text, const std::string& where);
+
+// Writes weights and optimizer state for s.step, then state.json naming them; removes stale files.
+void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::string, Tensor>& weights,
+                     const std::map<std::string, Tensor>& optimizer, const std::map<std::string, std::string>& metadata);
+// Reads state.json; throws naming the file when absent or malformed.
+RunState load_state(const std::string& dir);
+
+std::string read_text_file(const std::string& path);
+
+}  // namespace gf::train
