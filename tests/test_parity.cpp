@@ -1,0 +1,72 @@
+// PyTorch parity: the standard reference cases (copied from ../shared/parity/cases) and a variant
+// set with other shapes and settings (scripts/make_parity_variant.py), in float64 and float32.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "app/parity.h"
+#include "tensor/io/safetensors.h"
+
+using namespace gf;
+namespace fs = std::filesystem;
+
+namespace {
+std::string cases(const char* set) { return std::string(GRADFLOW_SOURCE_DIR) + "/tests/parity/" + set; }
+
+void expect_all_pass(const char* set, DType dtype) {
+  std::ostringstream out;
+  int failed = app::run_parity_dir(cases(set), dtype, out);
+  INFO(out.str());
+  CHECK(failed == 0);
+  CHECK(out.str().find("18 passed, 0 failed") != std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("standard cases pass in float64 (within 1e-9)") { expect_all_pass("standard", DType::Float64); }
+TEST_CASE("standard cases pass in float32 (README tolerances)") { expect_all_pass("standard", DType::Float32); }
+TEST_CASE("variant cases (GELU, 3 heads, 3 layers, odd sizes) pass in float64") { expect_all_pass("variant", DType::Float64); }
+TEST_CASE("variant cases pass in float32") { expect_all_pass("variant", DType::Float32); }
+
+TEST_CASE("a wrong parameter makes a case fail, naming the worst element") {
+  fs::path dir = fs::temp_directory_path() / "gradflow_parity_bad";
+  fs::create_directories(dir);
+  SafetensorsFile f = load_safetensors(cases("standard") + "/linear.safetensors");
+  Tensor w = f.tensors.at("param.weight").clone();
+  w.flat_set(3, w.flat_get(3) + 1e-3);
+  f.tensors["param.weight"] = w;
+  save_safetensors((dir / "linear.safetensors").string(), f.tensors, f.metadata);
+  app::ParityCaseResult r = app::run_parity_case((dir / "linear.safetensors").string(), DType::Float64);
+  CHECK_FALSE(r.passed);
+  INFO(r.worst_where);
+  CHECK((r.worst_where.find("out.output[") == 0 || r.worst_where.find("grad.in.input[") == 0));
+  CHECK(r.worst_where.find("expected") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("unknown kinds and unreadable files are failures, not crashes") {
+  fs::path dir = fs::temp_directory_path() / "gradflow_parity_errors";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  save_safetensors((dir / "a_unknown.safetensors").string(), {{"in.input", Tensor::zeros({2}, DType::Float64)}},
+                   {{"case", R"({"kind": "conv2d", "config": {}})"}});
+  {
+    std::ofstream junk(dir / "b_junk.safetensors");
+    junk << "not a safetensors file";
+  }
+  std::ostringstream out;
+  int failed = app::run_parity_dir(dir.string(), DType::Float64, out);
+  CHECK(failed == 2);
+  CHECK(out.str().find("unknown kind 'conv2d'") != std::string::npos);
+  CHECK(out.str().find("0 passed, 2 failed") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a folder without cases is an error") {
+  fs::path dir = fs::temp_directory_path() / "gradflow_parity_empty";
+  fs::create_directories(dir);
+  std::ostringstream out;
+  CHECK_THROWS_WITH(app::run_parity_dir(dir.string(), DType::Float64, out), doctest::Contains("no *.safetensors"));
+  CHECK_THROWS_WITH(app::run_parity_dir((dir / "missing").string(), DType::Float64, out), doctest::Contains("not a directory"));
+}
