@@ -538,7 +538,7 @@ class Generator {
       if (!n.adjectives.empty()) described_nouns_.push_back(&n);
   }
 
-  // One random clause; nullopt-like false when this draw is not usable (the caller draws again).
+  // One random clause; false when this draw does not make a usable sentence (the caller draws again).
   bool draw(Clause& c) {
     c = Clause{};
     const size_t r = rng_.below(100);
@@ -626,6 +626,7 @@ class Generator {
     if (!v.places.empty() && rng_.chance(0.55)) c.place = lex_.places.at(rng_.pick(v.places));
     if (!v.instruments.empty() && rng_.chance(0.25)) c.instrument = lex_.instruments.at(rng_.pick(v.instruments));
     if (!c.instrument && v.companion && c.subject->cls == kHuman) c.companion = companion_for(*c.subject, 0.12);
+    if (c.companion == c.object || c.companion == c.object2) c.companion = nullptr;  // "meet my friend with my friend"
     time_and_tense(c, 0.6);
     negation(c, 0.25);
     // "i read a book" reads as past: keep present "read" only with a habitual time word.

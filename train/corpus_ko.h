@@ -39,7 +39,7 @@ void save_corpus(const CorpusSplits& corpus, const std::filesystem::path& dir, c
                  const std::string& tgt_ext = "ko");
 
 // One sentence described by its parts, for rendering a chosen sentence exactly (tests, demos).
-// Words are the lexicon's keys (see corpus_ko.cpp): subjects by their English ("i", "my friend",
+// Words are the lexicon's keys (see corpus_ko_lexicon.cpp): subjects by their English ("i", "my friend",
 // "the dog"), nouns by their English singular ("book", "water", "my friend", "the piano"), verbs
 // by their English base form ("read"), places by their noun ("library", "home"), times by their
 // English ("yesterday", "every day"). Empty means "not present".

@@ -319,7 +319,8 @@ const std::vector<Verb> kVerbs = {
      .objects = {"my friend", "my friends", "my brother", "my sister", "the bus", "the train"},
      .places = {"station", "cafe", "park", "school"}, .prep = "for"},
     {.frame = Frame::Transitive, .base = "help", .third = "helps", .past = "helped", .ko = "돕다",
-     .objects = {"my friend", "my friends", "my brother", "my sister"}, .places = {"home", "school", "office"}},
+     .objects = {"my friend", "my friends", "my brother", "my sister"}, .places = {"home", "school", "office"},
+     .companion = false},  // "help X with Y" would read as helping with Y
     {.frame = Frame::Transitive, .base = "call", .third = "calls", .past = "called", .ko = "전화하다",
      .objects = kPeople, .places = {"home", "office"}, .long_negation = true, .dative = true, .companion = false},
     {.frame = Frame::Transitive, .base = "play", .third = "plays", .past = "played", .ko = "치다",
