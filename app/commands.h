@@ -16,6 +16,7 @@ struct Command {
 const std::vector<Command>& commands();
 
 int cmd_info(int argc, char** argv);
+int cmd_train(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 
 }  // namespace gf::app

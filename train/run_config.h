@@ -1,0 +1,43 @@
+#pragma once
+// Everything that defines a training run: data, model, recipe and budget. Saved as config.json in
+// the run folder, so that translate/eval/resume rebuild the same model.
+#include <cstdint>
+#include <string>
+
+#include "nn/seq2seq.h"
+
+namespace gf::train {
+
+struct RunConfig {
+  // ---- data ----
+  std::string data;  // a folder of DIR/{split}.{lang} files, a .tsv file, or "" for the built-in corpus
+  std::string src = "de", tgt = "en";
+  std::string train_split = "train", valid_split, test_split;  // "" = detect (val|valid, test*)
+  uint64_t corpus_seed = 1;    // built-in corpus
+  int64_t corpus_size = 24000;  // built-in corpus
+  int64_t min_freq = 2, max_len = 100, max_tokens = 4096;
+  // ---- model (names as the reference script's flags) ----
+  int64_t d_model = 256, heads = 4, layers = 3, ff = 1024;
+  double dropout = 0.1;
+  std::string activation = "relu";
+  bool norm_first = false, tie = false;
+  // ---- recipe ----
+  double lr = 1e-3, label_smoothing = 0.1, clip = 1.0;
+  int64_t warmup = 800;
+  double beta1 = 0.9, beta2 = 0.98, adam_eps = 1e-9;
+  // ---- budget and run ----
+  int64_t epochs = 0, steps = 0;  // 0 = no limit of that kind
+  double minutes = 0;
+  uint64_t seed = 1;
+  int64_t log_every = 100;  // steps between plain progress lines (non-terminal output)
+
+  bool builtin() const { return data.empty(); }
+  std::string data_description() const;
+  nn::Seq2SeqOptions model_options(int64_t src_vocab, int64_t tgt_vocab) const;
+  std::string to_json() const;
+  static RunConfig from_json(const std::string& text, const std::string& where);
+  // Throws std::invalid_argument naming the first bad setting.
+  void validate() const;
+};
+
+}  // namespace gf::train
