@@ -7,6 +7,10 @@ namespace gf::app {
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
       {"train", "train the translator (built-in English->Korean corpus, or --data)", cmd_train},
+      {"translate", "translate sentences with a trained model (greedy or beam search, KV cache)", cmd_translate},
+      {"eval", "score a trained model on a test split: loss, perplexity, BLEU, exact match", cmd_eval},
+      {"bleu", "corpus BLEU of a hypothesis file against a reference file (sacreBLEU's default)", cmd_bleu},
+      {"attention", "draw a translation's cross-attention weights (every layer and head) as SVG", cmd_attention},
       {"parity", "compare modules with PyTorch reference cases, outputs and gradients", cmd_parity},
       {"demo", "train a tiny network for a few steps and print its gradients", cmd_demo},
       {"info", "show the version, the OpenBLAS kernel in use and the thread count", cmd_info},

@@ -17,6 +17,10 @@ const std::vector<Command>& commands();
 
 int cmd_info(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_translate(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
+int cmd_bleu(int argc, char** argv);
+int cmd_attention(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 
 }  // namespace gf::app

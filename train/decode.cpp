@@ -65,10 +65,18 @@ class StepModel {
     for (auto& c : caches_) c.select_rows(rows);
   }
 
-  int64_t cache_bytes() const {
-    int64_t n = 0;
-    for (const auto& c : caches_) n += c.bytes();
-    return n;
+  void record(DecodeStats& st, int64_t step) const {
+    st.steps = step;
+    int64_t n = 0, self = 0, cross = 0;
+    for (const auto& c : caches_) {
+      n += c.bytes();
+      // (B, H, positions, d_k) each for K and V: per position H * d_k elements.
+      self += 2 * c.self_k.size(1) * c.self_k.size(3) * static_cast<int64_t>(dtype_size(c.self_k.dtype()));
+      cross += 2 * c.cross_k.size(1) * c.cross_k.size(3) * static_cast<int64_t>(dtype_size(c.cross_k.dtype()));
+    }
+    st.cache_bytes_peak = std::max(st.cache_bytes_peak, n);
+    st.self_bytes_per_token = self;
+    st.cross_bytes_per_src_token = cross;
   }
 
  private:
@@ -96,13 +104,7 @@ std::vector<std::vector<int64_t>> greedy(const nn::Seq2SeqTransformer& model, co
     for (int64_t r = 0; r < R; ++r)
       for (int64_t j = 0; j <= t; ++j) pre.data<int64_t>()[r * (t + 1) + j] = prefix[alive[r]][j];
     Tensor lp = step.next_log_probs(pre).contiguous();  // (R, V)
-    if (stats) {
-      stats->steps = t + 1;
-      if (step.cache_bytes() > stats->cache_bytes_peak) {
-        stats->cache_bytes_peak = step.cache_bytes();
-        stats->cache_positions = R * (t + 1);
-      }
-    }
+    if (stats && opt.use_cache) step.record(*stats, t + 1);
     const int64_t V = lp.size(1);
     std::vector<int64_t> keep;
     for (int64_t r = 0; r < R; ++r) {
@@ -161,13 +163,7 @@ std::vector<std::vector<int64_t>> beam_search(const nn::Seq2SeqTransformer& mode
       for (int64_t j = 0; j < t; ++j) p[j + 1] = h.tokens[j];
     }
     Tensor lp = step.next_log_probs(pre).contiguous();  // (R, V)
-    if (stats) {
-      stats->steps = t + 1;
-      if (step.cache_bytes() > stats->cache_bytes_peak) {
-        stats->cache_bytes_peak = step.cache_bytes();
-        stats->cache_positions = R * (t + 1);
-      }
-    }
+    if (stats && opt.use_cache) step.record(*stats, t + 1);
     const int64_t V = lp.size(1);
     std::vector<int64_t> keep_rows, next_sentence, next_beam;
     std::vector<std::vector<Hypothesis>> next_beams(static_cast<size_t>(B));

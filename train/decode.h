@@ -19,8 +19,9 @@ struct DecodeOptions {
 
 struct DecodeStats {
   int64_t steps = 0;
-  int64_t cache_bytes_peak = 0;  // KV cache size at its largest
-  int64_t cache_positions = 0;   // target positions cached at that point (summed over rows)
+  int64_t cache_bytes_peak = 0;          // KV cache allocated at its largest (self + cross, all layers)
+  int64_t self_bytes_per_token = 0;      // self-attention K and V of one target token, all layers
+  int64_t cross_bytes_per_src_token = 0;  // cross-attention K and V of one source token, all layers
 };
 
 // src: (B, S) int64, PAD-padded. Returns B token sequences without <bos>/<eos>.

@@ -16,6 +16,7 @@
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
 #include "tensor/kernels/random.h"
+#include "train/batch_loss.h"
 #include "train/batching.h"
 #include "train/bleu.h"
 #include "train/checkpoint.h"
@@ -30,40 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// The batch as tensors: src (B, S), decoder input tgt[:, :-1] (B, T-1), labels tgt[:, 1:] (B*(T-1)).
-struct BatchTensors {
-  Tensor src, tgt_in, labels;
-};
-
-BatchTensors to_tensors(const Batch& b) {
-  BatchTensors t;
-  t.src = Tensor::from_vector(b.src, {b.rows, b.src_len});              // (B, S)
-  Tensor tgt = Tensor::from_vector(b.tgt, {b.rows, b.tgt_len});         // (B, T)
-  t.tgt_in = tgt.narrow(1, 0, b.tgt_len - 1).contiguous();             // (B, T-1)
-  t.labels = tgt.narrow(1, 1, b.tgt_len - 1).contiguous().reshape({-1});  // (B*(T-1))
-  return t;
-}
-
-Variable batch_loss(const nn::Seq2SeqTransformer& model, const BatchTensors& t, double label_smoothing) {
-  Variable logits = model.forward(t.src, t.tgt_in);  // (B, T-1, V)
-  return cross_entropy(reshape(logits, {-1, logits.size(2)}), t.labels, Vocab::kPad, label_smoothing);
-}
-
-// Mean NLL per target token over a batch plan (no label smoothing, eval mode, no graph).
-double evaluate_loss(nn::Seq2SeqTransformer& model, const BatchPlan& plan) {
-  NoGradGuard ng;
-  model.eval();
-  double total = 0;
-  int64_t tokens = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    Batch b = plan.batch(i);
-    total += batch_loss(model, to_tensors(b), 0.0).item() * static_cast<double>(b.tgt_tokens);
-    tokens += b.tgt_tokens;
-  }
-  model.train();
-  return tokens ? total / static_cast<double>(tokens) : 0.0;
-}
 
 // A well-mixed 64-bit seed for (run seed, step): dropout masks depend only on these two.
 uint64_t step_seed(uint64_t seed, int64_t step) {

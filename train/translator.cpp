@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "tensor/io/safetensors.h"
+#include "train/batch_loss.h"
 #include "train/checkpoint.h"
 
 namespace gf::train {
@@ -49,6 +50,12 @@ DecodeOptions Translator::default_decode_options() const {
   return o;
 }
 
+double Translator::mean_nll(const std::vector<TokenPair>& pairs) const {
+  std::vector<EncodedPair> enc = encode_pairs(pairs, src_vocab, tgt_vocab);
+  BatchPlan plan(enc, config.max_tokens, 0);
+  return evaluate_loss(*model, plan);
+}
+
 std::vector<std::string> Translator::translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size,
                                                DecodeStats* stats) const {
   std::vector<std::vector<int64_t>> ids(sentences.size());
@@ -83,10 +90,9 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
     auto hyps = translate_batch(*model, src, o, &batch_stats);
     if (stats) {
       stats->steps += batch_stats.steps;
-      if (batch_stats.cache_bytes_peak > stats->cache_bytes_peak) {
-        stats->cache_bytes_peak = batch_stats.cache_bytes_peak;
-        stats->cache_positions = batch_stats.cache_positions;
-      }
+      stats->cache_bytes_peak = std::max(stats->cache_bytes_peak, batch_stats.cache_bytes_peak);
+      stats->self_bytes_per_token = batch_stats.self_bytes_per_token;
+      stats->cross_bytes_per_src_token = batch_stats.cross_bytes_per_src_token;
     }
     for (size_t b = 0; b < rows.size(); ++b) out[rows[b]] = tgt_vocab.decode_text(hyps[b]);
   }

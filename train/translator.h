@@ -7,6 +7,7 @@
 
 #include "nn/seq2seq.h"
 #include "train/decode.h"
+#include "train/parallel_text.h"
 #include "train/run_config.h"
 #include "train/vocab.h"
 
@@ -27,6 +28,8 @@ struct Translator {
   std::vector<std::string> translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size = 64,
                                      DecodeStats* stats = nullptr) const;
   DecodeOptions default_decode_options() const;
+  // Mean negative log-likelihood per target token (teacher forcing, no smoothing).
+  double mean_nll(const std::vector<TokenPair>& pairs) const;
 };
 
 // Where the files of a run folder are.

@@ -1,0 +1,80 @@
+// gradflow attention: an SVG heatmap of the cross-attention weights of one translation, for every
+// decoder layer and head, and their average.
+#include <fmt/core.h>
+
+#include <sstream>
+
+#include "app/commands.h"
+#include "app/flags.h"
+#include "autograd/grad_mode.h"
+#include "tensor/io/atomic_file.h"
+#include "train/svg_plot.h"
+#include "train/translator.h"
+
+namespace gf::app {
+
+int cmd_attention(int argc, char** argv) {
+  Flags f("attention",
+          "Translates one sentence and draws the cross-attention weights (target rows x source columns) of every decoder\n"
+          "layer and head, and their average, as an SVG to open in a browser.");
+  f.add_string("model", "", "run folder or weights file");
+  f.add_string("src", "", "the source sentence (whitespace-tokenised)");
+  f.add_string("out", "attention.svg", "SVG file to write");
+  if (!f.parse(argc, argv)) return 0;
+  if (f.str("model").empty()) throw UsageError("attention: --model DIR is required");
+  train::Translator t = train::Translator::load(f.str("model"));
+  std::vector<std::string> src_tokens;
+  {
+    std::istringstream in(f.str("src"));
+    for (std::string w; in >> w;) src_tokens.push_back(w);
+  }
+  if (src_tokens.empty()) throw UsageError("attention: --src \"...\" must hold at least one token");
+  if (static_cast<int64_t>(src_tokens.size()) > t.config.max_len)
+    throw UsageError(fmt::format("attention: --src has {} tokens; the model takes at most {}", src_tokens.size(), t.config.max_len));
+
+  NoGradGuard ng;
+  std::vector<int64_t> src_ids = t.src_vocab.encode(src_tokens);
+  Tensor src = Tensor::from_vector(src_ids, {1, static_cast<int64_t>(src_ids.size())});  // (1, S)
+  std::vector<int64_t> out_ids = train::translate_batch(*t.model, src, t.default_decode_options()).at(0);
+  // Teacher-force the model's own output to read the weights behind each predicted token.
+  std::vector<int64_t> tgt_in{train::Vocab::kBos};
+  tgt_in.insert(tgt_in.end(), out_ids.begin(), out_ids.end());
+  Tensor tgt = Tensor::from_vector(tgt_in, {1, static_cast<int64_t>(tgt_in.size())});  // (1, T)
+  nn::DecoderOutput d = t.model->forward_with_attention(src, tgt);
+
+  std::vector<std::string> rows;  // the token predicted at each position
+  for (int64_t id : out_ids) rows.push_back(t.tgt_vocab.token(id));
+  rows.push_back("<eos>");
+  std::vector<std::string> cols;
+  for (size_t i = 0; i < src_tokens.size(); ++i)
+    cols.push_back(src_ids[i] == train::Vocab::kUnk ? src_tokens[i] + " (unk)" : src_tokens[i]);
+
+  const int64_t H = d.cross_weights.at(0).size(1), T = tgt.size(1), S = src.size(1);
+  std::vector<Heatmap> maps;
+  std::vector<std::vector<float>> avg(static_cast<size_t>(T), std::vector<float>(static_cast<size_t>(S), 0.f));
+  for (size_t l = 0; l < d.cross_weights.size(); ++l) {
+    Tensor w = d.cross_weights[l].data().to(DType::Float32).contiguous();  // (1, H, T, S)
+    for (int64_t h = 0; h < H; ++h) {
+      Heatmap m;
+      m.title = fmt::format("layer {} head {}", l, h);
+      m.row_labels = rows;
+      m.col_labels = cols;
+      m.weights.assign(static_cast<size_t>(T), std::vector<float>(static_cast<size_t>(S)));
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < S; ++j) {
+          float v = w.data<float>()[(h * T + i) * S + j];
+          m.weights[i][j] = v;
+          avg[i][j] += v / static_cast<float>(H * static_cast<int64_t>(d.cross_weights.size()));
+        }
+      maps.push_back(std::move(m));
+    }
+  }
+  maps.push_back({"average of all layers and heads", avg, rows, cols});
+  write_file_atomic(f.str("out"), attention_grid_svg(maps, static_cast<int>(H)));
+  std::string translation;
+  for (size_t i = 0; i + 1 < rows.size(); ++i) translation += (i ? " " : "") + rows[i];
+  fmt::print("{}\nwrote {} ({} layers x {} heads + average)\n", translation, f.str("out"), d.cross_weights.size(), H);
+  return 0;
+}
+
+}  // namespace gf::app
