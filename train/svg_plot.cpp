@@ -489,7 +489,9 @@ std::string loss_curve_svg(const std::vector<std::pair<double, double>>& train_i
   // A little air above and below the data, so extreme points do not sit on the frame.
   if (!empty) {
     const double ypad = 0.04 * (ymax - ymin);
-    ymin -= ypad, ymax += ypad;
+    // Losses are never negative: an all-positive series keeps its axis at or above 0.
+    ymin = ymin >= 0 ? std::max(0.0, ymin - ypad) : ymin - ypad;
+    ymax += ypad;
   }
   const std::vector<double> xt = nice_ticks(xmin, xmax, 7), yt = nice_ticks(ymin, ymax, 6);
   const double x0 = xt.front(), x1 = xt.back(), y0 = yt.front(), y1 = yt.back();

@@ -126,13 +126,16 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
   int saves = 0;
   double recent_loss = 0;
   int64_t recent_n = 0;
+  constexpr int kCurveEvery = 20;  // steps averaged into one point of the training curve
+  double curve_sum = 0;
+  int curve_n = 0;
   const std::map<std::string, std::string> file_meta = {{"format", "gradflow"}, {"config", config.to_json()}};
 
   auto write_curve = [&] {
     std::vector<std::pair<double, double>> tr, va;
     for (auto& p : state.train_curve) tr.emplace_back(p.step, p.loss);
     for (auto& p : state.valid_curve) va.emplace_back(p.step, p.loss);
-    write_file_atomic(run_file(opt.out, "loss.svg"), loss_curve_svg(tr, va, "gradflow: training and validation loss"));
+    write_file_atomic(run_file(opt.out, "loss.svg"), loss_curve_svg(tr, va, "training loss (label-smoothed, 20-step means) and validation NLL"));
   };
   auto checkpoint = [&] {
     state.train_seconds = elapsed();
@@ -173,8 +176,10 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
       epoch_tokens += batch.tgt_tokens;
       recent_loss += l;
       recent_n += 1;
-      if (state.step % config.log_every == 0 || bi + 1 == order.size()) {
-        state.train_curve.push_back({static_cast<double>(state.step), recent_loss / static_cast<double>(recent_n)});
+      curve_sum += l;
+      if (++curve_n == kCurveEvery) {
+        state.train_curve.push_back({static_cast<double>(state.step), curve_sum / kCurveEvery});
+        curve_sum = 0, curve_n = 0;
       }
       if (!opt.quiet) {
         ProgressInfo p;
