@@ -67,7 +67,7 @@ Variable Seq2SeqTransformer::encode(const Tensor& src, const Tensor& src_pad_mas
 
 Variable Seq2SeqTransformer::project(const Variable& h) const { return out->forward(h); }
 
-DecoderOutput Seq2SeqTransformer::forward_with_attention(const Tensor& src, const Tensor& tgt_in) const {
+DecoderOutput Seq2SeqTransformer::run(const Tensor& src, const Tensor& tgt_in, bool need_weights) const {
   if (src.ndim() != 2 || tgt_in.ndim() != 2 || src.size(0) != tgt_in.size(0))
     throw std::invalid_argument("Seq2SeqTransformer: src " + shape_str(src.shape()) + " and tgt " + shape_str(tgt_in.shape()) +
                                 " must be (B, S) and (B, T) with the same B");
@@ -75,21 +75,13 @@ DecoderOutput Seq2SeqTransformer::forward_with_attention(const Tensor& src, cons
   Tensor tgt_pad = make_pad_mask(tgt_in, options_.pad);  // (B, T)
   Tensor causal = make_causal_mask(tgt_in.size(1));      // (T, T)
   Variable memory = encode(src, src_pad);                // (B, S, D)
-  DecoderOutput d = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad, true);
+  DecoderOutput d = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad, need_weights);
   d.output = project(d.output);  // (B, T, V)
   return d;
 }
 
-Variable Seq2SeqTransformer::forward(const Tensor& src, const Tensor& tgt_in) const {
-  if (src.ndim() != 2 || tgt_in.ndim() != 2 || src.size(0) != tgt_in.size(0))
-    throw std::invalid_argument("Seq2SeqTransformer: src " + shape_str(src.shape()) + " and tgt " + shape_str(tgt_in.shape()) +
-                                " must be (B, S) and (B, T) with the same B");
-  Tensor src_pad = make_pad_mask(src, options_.pad);     // (B, S)
-  Tensor tgt_pad = make_pad_mask(tgt_in, options_.pad);  // (B, T)
-  Tensor causal = make_causal_mask(tgt_in.size(1));      // (T, T)
-  Variable memory = encode(src, src_pad);                // (B, S, D)
-  Variable h = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad).output;  // (B, T, D)
-  return project(h);  // (B, T, V)
-}
+DecoderOutput Seq2SeqTransformer::forward_with_attention(const Tensor& src, const Tensor& tgt_in) const { return run(src, tgt_in, true); }
+
+Variable Seq2SeqTransformer::forward(const Tensor& src, const Tensor& tgt_in) const { return run(src, tgt_in, false).output; }
 
 }  // namespace gf::nn

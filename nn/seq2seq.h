@@ -54,6 +54,8 @@ class Seq2SeqTransformer : public Module {
   std::shared_ptr<Linear> out;
 
  private:
+  DecoderOutput run(const Tensor& src, const Tensor& tgt_in, bool need_weights) const;
+
   Seq2SeqOptions options_;
 };
 

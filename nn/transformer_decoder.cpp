@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
 #include "nn/ffn.h"
+#include "tensor/kernels/indexing.h"
 
 namespace gf::nn {
 
@@ -16,19 +17,9 @@ int64_t DecoderLayerCache::bytes() const {
 }
 
 void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
-  for (Tensor* t : {&self_k, &self_v, &cross_k, &cross_v}) {
-    if (!t->defined()) continue;
-    Shape shape = t->shape();
-    shape[0] = static_cast<int64_t>(rows.size());
-    Tensor out = Tensor::empty(shape, t->dtype());  // (B', H, *, d_k)
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] < 0 || rows[i] >= t->size(0))
-        throw std::out_of_range("DecoderLayerCache::select_rows: row " + std::to_string(rows[i]) + " of " + std::to_string(t->size(0)));
-      Tensor dst = out.select(0, static_cast<int64_t>(i));
-      dst.copy_(t->select(0, rows[i]));
-    }
-    *t = out;
-  }
+  Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});  // (B')
+  for (Tensor* t : {&self_k, &self_v, &cross_k, &cross_v})
+    if (t->defined()) *t = kernels::index_select(*t, index);  // (B', H, *, d_k)
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt) : options(opt) {

@@ -8,6 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/softmax.h"
 #include "nn/masks.h"
+#include "tensor/kernels/indexing.h"
 
 namespace gf::train {
 namespace {
@@ -22,14 +23,7 @@ std::vector<int64_t> source_lengths(const Tensor& src, int64_t pad) {
 }
 
 Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows) {
-  Shape shape = t.shape();
-  shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty(shape, t.dtype());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    Tensor dst = out.select(0, static_cast<int64_t>(i));
-    dst.copy_(t.select(0, rows[i]));
-  }
-  return out;
+  return kernels::index_select(t, Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())}));
 }
 
 // Log-probabilities of the next token for each row: (R, V) float32, from the cache or the prefix.
