@@ -384,6 +384,18 @@ TEST_CASE("Module::to converts parameters and buffers; the model then runs in fl
   CHECK(std::abs(m64.pos->table(5, 1, DType::Float64).at({0, 2}) - std::sin(angle)) < 1e-15);
 }
 
+TEST_CASE("Module::to converts accumulated gradients too, so training can go on in the new dtype") {
+  nn::Linear lin(3, 2);
+  sum(lin.forward(Variable(Tensor::ones({1, 3})))).backward();
+  REQUIRE(lin.weight.grad().dtype() == DType::Float32);
+  lin.to(DType::Float64);
+  CHECK(lin.weight.grad().dtype() == DType::Float64);
+  CHECK(lin.bias.grad().dtype() == DType::Float64);
+  CHECK_NOTHROW(sum(lin.forward(Variable(Tensor::ones({1, 3}, DType::Float64)))).backward());
+  CHECK(lin.bias.grad().at({1}) == 2.0);  // two backwards of sum(x W^T + b): 1 + 1
+  CHECK(lin.weight.grad().at({0, 2}) == 2.0);
+}
+
 TEST_CASE("set_parameter: replaces a parameter; a shape mismatch or unknown name is an error") {
   nn::Linear a(3, 2), b(3, 2), c(2, 3);
   b.set_parameter("weight", a.weight);
