@@ -396,6 +396,22 @@ TEST_CASE("gradcheck: MultiheadAttention (self, cross, three inputs) with masks,
   }
 }
 
+TEST_CASE("MultiheadAttention without bias: two parameters, and the projections are plain products") {
+  Generator gen(95);
+  MultiheadAttention mha(4, 2, 0.0, false, gen);
+  auto named = mha.named_parameters();
+  REQUIRE(named.size() == 2);
+  CHECK(named[0].first == "in_proj_weight");
+  CHECK(named[1].first == "out_proj.weight");
+  CHECK_FALSE(mha.in_proj_bias.defined());
+  // A zero input gives a zero output (no bias anywhere).
+  Variable zero(Tensor::zeros({1, 3, 4}));
+  CHECK(max_abs_diff(mha.forward(zero, zero, zero).output.data(), Tensor::zeros({1, 3, 4})) == 0.0);
+  mha.to(DType::Float64);
+  auto fn = [&](const std::vector<Variable>& in) { return mha.forward(in[0], in[1], in[1]).output; };
+  GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({1, 2, 4}, 96)), leaf(randn({1, 3, 4}, 97)), mha.in_proj_weight}));
+}
+
 TEST_CASE("MultiheadAttention errors name the shapes") {
   auto mha = random_attention(8, 2, 91);
   Variable q(Tensor::zeros({2, 3, 8})), k(Tensor::zeros({2, 4, 8}));

@@ -182,6 +182,28 @@ TEST_CASE("decoder: the causal mask keeps later target positions from earlier ou
   }
 }
 
+TEST_CASE("a decoder layer's self-attention with the causal mask: weights above the diagonal are exactly 0") {
+  Generator gen(55);
+  nn::TransformerDecoderLayer layer(layer_options(8, 2, 16, false, nn::Activation::ReLU), gen);
+  randomise(layer, 56);
+  Variable x(randn({2, 4, 8}, 57, 1.0, DType::Float32));                 // (2, 4, 8)
+  Tensor tgt_pad = Tensor::of({0, 0, 0, 0, 0, 0, 0, 1}, {2, 4}, DType::Bool);
+  Tensor w = layer.self_attn->forward(x, x, x, tgt_pad, nn::make_causal_mask(4), true).weights.data();  // (2, 2, 4, 4)
+  CHECK(shape_str(w.shape()) == "(2, 2, 4, 4)");
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 4; ++i) {
+        double s = 0;
+        for (int64_t j = 0; j < 4; ++j) {
+          s += w.at({b, h, i, j});
+          const bool blocked = j > i || (b == 1 && j == 3);
+          if (blocked) CHECK(w.at({b, h, i, j}) == 0.0);
+          else CHECK(w.at({b, h, i, j}) > 0.0);
+        }
+        CHECK(s == doctest::Approx(1.0).epsilon(1e-6));
+      }
+}
+
 TEST_CASE("batch invariance: a sentence alone and padded into a batch gives the same memory and logits") {
   for (bool norm_first : {false, true}) {
     CAPTURE(norm_first);
