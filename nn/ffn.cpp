@@ -8,9 +8,9 @@ Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& li
   return linear2.forward(h);  // (..., d_model)
 }
 
-FFN::FFN(int64_t d, int64_t ff, Activation act, double p) : activation(act) {
-  linear1 = register_module("linear1", std::make_shared<Linear>(d, ff));
-  linear2 = register_module("linear2", std::make_shared<Linear>(ff, d));
+FFN::FFN(int64_t d, int64_t ff, Activation act, double p, Generator& gen) : activation(act) {
+  linear1 = register_module("linear1", std::make_shared<Linear>(d, ff, true, gen));
+  linear2 = register_module("linear2", std::make_shared<Linear>(ff, d, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
 }
 

@@ -14,7 +14,8 @@ Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& li
 
 class FFN : public Module {
  public:
-  FFN(int64_t d_model, int64_t dim_feedforward, Activation act = Activation::ReLU, double dropout = 0.0);
+  FFN(int64_t d_model, int64_t dim_feedforward, Activation act = Activation::ReLU, double dropout = 0.0,
+      Generator& gen = default_generator());
   Variable forward(const Variable& x) const;  // (..., d_model) -> (..., d_model)
 
   std::shared_ptr<Linear> linear1, linear2;

@@ -121,8 +121,12 @@ void Module::zero_grad() {
 }
 
 void Module::to(DType dtype) {
-  for (auto& p : parameters())
+  for (auto& p : parameters()) {
     if (p.dtype() != dtype) p.impl()->data = p.data().to(dtype);
+    // An accumulated gradient follows, or the next backward would add float64 into float32.
+    Tensor& g = p.impl()->grad;
+    if (g.defined() && g.dtype() != dtype) g = g.to(dtype);
+  }
   for (auto& b : buffers_)
     if (is_floating(b.value.dtype())) b.value = b.value.to(dtype);
   for (auto& [n, c] : children_) c->to(dtype);

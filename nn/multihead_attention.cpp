@@ -49,6 +49,14 @@ std::pair<Variable, Variable> MultiheadAttention::project_kv(const Variable& x) 
 
 namespace {
 
+// Only bool (blocked) and floating (added) masks have a meaning; an int64 0/1 mask would be added
+// as a +1 bias where it meant "blocked", so it is refused.
+void check_mask_dtype(const Tensor& m, const char* what) {
+  if (m.defined() && m.dtype() != DType::Bool && !is_floating(m.dtype()))
+    throw std::invalid_argument(std::string("MultiheadAttention: ") + what + " must be bool or floating, got " + dtype_name(m.dtype()) +
+                                " " + shape_str(m.shape()));
+}
+
 void check_input(const Variable& x, int64_t D, const char* what) {
   if (x.ndim() != 3 || x.size(2) != D)
     throw std::invalid_argument(std::string("MultiheadAttention: ") + what + " must be (B, len, " + std::to_string(D) +
@@ -81,6 +89,8 @@ Tensor combine_bool_masks(const Tensor& kpm, const Tensor& attn, int64_t B, int6
 AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
                                            const Tensor& attn_mask, bool need_weights) const {
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2);
+  check_mask_dtype(kpm, "key_padding_mask");
+  check_mask_dtype(attn_mask, "attn_mask");
   if (kpm.defined() && (kpm.ndim() != 2 || kpm.size(0) != B || kpm.size(1) != S))
     throw std::invalid_argument("MultiheadAttention: key_padding_mask must be (" + std::to_string(B) + ", " + std::to_string(S) +
                                 "), got " + shape_str(kpm.shape()));

@@ -9,9 +9,9 @@
 
 namespace gf::nn {
 
-Transformer::Transformer(const TransformerLayerOptions& opt, int64_t n_enc, int64_t n_dec) {
-  encoder = register_module("encoder", std::make_shared<TransformerEncoder>(opt, n_enc));
-  decoder = register_module("decoder", std::make_shared<TransformerDecoder>(opt, n_dec));
+Transformer::Transformer(const TransformerLayerOptions& opt, int64_t n_enc, int64_t n_dec, Generator& gen) {
+  encoder = register_module("encoder", std::make_shared<TransformerEncoder>(opt, n_enc, true, gen));
+  decoder = register_module("decoder", std::make_shared<TransformerDecoder>(opt, n_dec, true, gen));
 }
 
 Seq2SeqTransformer::Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_seed) : options_(opt) {
@@ -33,7 +33,7 @@ Seq2SeqTransformer::Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_
   lo.dropout = opt.dropout;
   lo.activation = opt.activation;
   lo.norm_first = opt.norm_first;
-  transformer = register_module("transformer", std::make_shared<Transformer>(lo, opt.num_layers, opt.num_layers));
+  transformer = register_module("transformer", std::make_shared<Transformer>(lo, opt.num_layers, opt.num_layers, gen));
   out = register_module("out", std::make_shared<Linear>(opt.d_model, opt.tgt_vocab, true, gen));
   // As the reference: xavier_uniform_ on every parameter with more than one dim.
   for (auto& p : parameters())

@@ -26,7 +26,8 @@ struct Seq2SeqOptions {
 
 class Transformer : public Module {
  public:
-  Transformer(const TransformerLayerOptions& opt, int64_t num_encoder_layers, int64_t num_decoder_layers);
+  Transformer(const TransformerLayerOptions& opt, int64_t num_encoder_layers, int64_t num_decoder_layers,
+              Generator& gen = default_generator());
   std::shared_ptr<TransformerEncoder> encoder;
   std::shared_ptr<TransformerDecoder> decoder;
 };

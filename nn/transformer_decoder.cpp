@@ -22,12 +22,12 @@ void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
     if (t->defined()) *t = kernels::index_select(*t, index);  // (B', H, *, d_k)
 }
 
-TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt) : options(opt) {
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout));
-  multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout));
-  linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward));
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen) : options(opt) {
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
+  multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
+  linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
-  linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model));
+  linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
   norm1 = register_module("norm1", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
   norm2 = register_module("norm2", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
   norm3 = register_module("norm3", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
@@ -110,9 +110,9 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
   return r;
 }
 
-TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm) {
+TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm, Generator& gen) {
   layers = register_module("layers", std::make_shared<ModuleList<TransformerDecoderLayer>>());
-  for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(opt));
+  for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(opt, gen));
   if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
 }
 

@@ -27,7 +27,7 @@ struct DecoderLayerOutput {
 
 class TransformerDecoderLayer : public Module {
  public:
-  explicit TransformerDecoderLayer(const TransformerLayerOptions& opt);
+  explicit TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen = default_generator());
   // tgt (B, T, D), memory (B, S, D); tgt_mask (T, T) (causal); tgt_key_padding_mask (B, T);
   // memory_key_padding_mask (B, S).
   DecoderLayerOutput forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask = Tensor(),
@@ -58,7 +58,8 @@ struct DecoderOutput {
 
 class TransformerDecoder : public Module {
  public:
-  TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm = true);
+  TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm = true,
+                     Generator& gen = default_generator());
   DecoderOutput forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask = Tensor(),
                         const Tensor& tgt_key_padding_mask = Tensor(), const Tensor& memory_key_padding_mask = Tensor(),
                         bool need_weights = false) const;

@@ -6,12 +6,12 @@
 
 namespace gf::nn {
 
-TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& opt) : options(opt) {
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen) : options(opt) {
   // Registration order follows PyTorch's, so named_parameters() lists the same sequence.
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout));
-  linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward));
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
+  linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
-  linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model));
+  linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
   norm1 = register_module("norm1", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
   norm2 = register_module("norm2", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(opt.dropout));
@@ -36,9 +36,9 @@ Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm
   return x;
 }
 
-TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm) {
+TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm, Generator& gen) {
   layers = register_module("layers", std::make_shared<ModuleList<TransformerEncoderLayer>>());
-  for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(opt));
+  for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(opt, gen));
   if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
 }
 

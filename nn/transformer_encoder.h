@@ -22,7 +22,8 @@ struct TransformerLayerOptions {
 
 class TransformerEncoderLayer : public Module {
  public:
-  explicit TransformerEncoderLayer(const TransformerLayerOptions& opt);
+  // gen draws the initial weights (a seeded model is reproducible whatever else has drawn).
+  explicit TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen = default_generator());
   // src (B, S, D); src_key_padding_mask (B, S); src_mask (S, S) optional.
   Variable forward(const Variable& src, const Tensor& src_key_padding_mask = Tensor(), const Tensor& src_mask = Tensor()) const;
 
@@ -35,7 +36,8 @@ class TransformerEncoderLayer : public Module {
 
 class TransformerEncoder : public Module {
  public:
-  TransformerEncoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm = true);
+  TransformerEncoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm = true,
+                     Generator& gen = default_generator());
   Variable forward(const Variable& src, const Tensor& src_key_padding_mask = Tensor(), const Tensor& mask = Tensor()) const;
 
   std::shared_ptr<ModuleList<TransformerEncoderLayer>> layers;

@@ -1,0 +1,63 @@
+#pragma once
+// Helpers shared by the nn tests: comparing tensors, catching error messages, tiny models.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "nn/seq2seq.h"
+#include "tensor/tensor.h"
+
+namespace gf::testing {
+
+// max |a - b| over all elements; shapes must match. NaN anywhere gives +inf.
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(shape_str(a.shape()) == shape_str(b.shape()));
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = std::abs(a.flat_get(i) - b.flat_get(i));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return worst;
+}
+
+inline bool all_finite(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t.flat_get(i))) return false;
+  return true;
+}
+
+// The message of the exception f throws, or "<no exception>".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+#define GF_CHECK_CONTAINS(haystack, needle)                      \
+  do {                                                           \
+    const std::string gf_h_ = (haystack);                        \
+    INFO("message: " << gf_h_);                                  \
+    CHECK(gf_h_.find(needle) != std::string::npos);              \
+  } while (0)
+
+// A tiny translator: distinct sizes so that shapes tell the tensors apart.
+inline nn::Seq2SeqOptions tiny_options(int64_t layers = 2, bool norm_first = false, double dropout = 0.0) {
+  nn::Seq2SeqOptions o;
+  o.src_vocab = 7;
+  o.tgt_vocab = 9;
+  o.d_model = 4;
+  o.nhead = 2;
+  o.num_layers = layers;
+  o.dim_feedforward = 6;
+  o.dropout = dropout;
+  o.norm_first = norm_first;
+  o.max_len = 32;
+  return o;
+}
+
+}  // namespace gf::testing
