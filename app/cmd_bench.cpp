@@ -131,8 +131,9 @@ Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
 
 // The reference's decode: random weights in eval mode, the test sources in batches of
 // `decode_batch`, each batch decoded greedily for exactly (its longest source + 20) steps whatever
-// the model picks (<eos> does not stop it), with the KV cache.
-Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, Setup& s) {
+// the model picks (<eos> does not stop it). With the KV cache unless told otherwise (the reference
+// has none: it reruns the decoder over the whole prefix every step).
+Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, Setup& s) {
   constexpr int64_t kExtra = 20;
   const std::filesystem::path file = std::filesystem::path(c.data) / (test + "." + c.src);
   std::vector<train::Tokens> sources;
@@ -145,6 +146,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   train::DecodeOptions opt;
   opt.max_extra = kExtra;
   opt.stop_at_eos = false;
+  opt.use_cache = use_cache;
   int64_t sentences = 0, tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < sources.size(); i += static_cast<size_t>(decode_batch)) {
@@ -166,6 +168,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   Json info = s.info;
   info["test"] = test;
   info["decode_batch"] = decode_batch;
+  info["kv_cache"] = use_cache;
   info["seconds"] = round_to(dt, 3);
   info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
   info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);
@@ -182,7 +185,7 @@ int cmd_bench(int argc, char** argv) {
           "one JSON line with the reference's keys. MODE train: 3 warm-up steps, then --steps timed training steps on\n"
           "length-bucketed batches shuffled with the seed (target tokens/s). MODE decode: random weights, the --test\n"
           "sources in batches of --decode-batch, each greedily decoded for exactly (longest source + 20) steps, ignoring\n"
-          "<eos>, with the KV cache (sentences/s). Both report the peak resident memory (getrusage).\n"
+          "<eos>, with the KV cache unless --no-cache (sentences/s). Both report the peak resident memory (getrusage).\n"
           "scripts/bench_vs_torch.sh runs both programs side by side.");
   f.add_positional("MODE", "train or decode");
   f.add_string("data", "", "folder with train.SRC/train.TGT and the --test split (required)");
@@ -203,6 +206,7 @@ int cmd_bench(int argc, char** argv) {
   f.add_int("steps", 30, "train: timed steps (after 3 warm-up steps)");
   f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
   f.add_int("decode-batch", 64, "decode: sentences decoded together");
+  f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
   if (!f.parse(argc, argv)) return 0;
 
   const std::string mode = f.positional(0);
@@ -236,7 +240,7 @@ int cmd_bench(int argc, char** argv) {
   set_num_threads(static_cast<int>(f.integer("threads")));
 
   Setup s = make_setup(c);
-  Json out = mode == "train" ? bench_train(c, f.integer("steps"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), s);
+  Json out = mode == "train" ? bench_train(c, f.integer("steps"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), s);
   fmt::print("{}\n", out.dump());
   return 0;
 }

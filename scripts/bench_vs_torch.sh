@@ -52,7 +52,13 @@ done
 
 echo "== gradflow info"
 "$GRADFLOW" info
-echo "== PyTorch: $(/usr/bin/python3 -c 'import torch; print(torch.__version__, torch.__config__.parallel_info().splitlines()[0])' 2>/dev/null || echo 'not importable')"
+# PyTorch's OpenBLAS is the same Debian library, loaded with whatever OPENBLAS_CORETYPE says.
+echo "== PyTorch: $(/usr/bin/python3 -c '
+import ctypes, torch
+core = ctypes.CDLL("libopenblas.so.0")
+core.openblas_get_corename.restype = ctypes.c_char_p
+print(torch.__version__ + ", openblas core: " + core.openblas_get_corename().decode())' 2>/dev/null || echo 'not importable')"
+echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
 echo "== $ROUNDS rounds: training $STEPS timed steps (after 3 warm-up steps), decoding batches of $DECODE_BATCH, $THREADS threads"
 
 COMMON=(--data "$DATA" --threads "$THREADS")
