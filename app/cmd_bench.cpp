@@ -202,7 +202,7 @@ int cmd_bench(int argc, char** argv) {
   f.add_int("warmup", d.warmup, "train: warmup steps of the learning-rate schedule");
   f.add_double("label-smoothing", d.label_smoothing, "train: label smoothing");
   f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often");
-  f.add_int("threads", 2, "threads (the reference's default)");
+  f.add_int("threads", 2, "threads for oneTBB and OpenBLAS (the reference also defaults to 2)");
   f.add_int("steps", 30, "train: timed steps (after 3 warm-up steps)");
   f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
   f.add_int("decode-batch", 64, "decode: sentences decoded together");
