@@ -11,6 +11,7 @@ const std::vector<Command>& commands() {
       {"eval", "score a trained model on a test split: loss, perplexity, BLEU, exact match", cmd_eval},
       {"bleu", "corpus BLEU of a hypothesis file against a reference file (sacreBLEU's default)", cmd_bleu},
       {"attention", "draw a translation's cross-attention weights (every layer and head) as SVG", cmd_attention},
+      {"bench", "training and decoding throughput, measured as the PyTorch reference measures itself (JSON)", cmd_bench},
       {"parity", "compare modules with PyTorch reference cases, outputs and gradients", cmd_parity},
       {"demo", "train a tiny network for a few steps and print its gradients", cmd_demo},
       {"info", "show the version, the OpenBLAS kernel in use and the thread count", cmd_info},

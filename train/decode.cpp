@@ -87,6 +87,7 @@ std::vector<std::vector<int64_t>> greedy(const nn::Seq2SeqTransformer& model, co
   std::vector<int64_t> limit = source_lengths(src, opt.pad);
   int64_t max_steps = 0;
   for (auto& l : limit) max_steps = std::max(max_steps, l += opt.max_extra);
+  if (!opt.stop_at_eos) std::fill(limit.begin(), limit.end(), max_steps);
   StepModel step(model, src, opt, max_steps + 1);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
   std::vector<int64_t> alive(static_cast<size_t>(B));  // original row of each live row
@@ -106,7 +107,7 @@ std::vector<std::vector<int64_t>> greedy(const nn::Seq2SeqTransformer& model, co
       int64_t best = std::max_element(row, row + V) - row;
       int64_t b = alive[r];
       prefix[b].push_back(best);
-      if (best == opt.eos) continue;
+      if (best == opt.eos && opt.stop_at_eos) continue;
       out[b].push_back(best);
       if (static_cast<int64_t>(out[b].size()) >= limit[b]) continue;
       keep.push_back(r);
@@ -237,6 +238,8 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
   check_dtype(src, DType::Int64, "translate_batch");
   if (src.ndim() != 2) throw std::invalid_argument("translate_batch: src must be (B, S), got " + shape_str(src.shape()));
   if (opt.beam < 1) throw std::invalid_argument("translate_batch: beam must be >= 1, got " + std::to_string(opt.beam));
+  if (opt.beam > 1 && !opt.stop_at_eos)
+    throw std::invalid_argument("translate_batch: stop_at_eos = false is for greedy decoding only, got beam " + std::to_string(opt.beam));
   NoGradGuard ng;
   if (src.size(0) == 0) return {};
   return opt.beam == 1 ? greedy(model, src, opt, stats) : beam_search(model, src, opt, stats);

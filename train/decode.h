@@ -14,6 +14,10 @@ struct DecodeOptions {
   double length_penalty = 1.0;  // beam: a hypothesis scores log p / length^length_penalty
   int64_t max_extra = 50;       // tokens past the source length
   bool use_cache = true;        // false recomputes the whole prefix every step (for tests)
+  // false (greedy only): every row runs for exactly (longest source in the batch + max_extra)
+  // steps and keeps every token it picks, <eos> and what follows included, as the PyTorch
+  // reference's fixed-length decoding benchmark does.
+  bool stop_at_eos = true;
   int64_t bos = 2, eos = 3, pad = 0;
 };
 
@@ -24,7 +28,8 @@ struct DecodeStats {
   int64_t cross_bytes_per_src_token = 0;  // cross-attention K and V of one source token, all layers
 };
 
-// src: (B, S) int64, PAD-padded. Returns B token sequences without <bos>/<eos>.
+// src: (B, S) int64, PAD-padded. Returns B token sequences without <bos>/<eos> (with stop_at_eos
+// false: without <bos>, each exactly the step count long).
 std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt,
                                                   DecodeStats* stats = nullptr);
 

@@ -1,0 +1,248 @@
+// gradflow bench: training and decoding throughput measured exactly as the PyTorch reference
+// (../shared/reference/torch_translator.py, its `bench` and `decode` modes) measures them, printed
+// as one JSON line with the reference's keys, so scripts/bench_vs_torch.sh can put the two side by
+// side on the same machine.
+#include <fmt/core.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "app/commands.h"
+#include "app/flags.h"
+#include "autograd/grad_mode.h"
+#include "optim/adam.h"
+#include "tensor/kernels/random.h"
+#include "tensor/parallel.h"
+#include "tensor/runtime.h"
+#include "train/batch_loss.h"
+#include "train/batching.h"
+#include "train/bleu.h"
+#include "train/decode.h"
+#include "train/parallel_text.h"
+#include "train/run_config.h"
+#include "train/vocab.h"
+
+namespace gf::app {
+
+namespace {
+
+using Json = nlohmann::ordered_json;  // keys in the order written, as the reference's dict
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Python's round(x, digits), near enough for printing.
+double round_to(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(x * scale) / scale;
+}
+
+// The reference's resource.getrusage(RUSAGE_SELF).ru_maxrss / 1024 (Linux reports KiB).
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return round_to(static_cast<double>(u.ru_maxrss) / 1024.0, 1);
+}
+
+// What both modes share: the training vocabularies and a freshly initialised model.
+struct Setup {
+  std::vector<train::TokenPair> train_pairs;
+  train::Vocab src_vocab, tgt_vocab;
+  std::unique_ptr<nn::Seq2SeqTransformer> model;
+  Json info;
+};
+
+Setup make_setup(const train::RunConfig& c) {
+  Setup s;
+  s.train_pairs = train::read_parallel_dir(c.data, "train", c.src, c.tgt).pairs;
+  if (s.train_pairs.empty()) throw std::runtime_error("bench: " + c.data + "/train." + c.src + " has no sentence pairs");
+  s.src_vocab = train::Vocab::build_source(s.train_pairs, c.min_freq);
+  s.tgt_vocab = train::Vocab::build_target(s.train_pairs, c.min_freq);
+  s.model = std::make_unique<nn::Seq2SeqTransformer>(c.model_options(s.src_vocab.size(), s.tgt_vocab.size()), c.seed);
+  s.info = Json{{"impl", "gradflow"},
+                {"version", GRADFLOW_VERSION},
+                {"params", s.model->num_parameters()},
+                {"src_vocab", s.src_vocab.size()},
+                {"tgt_vocab", s.tgt_vocab.size()},
+                {"threads", max_threads()},
+                {"blas_core", blas_core_in_use()},
+                {"d_model", c.d_model},
+                {"heads", c.heads},
+                {"layers", c.layers},
+                {"ff", c.ff},
+                {"max_tokens", c.max_tokens}};
+  return s;
+}
+
+// The reference's bench: batches shuffled with the seed, 3 warm-up steps, then `steps` timed
+// training steps (forward, backward, clip, Adam, schedule). Where the reference would run out of
+// batches (a tiny data set) this continues with the next epoch's order instead.
+Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
+  constexpr int64_t kWarmup = 3;
+  std::vector<train::EncodedPair> pairs = train::encode_pairs(s.train_pairs, s.src_vocab, s.tgt_vocab);
+  train::BatchPlan plan(pairs, c.max_tokens);  // no --max-len cut: the reference keeps every pair
+  if (plan.size() == 0) throw std::runtime_error("bench: no training batches (every source sentence is empty?)");
+  nn::Seq2SeqTransformer& model = *s.model;
+  model.train();
+  optim::Adam adam(model.named_parameters(), {.lr = c.lr, .beta1 = c.beta1, .beta2 = c.beta2, .eps = c.adam_eps});
+  const std::vector<Variable> params = model.parameters();
+  default_generator().seed(c.seed);  // dropout masks
+
+  std::vector<size_t> order;
+  size_t next = 0;
+  uint64_t epoch = 0;
+  int64_t step = 0;
+  auto train_step = [&](int64_t& tgt_tokens, int64_t& src_tokens) {
+    if (next == order.size()) order = plan.epoch_order(c.seed, ++epoch), next = 0;
+    train::Batch batch = plan.batch(order[next++]);
+    train::BatchTensors t = train::to_tensors(batch);
+    Variable loss = train::batch_loss(model, t, c.label_smoothing);  // scalar
+    adam.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm(params, c.clip);
+    adam.set_lr(optim::warmup_inverse_sqrt(c.lr, step, c.warmup));
+    adam.step();
+    ++step;
+    const double l = loss.item();  // the reference's loss.item(): waits for the step, as here
+    if (!std::isfinite(l)) throw std::runtime_error(fmt::format("bench: loss became {} at step {}", l, step));
+    tgt_tokens += batch.tgt_tokens;
+    src_tokens += batch.src_tokens;
+  };
+
+  int64_t ignored_tgt = 0, ignored_src = 0;
+  for (int64_t i = 0; i < kWarmup; ++i) train_step(ignored_tgt, ignored_src);
+  int64_t tgt_tokens = 0, src_tokens = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) train_step(tgt_tokens, src_tokens);
+  const double dt = seconds_since(t0);
+  Json info = s.info;
+  info["steps"] = steps;
+  info["seconds"] = round_to(dt, 3);
+  info["tgt_tokens_per_s"] = round_to(static_cast<double>(tgt_tokens) / dt, 1);
+  info["src_tokens_per_s"] = round_to(static_cast<double>(src_tokens) / dt, 1);
+  info["peak_rss_mib"] = peak_rss_mib();
+  return info;
+}
+
+// The reference's decode: random weights in eval mode, the test sources in batches of
+// `decode_batch`, each batch decoded greedily for exactly (its longest source + 20) steps whatever
+// the model picks (<eos> does not stop it). With the KV cache unless told otherwise (the reference
+// has none: it reruns the decoder over the whole prefix every step).
+Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, Setup& s) {
+  constexpr int64_t kExtra = 20;
+  const std::filesystem::path file = std::filesystem::path(c.data) / (test + "." + c.src);
+  std::vector<train::Tokens> sources;
+  // An empty line would be an all-padding row; Multi30k has none, so they are simply left out.
+  for (const std::string& line : train::read_text_lines(file, "bench"))
+    if (train::Tokens t = split_whitespace(line); !t.empty()) sources.push_back(std::move(t));
+  if (sources.empty()) throw std::runtime_error("bench: " + file.string() + " has no sentences");
+  nn::Seq2SeqTransformer& model = *s.model;
+  model.eval();
+  train::DecodeOptions opt;
+  opt.max_extra = kExtra;
+  opt.stop_at_eos = false;
+  opt.use_cache = use_cache;
+  int64_t sentences = 0, tokens = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < sources.size(); i += static_cast<size_t>(decode_batch)) {
+    const size_t end = std::min(sources.size(), i + static_cast<size_t>(decode_batch));
+    const int64_t B = static_cast<int64_t>(end - i);
+    std::vector<std::vector<int64_t>> ids;
+    int64_t S = 0;
+    for (size_t j = i; j < end; ++j) {
+      ids.push_back(s.src_vocab.encode(sources[j]));
+      S = std::max<int64_t>(S, static_cast<int64_t>(ids.back().size()));
+    }
+    std::vector<int64_t> flat(static_cast<size_t>(B * S), train::Vocab::kPad);
+    for (int64_t b = 0; b < B; ++b) std::copy(ids[b].begin(), ids[b].end(), flat.begin() + b * S);
+    Tensor src = Tensor::from_vector(flat, {B, S});  // (B, S)
+    for (const auto& out : train::translate_batch(model, src, opt)) tokens += static_cast<int64_t>(out.size());
+    sentences += B;
+  }
+  const double dt = seconds_since(t0);
+  Json info = s.info;
+  info["test"] = test;
+  info["decode_batch"] = decode_batch;
+  info["kv_cache"] = use_cache;
+  info["seconds"] = round_to(dt, 3);
+  info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
+  info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);
+  info["peak_rss_mib"] = peak_rss_mib();
+  return info;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  train::RunConfig d;  // the reference's defaults
+  Flags f("bench",
+          "Measures gradflow as the PyTorch reference (../shared/reference/torch_translator.py) measures itself and prints\n"
+          "one JSON line with the reference's keys. MODE train: 3 warm-up steps, then --steps timed training steps on\n"
+          "length-bucketed batches shuffled with the seed (target tokens/s). MODE decode: random weights, the --test\n"
+          "sources in batches of --decode-batch, each greedily decoded for exactly (longest source + 20) steps, ignoring\n"
+          "<eos>, with the KV cache unless --no-cache (sentences/s). Both report the peak resident memory (getrusage).\n"
+          "scripts/bench_vs_torch.sh runs both programs side by side.");
+  f.add_positional("MODE", "train or decode");
+  f.add_string("data", "", "folder with train.SRC/train.TGT and the --test split (required)");
+  f.add_string("src", d.src, "source language suffix");
+  f.add_string("tgt", d.tgt, "target language suffix");
+  f.add_string("test", "test_2016_flickr", "decode: the split whose sources are decoded");
+  f.add_int("d-model", d.d_model, "model width");
+  f.add_int("heads", d.heads, "attention heads");
+  f.add_int("layers", d.layers, "encoder and decoder layers each");
+  f.add_int("ff", d.ff, "feed-forward width");
+  f.add_double("dropout", d.dropout, "dropout");
+  f.add_int("max-tokens", d.max_tokens, "train: padded source+target tokens per batch");
+  f.add_double("lr", d.lr, "train: peak learning rate");
+  f.add_int("warmup", d.warmup, "train: warmup steps of the learning-rate schedule");
+  f.add_double("label-smoothing", d.label_smoothing, "train: label smoothing");
+  f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often");
+  f.add_int("threads", 2, "threads for oneTBB and OpenBLAS (the reference also defaults to 2)");
+  f.add_int("steps", 30, "train: timed steps (after 3 warm-up steps)");
+  f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
+  f.add_int("decode-batch", 64, "decode: sentences decoded together");
+  f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
+  if (!f.parse(argc, argv)) return 0;
+
+  const std::string mode = f.positional(0);
+  if (mode != "train" && mode != "decode") throw UsageError("bench: MODE must be train or decode, got '" + mode + "'");
+  if (f.str("data").empty()) throw UsageError("bench: --data DIR is required");
+  if (!std::filesystem::is_directory(f.str("data"))) throw UsageError("bench: --data '" + f.str("data") + "' is not a folder");
+  if (f.integer("threads") < 1) throw UsageError("bench: --threads must be at least 1, got " + std::to_string(f.integer("threads")));
+  if (f.integer("steps") < 1) throw UsageError("bench: --steps must be at least 1, got " + std::to_string(f.integer("steps")));
+  if (f.integer("decode-batch") < 1)
+    throw UsageError("bench: --decode-batch must be at least 1, got " + std::to_string(f.integer("decode-batch")));
+  train::RunConfig c;
+  c.data = f.str("data");
+  c.src = f.str("src");
+  c.tgt = f.str("tgt");
+  c.d_model = f.integer("d-model");
+  c.heads = f.integer("heads");
+  c.layers = f.integer("layers");
+  c.ff = f.integer("ff");
+  c.dropout = f.real("dropout");
+  c.max_tokens = f.integer("max-tokens");
+  c.lr = f.real("lr");
+  c.warmup = f.integer("warmup");
+  c.label_smoothing = f.real("label-smoothing");
+  c.min_freq = f.integer("min-freq");
+  c.seed = static_cast<uint64_t>(f.integer("seed"));
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("bench: ") + e.what());
+  }
+  set_num_threads(static_cast<int>(f.integer("threads")));
+
+  Setup s = make_setup(c);
+  Json out = mode == "train" ? bench_train(c, f.integer("steps"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), s);
+  fmt::print("{}\n", out.dump());
+  return 0;
+}
+
+}  // namespace gf::app

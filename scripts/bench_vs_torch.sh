@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# gradflow and the PyTorch reference side by side, on the same data, settings and machine:
+# training throughput (target tokens/s), peak resident memory, and fixed-length greedy decoding
+# (sentences/s). Each round runs both programs, in alternating order so that drifting machine
+# noise hits both; the summary is the median per metric and the ratio gradflow / PyTorch.
+#
+#   bash scripts/bench_vs_torch.sh DATA_DIR [--rounds R] [--steps N] [--threads T]
+#                                  [--decode-batch B] [--ref PATH] [--gradflow PATH] [--out FILE]
+#
+# DATA_DIR holds train.de/train.en and test_2016_flickr.de (e.g. Multi30k). The reference is
+# ../shared/reference/torch_translator.py from the repository root unless --ref says otherwise; it
+# runs with Debian's /usr/bin/python3 and python3-torch. OPENBLAS_CORETYPE is left as it is (not
+# set here); `gradflow info` is printed first to show which OpenBLAS kernel gradflow runs.
+# The raw JSON lines are kept in --out (default: a temporary file, named at the end).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || usage
+case "$1" in -h|--help) usage ;; esac
+DATA="$1"
+shift
+ROUNDS=3
+STEPS=30
+THREADS=2
+DECODE_BATCH=64
+REF="$ROOT/../shared/reference/torch_translator.py"
+GRADFLOW="$ROOT/build/gradflow"
+OUT=""
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || { echo "bench_vs_torch: $1 needs a value" >&2; exit 2; }
+  case "$1" in
+    --rounds) ROUNDS="$2" ;;
+    --steps) STEPS="$2" ;;
+    --threads) THREADS="$2" ;;
+    --decode-batch) DECODE_BATCH="$2" ;;
+    --ref) REF="$2" ;;
+    --gradflow) GRADFLOW="$2" ;;
+    --out) OUT="$2" ;;
+    *) echo "bench_vs_torch: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+for n in "$ROUNDS" "$STEPS" "$THREADS" "$DECODE_BATCH"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "bench_vs_torch: expected a positive integer, got '$n'" >&2; exit 2; }
+done
+[ -d "$DATA" ] || { echo "bench_vs_torch: data folder '$DATA' not found" >&2; exit 2; }
+[ -f "$REF" ] || { echo "bench_vs_torch: reference '$REF' not found (use --ref PATH)" >&2; exit 2; }
+[ -x "$GRADFLOW" ] || { echo "bench_vs_torch: '$GRADFLOW' not built (cmake --build build --target gradflow_cli)" >&2; exit 2; }
+[ -n "$OUT" ] || OUT="$(mktemp /tmp/bench_vs_torch.XXXXXX.jsonl)"
+: > "$OUT"
+
+echo "== gradflow info"
+"$GRADFLOW" info
+# PyTorch's OpenBLAS is the same Debian library, loaded with whatever OPENBLAS_CORETYPE says.
+echo "== PyTorch: $(/usr/bin/python3 -c '
+import ctypes, torch
+core = ctypes.CDLL("libopenblas.so.0")
+core.openblas_get_corename.restype = ctypes.c_char_p
+print(torch.__version__ + ", openblas core: " + core.openblas_get_corename().decode())' 2>/dev/null || echo 'not importable')"
+echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+echo "== $ROUNDS rounds: training $STEPS timed steps (after 3 warm-up steps), decoding batches of $DECODE_BATCH, $THREADS threads"
+
+COMMON=(--data "$DATA" --threads "$THREADS")
+# run IMPL MODE: one measurement, its JSON line tagged with impl and mode, appended to $OUT.
+run() {
+  local impl="$1" mode="$2" line
+  local extra=(--steps "$STEPS")
+  [ "$mode" = decode ] && extra=(--decode-batch "$DECODE_BATCH")
+  if [ "$impl" = torch ]; then
+    line="$(/usr/bin/python3 "$REF" "$([ "$mode" = train ] && echo bench || echo decode)" "${COMMON[@]}" "${extra[@]}")"
+  else
+    line="$("$GRADFLOW" bench "$mode" "${COMMON[@]}" "${extra[@]}")"
+  fi
+  line="$(printf '%s' "$line" | tail -n 1)"
+  echo "  $impl $mode: $line"
+  printf '{"impl_tag": "%s", "mode": "%s", "result": %s}\n' "$impl" "$mode" "$line" >> "$OUT"
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+  echo "== round $r"
+  if ((r % 2)); then order=(torch gradflow); else order=(gradflow torch); fi
+  for mode in train decode; do
+    for impl in "${order[@]}"; do run "$impl" "$mode"; done
+  done
+done
+
+echo "== medians over $ROUNDS rounds (raw lines: $OUT)"
+/usr/bin/python3 - "$OUT" <<'EOF'
+import json, statistics, sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def median(impl, mode, key):
+    v = [r["result"][key] for r in rows if r["impl_tag"] == impl and r["mode"] == mode]
+    return statistics.median(v) if v else float("nan")
+
+metrics = [("train", "tgt_tokens_per_s", "training target tokens/s"),
+           ("train", "src_tokens_per_s", "training source tokens/s"),
+           ("train", "peak_rss_mib", "training peak RSS MiB"),
+           ("decode", "sentences_per_s", "decoding sentences/s"),
+           ("decode", "tokens_per_s", "decoding tokens/s"),
+           ("decode", "peak_rss_mib", "decoding peak RSS MiB")]
+print(f"{'metric':<28}{'PyTorch':>12}{'gradflow':>12}{'gradflow/PyTorch':>18}")
+for mode, key, name in metrics:
+    t, g = median("torch", mode, key), median("gradflow", mode, key)
+    ratio = g / t if t else float("nan")
+    print(f"{name:<28}{t:>12.1f}{g:>12.1f}{ratio:>18.2f}")
+EOF
