@@ -281,8 +281,8 @@ ParityCaseResult run_parity_case(const std::string& path, DType dtype) {
     total.backward();
 
     const bool f64 = dtype == DType::Float64;
-    Comparison out_cmp{f64 ? 1e-9 : 1e-5, f64 ? 1e-9 : 1e-4};
-    Comparison grad_cmp{f64 ? 1e-9 : 1e-5, f64 ? 1e-9 : (res.kind == "seq2seq" ? 1e-3 : 1e-4)};
+    Comparison out_cmp{f64 ? 1e-9 : 1e-5, f64 ? 1e-9 : 1e-4, 0, 0, -INFINITY, {}, true};
+    Comparison grad_cmp{f64 ? 1e-9 : 1e-5, f64 ? 1e-9 : (res.kind == "seq2seq" ? 1e-3 : 1e-4), 0, 0, -INFINITY, {}, true};
     for (auto& [name, t] : file.tensors) {
       if (name.rfind("out.", 0) == 0) {
         auto o = outs.find(name.substr(4));

@@ -18,10 +18,8 @@ Seq2SeqTransformer::Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_
   if (opt.src_vocab <= 0 || opt.tgt_vocab <= 0)
     throw std::invalid_argument("Seq2SeqTransformer: vocabulary sizes must be positive, got " + std::to_string(opt.src_vocab) + " and " +
                                 std::to_string(opt.tgt_vocab));
-  // Every initialiser below draws from one generator seeded here (the layers' own default
-  // initialisers use the process-wide one), so the same seed gives the same weights.
-  default_generator().seed(init_seed);
-  Generator& gen = default_generator();
+  // Every initialiser below draws from this one generator, so the same seed gives the same weights.
+  Generator gen(init_seed);
   src_emb = register_module("src_emb", std::make_shared<Embedding>(opt.src_vocab, opt.d_model, opt.pad, gen));
   tgt_emb = register_module("tgt_emb", std::make_shared<Embedding>(opt.tgt_vocab, opt.d_model, opt.pad, gen));
   pos = register_module("pos", std::make_shared<PositionalEncoding>(opt.d_model, opt.max_len));
