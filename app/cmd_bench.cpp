@@ -13,6 +13,7 @@
 
 #include "app/commands.h"
 #include "app/flags.h"
+#include "app/recipe_flags.h"
 #include "autograd/grad_mode.h"
 #include "optim/adam.h"
 #include "tensor/kernels/random.h"
@@ -189,19 +190,8 @@ int cmd_bench(int argc, char** argv) {
           "scripts/bench_vs_torch.sh runs both programs side by side.");
   f.add_positional("MODE", "train or decode");
   f.add_string("data", "", "folder with train.SRC/train.TGT and the --test split (required)");
-  f.add_string("src", d.src, "source language suffix");
-  f.add_string("tgt", d.tgt, "target language suffix");
+  add_recipe_flags(f, d, false);
   f.add_string("test", "test_2016_flickr", "decode: the split whose sources are decoded");
-  f.add_int("d-model", d.d_model, "model width");
-  f.add_int("heads", d.heads, "attention heads");
-  f.add_int("layers", d.layers, "encoder and decoder layers each");
-  f.add_int("ff", d.ff, "feed-forward width");
-  f.add_double("dropout", d.dropout, "dropout");
-  f.add_int("max-tokens", d.max_tokens, "train: padded source+target tokens per batch");
-  f.add_double("lr", d.lr, "train: peak learning rate");
-  f.add_int("warmup", d.warmup, "train: warmup steps of the learning-rate schedule");
-  f.add_double("label-smoothing", d.label_smoothing, "train: label smoothing");
-  f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often");
   f.add_int("threads", 2, "threads for oneTBB and OpenBLAS (the reference also defaults to 2)");
   f.add_int("steps", 30, "train: timed steps (after 3 warm-up steps)");
   f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
@@ -219,18 +209,7 @@ int cmd_bench(int argc, char** argv) {
     throw UsageError("bench: --decode-batch must be at least 1, got " + std::to_string(f.integer("decode-batch")));
   train::RunConfig c;
   c.data = f.str("data");
-  c.src = f.str("src");
-  c.tgt = f.str("tgt");
-  c.d_model = f.integer("d-model");
-  c.heads = f.integer("heads");
-  c.layers = f.integer("layers");
-  c.ff = f.integer("ff");
-  c.dropout = f.real("dropout");
-  c.max_tokens = f.integer("max-tokens");
-  c.lr = f.real("lr");
-  c.warmup = f.integer("warmup");
-  c.label_smoothing = f.real("label-smoothing");
-  c.min_freq = f.integer("min-freq");
+  read_recipe_flags(f, c);
   c.seed = static_cast<uint64_t>(f.integer("seed"));
   try {
     c.validate();

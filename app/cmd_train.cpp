@@ -5,6 +5,7 @@
 
 #include "app/commands.h"
 #include "app/flags.h"
+#include "app/recipe_flags.h"
 #include "tensor/parallel.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -40,25 +41,14 @@ int cmd_train(int argc, char** argv) {
           "4 minutes); with --data DIR it reads DIR/{train,val,test*}.{SRC,TGT} (one sentence a line, whitespace tokens),\n"
           "or a TSV file of source<TAB>target lines. Checkpoints go to --out each epoch; --resume DIR continues a run.");
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
-  f.add_string("src", d.src, "source language suffix");
-  f.add_string("tgt", d.tgt, "target language suffix");
+  add_recipe_flags(f, d, true);
   f.add_string("train-split", d.train_split, "training split name");
   f.add_string("valid-split", "", "validation split (default: val or valid; with a .tsv: a TSV file)");
   f.add_string("test-split", "", "test split (default: test or the first test* split; with a .tsv: a TSV file)");
-  f.add_int("min-freq", d.min_freq, "vocabulary: keep tokens seen at least this often (built-in: 1)");
   f.add_int("max-len", d.max_len, "skip training pairs longer than this many tokens");
-  f.add_int("max-tokens", d.max_tokens, "padded source+target tokens per batch");
-  f.add_int("d-model", d.d_model, "model width (built-in: 128)");
-  f.add_int("heads", d.heads, "attention heads");
-  f.add_int("layers", d.layers, "encoder and decoder layers each (built-in: 2)");
-  f.add_int("ff", d.ff, "feed-forward width (built-in: 512)");
-  f.add_double("dropout", d.dropout, "dropout");
   f.add_string("activation", d.activation, "relu or gelu");
   f.add_bool("norm-first", "pre-norm layers (default post-norm, as the 2017 paper)");
   f.add_bool("tie", "tie the output projection to the target embedding");
-  f.add_double("lr", d.lr, "peak learning rate (built-in: 0.002)");
-  f.add_int("warmup", d.warmup, "warmup steps before inverse square root decay (built-in: 400)");
-  f.add_double("label-smoothing", d.label_smoothing, "label smoothing");
   f.add_double("clip", d.clip, "clip the gradient norm to this (0: off)");
   f.add_int("epochs", 0, "stop after this many epochs");
   f.add_int("steps", 0, "stop after this many steps");
@@ -91,25 +81,14 @@ int cmd_train(int argc, char** argv) {
   } else {
     opt.out = f.str("out");
     c.data = f.str("data");
-    c.src = f.str("src");
-    c.tgt = f.str("tgt");
+    read_recipe_flags(f, c);
     c.train_split = f.str("train-split");
     c.valid_split = f.str("valid-split");
     c.test_split = f.str("test-split");
-    c.min_freq = f.integer("min-freq");
     c.max_len = f.integer("max-len");
-    c.max_tokens = f.integer("max-tokens");
-    c.d_model = f.integer("d-model");
-    c.heads = f.integer("heads");
-    c.layers = f.integer("layers");
-    c.ff = f.integer("ff");
-    c.dropout = f.real("dropout");
     c.activation = f.str("activation");
     c.norm_first = f.on("norm-first");
     c.tie = f.on("tie");
-    c.lr = f.real("lr");
-    c.warmup = f.integer("warmup");
-    c.label_smoothing = f.real("label-smoothing");
     c.clip = f.real("clip");
     c.epochs = f.integer("epochs");
     c.steps = f.integer("steps");

@@ -1,0 +1,16 @@
+#pragma once
+// The data, model and recipe flags that `train` and `bench` share, named as the PyTorch reference
+// script names them (--d-model --heads --layers --ff --dropout --label-smoothing --lr --warmup
+// --max-tokens ...).
+#include "app/flags.h"
+#include "train/run_config.h"
+
+namespace gf::app {
+
+// Declares the flags with d's values as defaults; with builtin_notes the help also gives the
+// built-in corpus's own defaults (see cmd_train.cpp).
+void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes);
+// Copies the flags' values into c.
+void read_recipe_flags(const Flags& f, train::RunConfig& c);
+
+}  // namespace gf::app
