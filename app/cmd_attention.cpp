@@ -2,7 +2,6 @@
 // decoder layer and head, and their average.
 #include <fmt/core.h>
 
-#include <sstream>
 
 #include "app/commands.h"
 #include "app/flags.h"
@@ -10,6 +9,7 @@
 #include "tensor/io/atomic_file.h"
 #include "train/svg_plot.h"
 #include "train/translator.h"
+#include "train/utf8.h"
 
 namespace gf::app {
 
@@ -23,11 +23,9 @@ int cmd_attention(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty()) throw UsageError("attention: --model DIR is required");
   train::Translator t = train::Translator::load(f.str("model"));
-  std::vector<std::string> src_tokens;
-  {
-    std::istringstream in(f.str("src"));
-    for (std::string w; in >> w;) src_tokens.push_back(w);
-  }
+  if (size_t bad = train::utf8::find_invalid(f.str("src")); bad != std::string::npos)
+    throw UsageError("attention: --src is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+  std::vector<std::string> src_tokens = train::utf8::split_whitespace(f.str("src"));
   if (src_tokens.empty()) throw UsageError("attention: --src \"...\" must hold at least one token");
   if (static_cast<int64_t>(src_tokens.size()) > t.config.max_len)
     throw UsageError(fmt::format("attention: --src has {} tokens; the model takes at most {}", src_tokens.size(), t.config.max_len));

@@ -102,14 +102,9 @@ int cmd_eval(int argc, char** argv) {
   train::RunData data = train::load_run_data(c, false);
   if (data.test.empty()) throw std::runtime_error("eval: no test split found for " + c.data_description() + "; name one with --split");
   std::vector<std::string> srcs, refs;
-  auto join = [](const train::Tokens& toks) {
-    std::string s;
-    for (const auto& w : toks) s += (s.empty() ? "" : " ") + w;
-    return s;
-  };
   for (const auto& p : data.test) {
-    srcs.push_back(join(p.first));
-    refs.push_back(join(p.second));
+    srcs.push_back(train::join_tokens(p.first));
+    refs.push_back(train::join_tokens(p.second));
   }
   train::DecodeOptions o = decode_options(f, t);
   double nll = t.mean_nll(data.test);

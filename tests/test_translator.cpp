@@ -124,11 +124,8 @@ TEST_CASE("training learns the built-in corpus; cached and uncached decoding agr
   RunData data = load_run_data(c);
   std::vector<std::string> srcs, refs;
   for (size_t i = 0; i < 200; ++i) {
-    std::string s, g;
-    for (auto& w : data.train[i].first) s += (s.empty() ? "" : " ") + w;
-    for (auto& w : data.train[i].second) g += (g.empty() ? "" : " ") + w;
-    srcs.push_back(s);
-    refs.push_back(g);
+    srcs.push_back(join_tokens(data.train[i].first));
+    refs.push_back(join_tokens(data.train[i].second));
   }
   DecodeOptions cached = t.default_decode_options(), uncached = cached;
   uncached.use_cache = false;
@@ -172,6 +169,8 @@ TEST_CASE("bad flags and inputs get clear errors, not crashes") {
   auto [rc4, out4] = run("translate --model /nonexistent");
   CHECK(rc4 == 1);
   CHECK(out4.find("does not exist") != std::string::npos);
+  auto [rc7, out7] = run("attention --model /nonexistent --src x");
+  CHECK(rc7 == 1);
   auto [rc5, out5] = run("frobnicate");
   CHECK(rc5 == 2);
   CHECK(out5.find("unknown command") != std::string::npos);

@@ -72,6 +72,15 @@ ParallelText read_parallel_files(const std::filesystem::path& src_file, const st
   return out;
 }
 
+std::string join_tokens(const Tokens& tokens) {
+  std::string s;
+  for (const auto& t : tokens) {
+    if (!s.empty()) s += ' ';
+    s += t;
+  }
+  return s;
+}
+
 ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_view split, std::string_view src_ext,
                                std::string_view tgt_ext) {
   return read_parallel_files(dir / fmt::format("{}.{}", split, src_ext), dir / fmt::format("{}.{}", split, tgt_ext));

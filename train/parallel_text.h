@@ -35,6 +35,9 @@ struct ParallelText {
 // ("a.en has 3 lines but a.ko has 2", "a.en:7: invalid UTF-8 at byte 4 (0xff)").
 ParallelText read_parallel_files(const std::filesystem::path& src_file, const std::filesystem::path& tgt_file);
 
+// The text of tokens: one space between them (the inverse of the whitespace split).
+std::string join_tokens(const Tokens& tokens);
+
 // DIR/{split}.{src_ext} and DIR/{split}.{tgt_ext}, e.g. ("data", "train", "de", "en").
 ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_view split, std::string_view src_ext,
                                std::string_view tgt_ext);

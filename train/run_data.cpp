@@ -2,27 +2,20 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <sstream>
 #include <stdexcept>
 
 #include "train/corpus_ko.h"
+#include "train/utf8.h"
 
 namespace gf::train {
 namespace fs = std::filesystem;
 
 namespace {
 
-Tokens split_spaces(const std::string& s) {
-  Tokens t;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) t.push_back(w);
-  return t;
-}
-
 std::vector<TokenPair> to_pairs(const std::vector<SentencePair>& v) {
   std::vector<TokenPair> out;
   out.reserve(v.size());
-  for (const auto& p : v) out.emplace_back(split_spaces(p.src), split_spaces(p.tgt));
+  for (const auto& p : v) out.emplace_back(utf8::split_whitespace(p.src), utf8::split_whitespace(p.tgt));
   return out;
 }
 

@@ -47,12 +47,6 @@ void maybe_die_in_save(int save_index) {
   if (k && std::atoi(k) == save_index) std::raise(SIGKILL);
 }
 
-std::string join(const Tokens& t) {
-  std::string s;
-  for (const auto& w : t) s += (s.empty() ? "" : " ") + w;
-  return s;
-}
-
 }  // namespace
 
 TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt) {
@@ -243,8 +237,8 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
     Translator tr = Translator::load(opt.out);
     std::vector<std::string> srcs, refs;
     for (const auto& p : data.test) {
-      srcs.push_back(join(p.first));
-      refs.push_back(join(p.second));
+      srcs.push_back(join_tokens(p.first));
+      refs.push_back(join_tokens(p.second));
     }
     const double t0 = now_seconds();
     std::vector<std::string> hyps = tr.translate(srcs, tr.default_decode_options(), 64);

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 
 #include "tensor/io/safetensors.h"
 #include "train/batch_loss.h"
 #include "train/checkpoint.h"
+#include "train/utf8.h"
 
 namespace gf::train {
 namespace fs = std::filesystem;
@@ -60,9 +60,10 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
                                                DecodeStats* stats) const {
   std::vector<std::vector<int64_t>> ids(sentences.size());
   for (size_t i = 0; i < sentences.size(); ++i) {
-    std::istringstream in(sentences[i]);
-    Tokens toks;
-    for (std::string w; in >> w;) toks.push_back(w);
+    // Tokenised as the training files were (Python's str.split()), so no token differs between the two.
+    if (size_t bad = utf8::find_invalid(sentences[i]); bad != std::string::npos)
+      throw std::invalid_argument("translate: input line " + std::to_string(i + 1) + ": invalid UTF-8 at byte " + std::to_string(bad));
+    Tokens toks = utf8::split_whitespace(sentences[i]);
     // Longer than the positional table allows: keep the head (and say so in the output's length).
     if (static_cast<int64_t>(toks.size()) > config.max_len) toks.resize(static_cast<size_t>(config.max_len));
     ids[i] = src_vocab.encode(toks);
