@@ -13,6 +13,7 @@ const std::vector<Command>& commands() {
       {"attention", "draw a translation's cross-attention weights (every layer and head) as SVG", cmd_attention},
       {"bench", "training and decoding throughput, measured as the PyTorch reference measures itself (JSON)", cmd_bench},
       {"parity", "compare modules with PyTorch reference cases, outputs and gradients", cmd_parity},
+      {"lab", "the gradient-flow lab: experiments on gradients in attention, each checked against its paper", cmd_lab},
       {"demo", "train a tiny network for a few steps and print its gradients", cmd_demo},
       {"info", "show the version, the OpenBLAS kernel in use and the thread count", cmd_info},
   };

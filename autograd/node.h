@@ -15,6 +15,9 @@ namespace gf {
 
 struct VariableImpl;
 
+// A tensor a Node keeps for its backward, with the name the formula gives it ("x", "weight").
+using SavedTensor = std::pair<const char*, Tensor*>;
+
 // Called with the gradient flowing into a tensor; may return a replacement (or an undefined
 // Tensor to keep the gradient as it is).
 using GradHook = std::function<Tensor(const Tensor&)>;
@@ -24,8 +27,12 @@ struct Node {
 
   // One gradient per input, in order; an undefined Tensor means "no gradient for that input".
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
-  // Frees saved tensors once backward has run (the graph is not kept).
-  virtual void release() {}
+  // The tensors this Node keeps for backward: all that the graph holds alive between forward and
+  // backward, and all that release() frees once backward has run (the graph is not kept).
+  virtual std::vector<SavedTensor> saved() { return {}; }
+  void release() {
+    for (auto& [name, t] : saved()) *t = Tensor();
+  }
   virtual const char* name() const = 0;
 
   // next[i]: the Node that takes input i's gradient; null when input i needs none.
@@ -36,8 +43,9 @@ struct Node {
   std::vector<std::pair<int, GradHook>> hooks;
   std::weak_ptr<VariableImpl> retained;  // receives .grad when retain_grad() was called
 
-  // For anomaly reports.
+  // For anomaly reports and graph pictures.
   std::vector<Shape> input_shapes;
+  Shape output_shape;
   std::string created_in;
   uint64_t sequence = 0;
   bool released = false;

@@ -75,6 +75,7 @@ Variable Variable::from_op(Tensor data, std::shared_ptr<Node> node) {
   Variable v(std::move(data));
   if (node) {
     v.impl_->requires_grad = true;
+    node->output_shape = v.impl_->data.shape();
     if (AnomalyMode::enabled()) check_forward_anomaly(*node, v.impl_->data);
     v.impl_->grad_fn = std::move(node);
   }

@@ -6,14 +6,16 @@
 #include "autograd/ops/arith.h"
 #include "autograd/ops/indexing.h"
 #include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "autograd/ops/softmax.h"
+#include "autograd/ops/unary.h"
 #include "nn/init.h"
 
 namespace gf::nn {
 
 MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, bool bias, Generator& gen)
-    : embed_dim(d), num_heads(h), head_dim(h > 0 ? d / h : 0) {
+    : embed_dim(d), num_heads(h), head_dim(h > 0 ? d / h : 0), score_scale(h > 0 && d >= h ? 1.0 / std::sqrt(static_cast<double>(d / h)) : 1.0) {
   if (h <= 0 || d % h != 0)
     throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(d) + " is not divisible by num_heads " + std::to_string(h));
   Tensor w = Tensor::empty({3 * d, d});  // (3D, D)
@@ -84,6 +86,12 @@ Tensor combine_bool_masks(const Tensor& kpm, const Tensor& attn, int64_t B, int6
   return out;
 }
 
+// softmax written out from ops, with no guard: a fully blocked row gives NaN (see naive_softmax).
+Variable unguarded_softmax(const Variable& s) {
+  Variable e = exp(s - max(s, -1, /*keepdim=*/true));  // (..., S)
+  return e / sum(e, {-1}, /*keepdim=*/true);            // (..., S)
+}
+
 }  // namespace
 
 AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
@@ -102,7 +110,7 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
                                   std::to_string(B * H) + ", " + std::to_string(L) + ", " + std::to_string(S) + "), got " +
                                   shape_str(attn_mask.shape()));
   }
-  Variable scores = matmul(q * (1.0 / std::sqrt(static_cast<double>(head_dim))), transpose(k, -2, -1));  // (B, H, L, S)
+  Variable scores = matmul(q * score_scale, transpose(k, -2, -1));  // (B, H, L, S)
   // Float masks are added; boolean masks block (-inf). The two conventions are never mixed.
   if (attn_mask.defined() && attn_mask.dtype() != DType::Bool) {
     Tensor m = attn_mask.to(scores.dtype());
@@ -112,7 +120,8 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   if (kpm.defined() && kpm.dtype() != DType::Bool) scores = scores + Variable(kpm.to(scores.dtype()).reshape({B, 1, 1, S}));
   Tensor blocked = combine_bool_masks(kpm, attn_mask, B, H, L, S);  // (B, 1|H, L, S)
   if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
-  Variable weights = softmax(scores);  // (B, H, L, S)
+  Variable weights = naive_softmax ? unguarded_softmax(scores) : softmax(scores);  // (B, H, L, S)
+  if (weights_observer) weights_observer(weights);
   Variable mixed = matmul(attn_dropout->p > 0 ? attn_dropout->forward(weights) : weights, v);  // (B, H, L, d_k)
   Variable merged = reshape(permute(mixed, {0, 2, 1, 3}), {B, L, H * head_dim});            // (B, L, D)
   AttentionResult r;

@@ -6,6 +6,7 @@
 // Masks: key_padding_mask (B, S) and attn_mask (L, S) or (B*H, L, S), each bool (true = blocked,
 // the score becomes -inf) or float (added to the scores). A row with every key blocked gets zero
 // weights (softmax's rule), never NaN.
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -41,6 +42,16 @@ class MultiheadAttention : public Module {
   std::shared_ptr<Linear> out_proj;
   std::shared_ptr<Dropout> attn_dropout;
   int64_t embed_dim, num_heads, head_dim;
+
+  // ---- switches for experiments (the gradient-flow labs); the defaults are the Transformer ----
+  // Scores are (q . k) * score_scale: 1 / sqrt(head_dim) unless changed (1.0 = "no 1/sqrt(d_k)").
+  double score_scale;
+  // true: the softmax is written out as exp(s - max) / sum, as a naive implementation does, and a
+  // row with every key blocked gives (-inf) - (-inf) = NaN. false: the guarded softmax (zeros).
+  bool naive_softmax = false;
+  // When set, called on every forward with the attention weights (B, H, L, S) (before dropout,
+  // part of the graph, so retain_grad() and hooks work on them): per-head statistics, pictures.
+  std::function<void(const Variable&)> weights_observer;
 
  private:
   Variable split_heads(const Variable& x) const;  // (B, L, D) -> (B, H, L, d_k) contiguous

@@ -69,9 +69,9 @@ DecoderOutput Seq2SeqTransformer::run(const Tensor& src, const Tensor& tgt_in, b
   if (src.ndim() != 2 || tgt_in.ndim() != 2 || src.size(0) != tgt_in.size(0))
     throw std::invalid_argument("Seq2SeqTransformer: src " + shape_str(src.shape()) + " and tgt " + shape_str(tgt_in.shape()) +
                                 " must be (B, S) and (B, T) with the same B");
-  Tensor src_pad = make_pad_mask(src, options_.pad);     // (B, S)
-  Tensor tgt_pad = make_pad_mask(tgt_in, options_.pad);  // (B, T)
-  Tensor causal = make_causal_mask(tgt_in.size(1));      // (T, T)
+  Tensor src_pad = masks.source_padding ? make_pad_mask(src, options_.pad) : Tensor();     // (B, S)
+  Tensor tgt_pad = masks.target_padding ? make_pad_mask(tgt_in, options_.pad) : Tensor();  // (B, T)
+  Tensor causal = masks.causal ? make_causal_mask(tgt_in.size(1)) : Tensor();            // (T, T)
   Variable memory = encode(src, src_pad);                // (B, S, D)
   DecoderOutput d = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad, need_weights);
   d.output = project(d.output);  // (B, T, V)

@@ -48,6 +48,14 @@ class Seq2SeqTransformer : public Module {
 
   const Seq2SeqOptions& options() const { return options_; }
 
+  // Which masks forward() applies. All on is the Transformer; the gradient-flow labs turn one off
+  // to show what it is for. (Incremental decoding with a KV cache always applies all three.)
+  struct Masks {
+    bool causal = true;          // decoder self-attention: no position sees a later one
+    bool source_padding = true;  // PAD source keys, in encoder self-attention and cross-attention
+    bool target_padding = true;  // PAD target keys, in decoder self-attention
+  } masks;
+
   std::shared_ptr<Embedding> src_emb, tgt_emb;
   std::shared_ptr<PositionalEncoding> pos;
   std::shared_ptr<Dropout> drop;

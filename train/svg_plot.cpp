@@ -1,5 +1,7 @@
 #include "train/svg_plot.h"
 
+#include "train/svg_doc.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -577,5 +579,13 @@ std::string loss_curve_svg(const std::vector<std::pair<double, double>>& train_i
   out += "</g>\n</svg>\n";
   return out;
 }
+
+// ---------------------------------------------------------------- shared with svg_chart.cpp
+
+namespace svg {
+std::string number(double v) { return num(v); }
+void open_document(std::string& out, double width, double height) { open_svg(out, width, height); }
+double label_width_em(const std::string& text) { return text_width_em(text); }
+}  // namespace svg
 
 }  // namespace gf

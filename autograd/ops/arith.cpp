@@ -49,7 +49,7 @@ struct MulBackward : Node {
     return {needs_grad(0) ? kernels::sum_to(kernels::mul(g, b), a_shape) : Tensor(),
             needs_grad(1) ? kernels::sum_to(kernels::mul(g, a), b_shape) : Tensor()};
   }
-  void release() override { a = b = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"a", &a}, {"b", &b}}; }
 };
 
 Variable mul(const Variable& a, const Variable& b) {
@@ -74,7 +74,7 @@ struct DivBackward : Node {
     if (needs_grad(1)) gb = kernels::sum_to(kernels::mul_scalar(kernels::div(kernels::mul(g_over_b, a), b), -1.0), b.shape());
     return {ga, gb};
   }
-  void release() override { a = b = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"a", &a}, {"b", &b}}; }
 };
 
 Variable div(const Variable& a, const Variable& b) {

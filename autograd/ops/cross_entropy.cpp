@@ -20,7 +20,7 @@ struct CrossEntropyBackward : Node {
     const double scale = count > 0 ? g.item() / static_cast<double>(count) : 0.0;
     return {kernels::cross_entropy_backward(logits, lse, target, ignore_index, label_smoothing, scale)};  // (N, C)
   }
-  void release() override { logits = lse = target = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"logits", &logits}, {"lse", &lse}, {"target", &target}}; }
 };
 
 Variable cross_entropy(const Variable& logits, const Tensor& target, int64_t ignore_index, double label_smoothing) {

@@ -14,7 +14,7 @@ struct DropoutBackward : Node {
   double scale = 1.0;
   const char* name() const override { return "dropout"; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::apply_mask(g, mask, scale)}; }
-  void release() override { mask = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"mask", &mask}}; }
 };
 
 Variable dropout(const Variable& x, double p, bool training, Generator& gen) {

@@ -22,7 +22,7 @@ struct IndexSelectBackward : Node {
     kernels::index_add_(gw, indices, g, padding_idx);
     return {gw};
   }
-  void release() override { indices = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"indices", &indices}}; }
 };
 
 Variable index_select(const Variable& weight, const Tensor& indices, int64_t padding_idx) {
@@ -40,7 +40,7 @@ struct MaskedFillBackward : Node {
   Tensor mask;  // bool, broadcastable to the input's shape
   const char* name() const override { return "masked_fill"; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::masked_fill(g, mask, 0.0)}; }
-  void release() override { mask = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"mask", &mask}}; }
 };
 
 Variable masked_fill(const Variable& x, const Tensor& mask, double value) {
@@ -62,7 +62,7 @@ struct WhereBackward : Node {
     if (needs_grad(1)) gb = kernels::sum_to(kernels::where(cond, zero, g), b_shape);
     return {ga, gb};
   }
-  void release() override { cond = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"cond", &cond}}; }
 };
 
 Variable where(const Tensor& cond, const Variable& a, const Variable& b) {

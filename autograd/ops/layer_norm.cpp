@@ -18,7 +18,7 @@ struct LayerNormBackward : Node {
         kernels::layer_norm_backward(g, x, mean, rstd, weight, needs_grad(0), needs_grad(1), needs_grad(2));
     return {gr.x, gr.weight, gr.bias};
   }
-  void release() override { x = mean = rstd = weight = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"x", &x}, {"mean", &mean}, {"rstd", &rstd}, {"weight", &weight}}; }
 };
 
 Variable layer_norm(const Variable& x, const Variable& weight, const Variable& bias, double eps) {

@@ -20,7 +20,7 @@ struct MatmulBackward : Node {
     if (needs_grad(1)) gb = kernels::matmul_sum_to(a.transpose(-1, -2), g, b_shape);  // (..., k, n)
     return {ga, gb};
   }
-  void release() override { a = b = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"a", &a}, {"b", &b}}; }
 };
 
 Variable matmul(const Variable& a, const Variable& b) {
@@ -51,7 +51,7 @@ struct LinearBackward : Node {
     if (needs_grad(2)) gb = kernels::sum(g2, {0}, false);                // (out,)
     return {gx, gw, gb};
   }
-  void release() override { x2 = weight = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"x2", &x2}, {"weight", &weight}}; }
 };
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {

@@ -77,7 +77,7 @@ struct MaxBackward : Node {
   std::vector<Tensor> backward(const Tensor& g) override {
     return {kernels::scatter_add_along(shape, dim, indices, g.reshape(indices.shape()))};
   }
-  void release() override { indices = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"indices", &indices}}; }
 };
 
 Variable max(const Variable& x, int64_t dim, bool keepdim) {

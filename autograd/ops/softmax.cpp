@@ -11,7 +11,7 @@ struct SoftmaxBackward : Node {
   Tensor y;  // (..., C) the output
   const char* name() const override { return "softmax"; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::softmax_backward(y, g)}; }
-  void release() override { y = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"y", &y}}; }
 };
 
 Variable softmax(const Variable& x) {
@@ -26,7 +26,7 @@ struct LogSoftmaxBackward : Node {
   Tensor y;  // (..., C) the output
   const char* name() const override { return "log_softmax"; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::log_softmax_backward(y, g)}; }
-  void release() override { y = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"y", &y}}; }
 };
 
 Variable log_softmax(const Variable& x) {

@@ -13,10 +13,11 @@ namespace {
 template <Tensor (*Backward)(const Tensor&, const Tensor&)>
 struct SavedOneBackward : Node {
   const char* op = "";
-  Tensor saved;  // the input's shape: x or y, as the formula needs
+  bool is_output = false;  // what `kept` is: the output y, or the input x
+  Tensor kept;             // the input's shape: x or y, as the formula needs
   const char* name() const override { return op; }
-  std::vector<Tensor> backward(const Tensor& g) override { return {Backward(g, saved)}; }
-  void release() override { saved = Tensor(); }
+  std::vector<Tensor> backward(const Tensor& g) override { return {Backward(g, kept)}; }
+  std::vector<SavedTensor> saved() override { return {{is_output ? "y" : "x", &kept}}; }
 };
 
 // Runs forward(x); if a graph is recorded, the Node saves the output (save_output) or the input.
@@ -26,7 +27,8 @@ Variable unary_op(const Variable& x, const char* op, Tensor (*forward)(const Ten
   auto node = make_node<SavedOneBackward<Backward>>({&x});
   if (node) {
     node->op = op;
-    node->saved = save_output ? y : x.data();
+    node->is_output = save_output;
+    node->kept = save_output ? y : x.data();
   }
   return Variable::from_op(std::move(y), node);
 }
@@ -56,7 +58,7 @@ struct PowBackward : Node {
   double p = 1.0;
   const char* name() const override { return "pow"; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::pow_backward(g, x, p)}; }
-  void release() override { x = Tensor(); }
+  std::vector<SavedTensor> saved() override { return {{"x", &x}}; }
 };
 
 Variable pow(const Variable& x, double p) {

@@ -1,0 +1,303 @@
+#include "lab/common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/shape.h"
+#include "optim/adam.h"
+#include "tensor/kernels/random.h"
+#include "train/batch_loss.h"
+#include "train/corpus_ko.h"
+#include "train/utf8.h"
+
+namespace gf::lab {
+
+// ---------------------------------------------------------------- numbers
+
+double l2_norm(const Tensor& t) {
+  if (!t.defined()) return 0;
+  double s = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += t.flat_get(i) * t.flat_get(i);
+  return std::sqrt(s);
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; t.defined() && i < t.numel(); ++i) {
+    const double v = std::abs(t.flat_get(i));
+    if (std::isnan(v)) return NAN;
+    m = std::max(m, v);
+  }
+  return m;
+}
+
+int64_t count_nonfinite(const Tensor& t) {
+  int64_t n = 0;
+  for (int64_t i = 0; t.defined() && i < t.numel(); ++i) n += !std::isfinite(t.flat_get(i));
+  return n;
+}
+
+Spread spread(const std::vector<double>& v) {
+  Spread s;
+  if (v.empty()) return s;
+  s.min = *std::min_element(v.begin(), v.end());
+  s.max = *std::max_element(v.begin(), v.end());
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  if (v.size() > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    s.sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
+  }
+  return s;
+}
+
+double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
+  std::vector<double> lx, ly;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)
+    if (x[i] > 0 && y[i] > 0 && std::isfinite(x[i]) && std::isfinite(y[i])) lx.push_back(std::log(x[i])), ly.push_back(std::log(y[i]));
+  if (lx.size() < 2) return NAN;
+  const double mx = std::accumulate(lx.begin(), lx.end(), 0.0) / lx.size(), my = std::accumulate(ly.begin(), ly.end(), 0.0) / ly.size();
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < lx.size(); ++i) sxy += (lx[i] - mx) * (ly[i] - my), sxx += (lx[i] - mx) * (lx[i] - mx);
+  return sxx > 0 ? sxy / sxx : NAN;
+}
+
+namespace {
+
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<size_t> idx(v.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < idx.size();) {
+    size_t j = i;
+    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+    for (size_t k = i; k <= j; ++k) r[idx[k]] = 0.5 * static_cast<double>(i + j);  // average rank of a tie
+    i = j + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || a.size() < 2) return NAN;
+  const std::vector<double> ra = ranks(a), rb = ranks(b);
+  const double m = 0.5 * static_cast<double>(a.size() - 1);
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) sab += (ra[i] - m) * (rb[i] - m), saa += (ra[i] - m) * (ra[i] - m), sbb += (rb[i] - m) * (rb[i] - m);
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : NAN;
+}
+
+// ---------------------------------------------------------------- data
+
+IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,
+                      uint64_t seed) {
+  if (kind != "copy" && kind != "reverse" && kind != "sort")
+    throw std::invalid_argument("synthetic_task: kind must be copy, reverse or sort, got '" + kind + "'");
+  if (symbols < 2 || min_len < 1 || max_len < min_len || n_train < 1 || n_test < 0)
+    throw std::invalid_argument("synthetic_task: need symbols >= 2, 1 <= min_len <= max_len, n_train >= 1");
+  IdData d;
+  d.src_vocab = d.tgt_vocab = 4 + symbols;
+  Generator gen(seed);
+  std::set<std::vector<int64_t>> seen;
+  auto draw = [&] {
+    const int64_t n = min_len + static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(max_len - min_len + 1)));
+    std::vector<int64_t> s(static_cast<size_t>(n));
+    for (auto& x : s) x = 4 + static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(symbols)));
+    return s;
+  };
+  auto target = [&](std::vector<int64_t> s) {
+    if (kind == "reverse") std::reverse(s.begin(), s.end());
+    if (kind == "sort") std::sort(s.begin(), s.end());
+    return s;
+  };
+  for (int64_t i = 0; i < n_train; ++i) {
+    auto s = draw();
+    seen.insert(s);
+    d.train.push_back({s, target(s)});
+  }
+  // Test sequences are new ones (bounded tries, in case the space is nearly exhausted).
+  for (int64_t tries = 0; static_cast<int64_t>(d.test.size()) < n_test && tries < 100 * (n_test + 1); ++tries) {
+    auto s = draw();
+    if (seen.insert(s).second) d.test.push_back({s, target(s)});
+  }
+  std::vector<std::string> names{"<pad>", "<unk>", "<bos>", "<eos>"};
+  for (int64_t i = 0; i < symbols; ++i) names.push_back("s" + std::to_string(4 + i));
+  d.src_words = d.tgt_words = train::Vocab(names);
+  return d;
+}
+
+IdData builtin_corpus(int64_t total, uint64_t seed) {
+  train::CorpusSplits c = train::make_korean_corpus(seed, static_cast<size_t>(total));
+  auto to_pairs = [](const std::vector<train::SentencePair>& v) {
+    std::vector<train::TokenPair> out;
+    for (const auto& p : v) out.push_back({train::utf8::split_whitespace(p.src), train::utf8::split_whitespace(p.tgt)});
+    return out;
+  };
+  std::vector<train::TokenPair> tr = to_pairs(c.train), te = to_pairs(c.test);
+  IdData d;
+  d.src_words = train::Vocab::build_source(tr, 1);
+  d.tgt_words = train::Vocab::build_target(tr, 1);
+  d.src_vocab = d.src_words.size();
+  d.tgt_vocab = d.tgt_words.size();
+  d.train = train::encode_pairs(tr, d.src_words, d.tgt_words);
+  d.test = train::encode_pairs(te, d.src_words, d.tgt_words);
+  return d;
+}
+
+// ---------------------------------------------------------------- models
+
+nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t heads, int64_t layers, int64_t ff, bool pre_ln, double dropout) {
+  nn::Seq2SeqOptions o;
+  o.src_vocab = data.src_vocab;
+  o.tgt_vocab = data.tgt_vocab;
+  o.d_model = d_model;
+  o.nhead = heads;
+  o.num_layers = layers;
+  o.dim_feedforward = ff;
+  o.dropout = dropout;
+  o.norm_first = pre_ln;
+  o.pad = train::Vocab::kPad;
+  o.max_len = 256;
+  return o;
+}
+
+// ---------------------------------------------------------------- training
+
+std::vector<train::Batch> batches(const std::vector<train::EncodedPair>& data, int64_t max_tokens, uint64_t seed) {
+  train::BatchPlan plan(data, max_tokens);
+  std::vector<train::Batch> out;
+  for (size_t b : plan.epoch_order(seed, 1)) out.push_back(plan.batch(b));
+  return out;
+}
+
+FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& data, const FitOptions& o,
+              const std::function<void(int64_t, double)>& on_step) {
+  if (o.steps < 1) throw std::invalid_argument("fit: steps must be positive");
+  train::BatchPlan plan(data, o.max_tokens);
+  if (plan.size() == 0) throw std::invalid_argument("fit: no batch could be made from the data");
+  optim::Adam adam(model.named_parameters(), {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
+  const std::vector<Variable> params = model.parameters();
+  model.train();
+  FitResult r;
+  std::vector<size_t> order;
+  for (int64_t step = 1; step <= o.steps; ++step) {
+    const size_t k = static_cast<size_t>(step - 1) % plan.size();
+    if (k == 0) order = plan.epoch_order(o.seed, static_cast<uint64_t>(step - 1) / plan.size() + 1);
+    train::BatchTensors t = train::to_tensors(plan.batch(order[k]));
+    default_generator().seed(o.seed * 1000003ULL + static_cast<uint64_t>(step));  // dropout masks
+    Variable loss = train::batch_loss(model, t, o.label_smoothing);
+    adam.zero_grad();
+    loss.backward();
+    if (o.clip > 0) optim::clip_grad_norm(params, o.clip);
+    adam.set_lr(o.warmup > 0 ? o.lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(o.warmup)) : o.lr);
+    const double l = loss.item();
+    r.losses.push_back(l);
+    const bool blew_up = !std::isfinite(l) || (step > 20 && l > 3 * r.losses.front());
+    if (!blew_up) adam.step();
+    if (on_step) on_step(step, l);
+    if (blew_up) {
+      r.diverged = true;
+      r.diverged_at = step;
+      break;
+    }
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- evaluation
+
+std::vector<std::vector<int64_t>> greedy_recompute(const nn::Seq2SeqTransformer& model, const train::Batch& batch, int64_t max_len) {
+  NoGradGuard ng;
+  const int64_t B = batch.rows;
+  Tensor src = Tensor::from_vector(batch.src, {B, batch.src_len});  // (B, S)
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
+  std::vector<bool> done(static_cast<size_t>(B), false);
+  std::vector<int64_t> prefix(static_cast<size_t>(B), train::Vocab::kBos);  // (B, t) row-major
+  for (int64_t t = 1; t <= max_len; ++t) {
+    Tensor tgt = Tensor::from_vector(prefix, {B, t});       // (B, t)
+    Tensor logits = model.forward(src, tgt).data();         // (B, t, V)
+    const int64_t V = logits.size(2);
+    Tensor last = logits.narrow(1, t - 1, 1).to(DType::Float64).contiguous();  // (B, 1, V)
+    std::vector<int64_t> next(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      const double* row = last.data<double>() + b * V;
+      const int64_t best = std::max_element(row, row + V) - row;
+      next[b] = done[b] ? train::Vocab::kPad : best;
+      if (!done[b]) {
+        if (best == train::Vocab::kEos) done[b] = true;
+        else out[b].push_back(best);
+      }
+    }
+    std::vector<int64_t> grown;
+    for (int64_t b = 0; b < B; ++b) {
+      grown.insert(grown.end(), prefix.begin() + b * t, prefix.begin() + (b + 1) * t);
+      grown.push_back(next[b]);
+    }
+    prefix = std::move(grown);
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+  }
+  return out;
+}
+
+Accuracy free_running_accuracy(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t limit) {
+  const size_t n = limit ? std::min(limit, pairs.size()) : pairs.size();
+  std::vector<size_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  Accuracy a;
+  int64_t right = 0, total = 0, exact = 0;
+  for (size_t start = 0; start < n; start += 64) {
+    std::vector<size_t> part(idx.begin() + start, idx.begin() + std::min(n, start + 64));
+    train::Batch b = train::collate(pairs, part);
+    auto hyps = greedy_recompute(model, b, b.tgt_len + 5);
+    for (size_t i = 0; i < part.size(); ++i) {
+      const auto& ref = pairs[part[i]].tgt;
+      exact += hyps[i] == ref;
+      for (size_t k = 0; k < ref.size(); ++k) right += k < hyps[i].size() && hyps[i][k] == ref[k];
+      total += static_cast<int64_t>(ref.size());
+    }
+  }
+  a.exact = n ? static_cast<double>(exact) / static_cast<double>(n) : 0;
+  a.tokens = total ? static_cast<double>(right) / static_cast<double>(total) : 0;
+  return a;
+}
+
+TeacherForced teacher_forced(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t limit) {
+  NoGradGuard ng;
+  const size_t n = limit ? std::min(limit, pairs.size()) : pairs.size();
+  TeacherForced r;
+  double nll = 0;
+  int64_t right = 0, total = 0;
+  for (size_t start = 0; start < n; start += 64) {
+    std::vector<size_t> part;
+    for (size_t i = start; i < std::min(n, start + 64); ++i) part.push_back(i);
+    train::BatchTensors t = train::to_tensors(train::collate(pairs, part));
+    Tensor logits = model.forward(t.src, t.tgt_in).data();  // (B, T, V)
+    const int64_t V = logits.size(2);
+    Tensor flat = logits.reshape({-1, V}).to(DType::Float64).contiguous();  // (B*T, V)
+    const std::vector<int64_t> labels = t.labels.to_vector<int64_t>();        // (B*T)
+    for (int64_t i = 0; i < flat.size(0); ++i) {
+      const int64_t y = labels[static_cast<size_t>(i)];
+      if (y == train::Vocab::kPad) continue;
+      const double* row = flat.data<double>() + i * V;
+      const int64_t arg = std::max_element(row, row + V) - row;
+      const double m = row[arg];
+      double z = 0;
+      for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - m);
+      nll += -(row[y] - m - std::log(z));
+      right += arg == y;
+      ++total;
+    }
+  }
+  r.accuracy = total ? static_cast<double>(right) / static_cast<double>(total) : 0;
+  r.nll = total ? nll / static_cast<double>(total) : 0;
+  return r;
+}
+
+}  // namespace gf::lab

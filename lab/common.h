@@ -1,0 +1,104 @@
+#pragma once
+// What several labs share: small statistics, synthetic tasks, the built-in corpus as id pairs,
+// small models, a short in-memory training loop, and accuracy measures. Built only from the
+// public API of autograd/, nn/, optim/ and train/.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/seq2seq.h"
+#include "train/batching.h"
+#include "train/vocab.h"
+
+namespace gf::lab {
+
+// ---------------------------------------------------------------- numbers
+
+double l2_norm(const Tensor& t);  // sqrt of the sum of squares (0 for an undefined tensor)
+double max_abs(const Tensor& t);  // largest |x| (NaN if any is NaN)
+int64_t count_nonfinite(const Tensor& t);
+
+struct Spread {
+  double mean = 0, sd = 0, min = 0, max = 0;  // sd: sample standard deviation (0 for one value)
+};
+Spread spread(const std::vector<double>& v);
+
+// Least-squares slope of log(y) on log(x) (points with x or y <= 0 are skipped).
+double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
+// Spearman's rank correlation (average ranks for ties); NaN when either side is constant.
+double spearman(const std::vector<double>& a, const std::vector<double>& b);
+
+// ---------------------------------------------------------------- data
+
+// A parallel data set as ids (train::Vocab's specials: PAD 0, UNK 1, BOS 2, EOS 3).
+struct IdData {
+  int64_t src_vocab = 0, tgt_vocab = 0;
+  std::vector<train::EncodedPair> train, test;
+  train::Vocab src_words, tgt_words;  // for the built-in corpus; synthetic tasks name ids "s4", "s5", ...
+};
+
+// Synthetic sequence tasks over `symbols` symbols (ids 4 .. 4+symbols-1), lengths uniform in
+// [min_len, max_len]. copy: the target is the source; reverse: the source backwards; sort: the
+// source sorted ascending. The same seed gives the same data; test sequences differ from train ones.
+IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,
+                      uint64_t seed);
+
+// The built-in English -> Korean corpus (train/corpus_ko.h) of `total` pairs as ids, vocabularies
+// built on its training split; test is its test split.
+IdData builtin_corpus(int64_t total, uint64_t seed = 1);
+
+// ---------------------------------------------------------------- models
+
+// A small translator: d_model, heads, layers (encoder and decoder each), ff, Pre-LN or Post-LN,
+// no dropout unless given.
+nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t heads, int64_t layers, int64_t ff, bool pre_ln,
+                               double dropout = 0.0);
+
+// ---------------------------------------------------------------- training
+
+struct FitOptions {
+  int64_t steps = 200;
+  double lr = 1e-3;
+  int64_t warmup = 0;       // linear warm-up steps, then constant (0: constant from step 1)
+  double clip = 1.0;        // global gradient-norm clip (0: none)
+  double label_smoothing = 0;
+  int64_t max_tokens = 2048;  // tokens per batch (length-bucketed, as the trainer)
+  uint64_t seed = 1;          // batch order and dropout
+};
+
+struct FitResult {
+  std::vector<double> losses;  // one per step run (the last may be non-finite when diverged)
+  bool diverged = false;       // a non-finite loss, or a loss above 3x the first one after 20 steps
+  int64_t diverged_at = -1;    // 1-based step
+};
+
+// Adam (0.9, 0.98, eps 1e-9) on teacher-forced cross-entropy (PAD ignored), the trainer's recipe in
+// miniature. on_step(step, loss) runs after each update (read gradients there: they are kept until
+// the next step). Stops early when diverged.
+FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& data, const FitOptions& options,
+              const std::function<void(int64_t step, double loss)>& on_step = {});
+
+// The batches fit() draws from, in its order for `seed`: useful to reproduce one step's batch.
+std::vector<train::Batch> batches(const std::vector<train::EncodedPair>& data, int64_t max_tokens, uint64_t seed);
+
+// ---------------------------------------------------------------- evaluation
+// (These run the model as it is: call model.eval() first if it has dropout.)
+
+struct Accuracy {
+  double exact = 0;   // share of sequences reproduced exactly
+  double tokens = 0;  // share of reference positions predicted right (a shorter output counts as wrong there)
+};
+
+// Greedy free-running decoding that recomputes the prefix with model.forward() each step, so it
+// applies whatever model.masks says (unlike the KV-cached train::translate_batch, always causal).
+std::vector<std::vector<int64_t>> greedy_recompute(const nn::Seq2SeqTransformer& model, const train::Batch& batch, int64_t max_len);
+// Accuracy of greedy_recompute over pairs (at most `limit` of them; 0 = all).
+Accuracy free_running_accuracy(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t limit = 0);
+// Teacher-forced next-token accuracy and mean NLL over pairs (no graph, eval mode).
+struct TeacherForced {
+  double accuracy = 0, nll = 0;
+};
+TeacherForced teacher_forced(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t limit = 0);
+
+}  // namespace gf::lab

@@ -1,0 +1,38 @@
+#pragma once
+// The gradient-flow lab: experiments that reproduce, at a size a laptop CPU runs in under two
+// minutes, what papers and courses say about gradients in attention. A lab is one function that
+// runs small models through the public API of autograd/, nn/ and train/, and fills a Report:
+// tables (printed and kept), figures (one SVG), raw numbers (JSON), and claims checked against its
+// own numbers. `gradflow lab NAME` runs one; `gradflow lab` lists them (lab/registry.cpp).
+#include <string>
+#include <vector>
+
+namespace gf::lab {
+
+class Report;
+
+// A lab's own flag, beyond the ones every lab has (--out, --seeds, --seed).
+struct Option {
+  enum Kind { Int, Real, Text, Switch };
+  std::string name;
+  Kind kind;
+  std::string default_value;  // "" for a switch (off)
+  std::string help;
+};
+
+struct Lab {
+  std::string name;       // "norm"
+  std::string title;      // "Post-LN vs Pre-LN gradients at initialisation"
+  std::string reference;  // "Xiong et al. 2020, arXiv:2002.04745 (Theorem 1, Figure 3)"
+  std::string question;   // what the lab asks, one or two sentences
+  int default_seeds = 3;
+  std::vector<Option> options;
+  void (*run)(Report&) = nullptr;
+};
+
+// Every lab, in the order `gradflow lab` lists them.
+const std::vector<Lab>& labs();
+// Throws std::invalid_argument naming the known labs when there is none of that name.
+const Lab& find_lab(const std::string& name);
+
+}  // namespace gf::lab

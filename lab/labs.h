@@ -1,0 +1,9 @@
+#pragma once
+// One function per lab, each in its own file lab/<name>.cpp; registry.cpp lists them.
+#include "lab/lab.h"
+
+namespace gf::lab {
+
+Lab scale_lab();  // lab/scale.cpp: why 1/sqrt(d_k)
+
+}  // namespace gf::lab

@@ -1,0 +1,25 @@
+// The list of labs: adding one is writing lab/<name>.cpp with its Lab, declaring it in labs.h, and
+// one line here.
+#include <stdexcept>
+
+#include "lab/labs.h"
+
+namespace gf::lab {
+
+const std::vector<Lab>& labs() {
+  static const std::vector<Lab> all = {
+      scale_lab(),
+  };
+  return all;
+}
+
+const Lab& find_lab(const std::string& name) {
+  std::string known;
+  for (const auto& l : labs()) {
+    if (l.name == name) return l;
+    known += (known.empty() ? "" : ", ") + l.name;
+  }
+  throw std::invalid_argument("lab: no lab named '" + name + "' (labs: " + known + ")");
+}
+
+}  // namespace gf::lab
