@@ -60,12 +60,17 @@ int cmd_train(int argc, char** argv) {
   f.add_int("threads", 0, "threads (default: the hardware's)");
   f.add_int("samples", 5, "sample translations printed at the end");
   f.add_bool("quiet", "no progress bar or lines");
+  f.add_int("grad-stats", 0,
+            "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
+            "OUT/grad_stats.jsonl and .svg (0: off; cost: docs/grad-stats.md)");
   if (!f.parse(argc, argv)) return 0;
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
 
   train::TrainOptions opt;
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
+  if (f.integer("grad-stats") < 0) throw UsageError("train: --grad-stats must be 0 (off) or a positive step interval");
+  opt.grad_stats = f.integer("grad-stats");
   train::RunConfig c;
   if (!f.str("resume").empty()) {
     opt.out = f.str("resume");

@@ -225,6 +225,8 @@ void draw_value_map(std::string& out, const ValueMap& m, double ox, double oy) {
     for (double v : row)
       if (double k = key(v); std::isfinite(k)) lo = std::min(lo, k), hi = std::max(hi, k);
   if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (std::isfinite(m.lo)) lo = key(m.lo);  // a fixed range: values outside it take the end colours
+  if (std::isfinite(m.hi)) hi = key(m.hi);
   if (hi == lo) hi = lo + 1;
 
   out += "<g class=\"value-map\">\n";

@@ -3,6 +3,7 @@
 // statistics: several series per chart, each with an optional shaded band (the spread over
 // seeds), linear or logarithmic axes, and figures that set several panels in a grid under one
 // title. Like svg_plot.h, hand-written SVG that browsers show as is.
+#include <cmath>
 #include <string>
 #include <variant>
 #include <vector>
@@ -31,6 +32,7 @@ struct ValueMap {
   std::vector<std::vector<double>> values;          // (rows, cols); NaN and Inf are drawn grey
   bool log_scale = false;                           // colour by log10 (values <= 0 grey)
   std::string value_label;                          // the colour bar's caption
+  double lo = NAN, hi = NAN;  // a fixed colour range (e.g. 0..1 for a share); NaN: the values' own range
 };
 
 using Panel = std::variant<Chart, ValueMap>;

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
@@ -20,6 +21,7 @@
 #include "train/batching.h"
 #include "train/bleu.h"
 #include "train/checkpoint.h"
+#include "train/grad_stats.h"
 #include "train/progress.h"
 #include "train/run_data.h"
 #include "train/svg_plot.h"
@@ -93,6 +95,9 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
     state.epoch = 1;
   }
 
+  std::unique_ptr<GradStatsRecorder> grad_stats;
+  if (opt.grad_stats > 0) grad_stats = std::make_unique<GradStatsRecorder>(model, opt.out, opt.grad_stats, opt.resume ? state.step : 0);
+
   fmt::print(log, "data: {}\n", config.data_description());
   fmt::print(log, "  train {} pairs ({} batches of <= {} tokens; {} skipped over --max-len {}), valid {}, test {}{}\n", plan.pairs_used(),
              plan.size(), config.max_tokens, plan.skipped_too_long(), config.max_len, valid_plan.pairs_used(), data.test.size(),
@@ -137,6 +142,7 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
     maybe_die_in_save(saves);
     save_checkpoint(opt.out, state, model.state_dict(), adam.state_dict(), file_meta);
     write_curve();
+    if (grad_stats) grad_stats->write_svg();
   };
   auto out_of_budget = [&] {
     return (config.steps > 0 && state.step >= config.steps) || elapsed() >= budget_seconds || state.epoch > max_epochs;
@@ -155,14 +161,20 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
       Batch batch = plan.batch(order[bi]);
       BatchTensors t = to_tensors(batch);
       default_generator().seed(step_seed(config.seed, state.step));
+      if (grad_stats) grad_stats->begin_step(state.step + 1, t);
       Variable loss = batch_loss(model, t, config.label_smoothing);
       adam.zero_grad();
       loss.backward();
+      if (grad_stats) grad_stats->after_backward();
       if (config.clip > 0) optim::clip_grad_norm(params, config.clip);
       adam.set_lr(optim::warmup_inverse_sqrt(config.lr, state.step, config.warmup));
       adam.step();
       const double l = loss.item();
-      if (!std::isfinite(l)) throw std::runtime_error(fmt::format("train: loss became {} at step {}; lower --lr?", l, state.step + 1));
+      if (grad_stats) grad_stats->after_update(l, adam.lr());
+      if (!std::isfinite(l)) {
+        if (grad_stats) grad_stats->write_svg();  // the diverging run's picture is the one wanted
+        throw std::runtime_error(fmt::format("train: loss became {} at step {}; lower --lr?", l, state.step + 1));
+      }
       state.step += 1;
       state.batch_in_epoch = static_cast<int64_t>(bi) + 1;
       result.step_losses.emplace_back(state.step, l);

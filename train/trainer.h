@@ -16,6 +16,7 @@ struct TrainOptions {
   int64_t samples = 5;      // sample translations printed at the end
   bool final_eval = true;   // decode the test split at the end (BLEU, exact match)
   bool quiet = false;       // no progress output
+  int64_t grad_stats = 0;   // > 0: gradient statistics at step 1 and every this many steps (train/grad_stats.h)
 };
 
 struct TrainResult {
