@@ -5,5 +5,6 @@
 namespace gf::lab {
 
 Lab scale_lab();  // lab/scale.cpp: why 1/sqrt(d_k)
+Lab entropy_lab();  // lab/entropy.cpp: attention entropy collapse
 
 }  // namespace gf::lab
