@@ -72,10 +72,11 @@ Setup make_setup(const train::RunConfig& c) {
                 {"tgt_vocab", s.tgt_vocab.size()},
                 {"threads", max_threads()},
                 {"blas_core", blas_core_in_use()},
-                {"d_model", c.d_model},
-                {"heads", c.heads},
+                {"d_model", c.layer.d_model},
+                {"heads", c.layer.nhead},
+                {"kv_heads", c.layer.key_value_heads()},
                 {"layers", c.layers},
-                {"ff", c.ff},
+                {"ff", c.layer.dim_feedforward},
                 {"max_tokens", c.max_tokens}};
   return s;
 }

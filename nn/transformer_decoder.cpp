@@ -22,15 +22,17 @@ void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
     if (t->defined()) *t = kernels::index_select(*t, index);  // (B', H, *, d_k)
 }
 
-TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen) : options(opt) {
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
-  multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen)
+    : options((opt.validate(), opt)), activation(find_activation(opt.activation)) {
+  auto attention = [&] { return std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen, opt.kv_heads); };
+  self_attn = register_module("self_attn", attention());
+  multihead_attn = register_module("multihead_attn", attention());
   linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
   linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
-  norm3 = register_module("norm3", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  norm1 = register_module("norm1", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
+  norm2 = register_module("norm2", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
+  norm3 = register_module("norm3", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(opt.dropout));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(opt.dropout));
   dropout3 = register_module("dropout3", std::make_shared<Dropout>(opt.dropout));
@@ -41,7 +43,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
 template <class SelfBlock, class CrossBlock>
 Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_block, CrossBlock cross_block) const {
   auto ff_block = [&](const Variable& x) {
-    return dropout3->forward(feed_forward(x, *linear1, *linear2, options.activation, dropout.get()));  // (B, T, D)
+    return dropout3->forward(feed_forward(x, *linear1, *linear2, activation, dropout.get()));  // (B, T, D)
   };
   Variable x = tgt;  // (B, T, D)
   if (options.norm_first) {
@@ -74,9 +76,9 @@ void TransformerDecoderLayer::start_cache(DecoderLayerCache& cache, const Variab
   auto [k, v] = multihead_attn->project_kv(memory);  // (B, H, S, d_k) each
   cache.cross_k = k.data();
   cache.cross_v = v.data();
-  const int64_t B = memory.size(0), H = self_attn->num_heads, dk = self_attn->head_dim;
-  cache.self_k = Tensor::empty({B, H, capacity, dk}, memory.dtype());  // (B, H, capacity, d_k)
-  cache.self_v = Tensor::empty({B, H, capacity, dk}, memory.dtype());
+  const int64_t B = memory.size(0), KV = self_attn->kv_heads, dk = self_attn->head_dim;
+  cache.self_k = Tensor::empty({B, KV, capacity, dk}, memory.dtype());  // (B, KV, capacity, d_k)
+  cache.self_v = Tensor::empty({B, KV, capacity, dk}, memory.dtype());
   cache.length = 0;
 }
 
@@ -91,13 +93,13 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
   DecoderLayerOutput r;
   auto self_block = [&](const Variable& h) {
     Variable q = self_attn->project_q(h);            // (B, H, 1, d_k)
-    auto [k_new, v_new] = self_attn->project_kv(h);  // (B, H, 1, d_k)
+    auto [k_new, v_new] = self_attn->project_kv(h);  // (B, KV, 1, d_k)
     Tensor k_slot = cache.self_k.narrow(2, cache.length, 1), v_slot = cache.self_v.narrow(2, cache.length, 1);
     k_slot.copy_(k_new.data());
     v_slot.copy_(v_new.data());
     cache.length += 1;
     // Only past positions are in the cache, so no causal mask is needed.
-    Variable k(cache.self_k.narrow(2, 0, cache.length)), v(cache.self_v.narrow(2, 0, cache.length));  // (B, H, t, d_k)
+    Variable k(cache.self_k.narrow(2, 0, cache.length)), v(cache.self_v.narrow(2, 0, cache.length));  // (B, KV, t, d_k)
     return self_attn->attend(q, k, v, Tensor(), Tensor(), false).output;
   };
   auto cross_block = [&](const Variable& h) {
@@ -113,7 +115,7 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
 TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm, Generator& gen) {
   layers = register_module("layers", std::make_shared<ModuleList<TransformerDecoderLayer>>());
   for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(opt, gen));
-  if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  if (final_norm) norm = register_module("norm", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
 }
 
 DecoderOutput TransformerDecoder::forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask, const Tensor& tgt_kpm,

@@ -98,8 +98,10 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
              plan.size(), config.max_tokens, plan.skipped_too_long(), config.max_len, valid_plan.pairs_used(), data.test.size(),
              data.skipped_empty ? fmt::format(" ({} empty lines skipped)", data.skipped_empty) : "");
   fmt::print(log, "  vocab: source {}, target {} (min freq {})\n", src_vocab.size(), tgt_vocab.size(), config.min_freq);
-  fmt::print(log, "model: d_model {}, heads {}, layers {}+{}, ff {}, dropout {}, {} parameters\n", config.d_model, config.heads,
-             config.layers, config.layers, config.ff, config.dropout, model.num_parameters());
+  const nn::TransformerLayerOptions& l = config.layer;
+  fmt::print(log, "model: d_model {}, heads {} (kv {}), layers {}+{}, ff {}, {}, {} {}, dropout {}, {} parameters\n", l.d_model, l.nhead,
+             l.key_value_heads(), config.layers, config.layers, l.dim_feedforward, l.activation, l.norm_first ? "pre" : "post", l.norm,
+             l.dropout, model.num_parameters());
   std::string budget;
   if (config.epochs) budget += fmt::format(" {} epochs", config.epochs);
   if (config.steps) budget += fmt::format(" {} steps", config.steps);
