@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
 #include "autograd/ops/indexing.h"
 #include "autograd/ops/matmul.h"
@@ -11,6 +12,7 @@
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "nn/init.h"
+#include "tensor/kernels/indexing.h"
 
 namespace gf::nn {
 
@@ -159,6 +161,46 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   r.output = out_proj->forward(merged);  // (B, L, D)
   if (need_weights) r.weights = weights;
   return r;
+}
+
+int64_t KVCache::bytes() const { return (k.defined() ? static_cast<int64_t>(k.nbytes()) : 0) + (v.defined() ? static_cast<int64_t>(v.nbytes()) : 0); }
+
+void KVCache::select_rows(const std::vector<int64_t>& rows) {
+  Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});  // (B')
+  if (k.defined()) k = kernels::index_select(k, index);                          // (B', KV, capacity, d_k)
+  if (v.defined()) v = kernels::index_select(v, index);
+}
+
+KVCache MultiheadAttention::start_cache(int64_t batch, int64_t capacity, DType dtype) const {
+  KVCache c;
+  c.k = Tensor::empty({batch, kv_heads, capacity, head_dim}, dtype);  // (B, KV, capacity, d_k)
+  c.v = Tensor::empty({batch, kv_heads, capacity, head_dim}, dtype);
+  return c;
+}
+
+AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& cache, bool need_weights) const {
+  NoGradGuard ng;
+  check_input(x, embed_dim, "x");
+  const int64_t t = x.size(1), past = cache.length;
+  if (!cache.k.defined() || cache.k.size(0) != x.size(0))
+    throw std::invalid_argument("MultiheadAttention::forward_cached: the cache was not started for " + shape_str(x.shape()));
+  if (past + t > cache.capacity())
+    throw std::length_error("MultiheadAttention::forward_cached: the cache holds " + std::to_string(cache.capacity()) + " positions, " +
+                            std::to_string(past) + " are used and " + std::to_string(t) + " more were given");
+  Variable q = project_q(x);           // (B, H, t, d_k)
+  auto [k_new, v_new] = project_kv(x);  // (B, KV, t, d_k)
+  cache.k.narrow(2, past, t).copy_(k_new.data());
+  cache.v.narrow(2, past, t).copy_(v_new.data());
+  cache.length = past + t;
+  Variable k(cache.k.narrow(2, 0, cache.length)), v(cache.v.narrow(2, 0, cache.length));  // (B, KV, past+t, d_k)
+  // One new position needs no mask: only the past is in the cache.
+  Tensor causal;
+  if (t > 1) {
+    causal = Tensor::zeros({t, past + t}, DType::Bool);  // (t, past+t): new position i sees keys <= past + i
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = past + i + 1; j < past + t; ++j) causal.data<bool>()[i * (past + t) + j] = true;
+  }
+  return attend(q, k, v, Tensor(), causal, need_weights);
 }
 
 AttentionResult MultiheadAttention::forward(const Variable& query, const Variable& key, const Variable& value, const Tensor& kpm,

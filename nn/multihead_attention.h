@@ -25,6 +25,16 @@ struct AttentionResult {
   Variable weights;  // (B, H, L, S) per head, part of the graph; undefined unless asked for
 };
 
+// The keys and values of the positions seen so far, for incremental self-attention (no graph).
+struct KVCache {
+  Tensor k, v;  // (B, KV, capacity, d_k): positions [0, length) are filled
+  int64_t length = 0;
+  int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
+  int64_t bytes() const;
+  // Keeps batch rows `rows` (in that order): beam search reorders hypotheses with it.
+  void select_rows(const std::vector<int64_t>& rows);
+};
+
 class MultiheadAttention : public Module {
  public:
   // kv_heads: 0 or num_heads = multi-head; fewer (a divisor of num_heads) = grouped-query.
@@ -41,6 +51,12 @@ class MultiheadAttention : public Module {
   // q (B, H, L, d_k), k and v (B, KV, S, d_k) -> output (B, L, D) after out_proj.
   AttentionResult attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& key_padding_mask,
                          const Tensor& attn_mask, bool need_weights) const;
+  // An empty cache for `batch` rows and up to `capacity` positions.
+  KVCache start_cache(int64_t batch, int64_t capacity, DType dtype) const;
+  // Self-attention of x's t new positions (B, t, D) over the cache and themselves, causally: new
+  // position i sees every cached position and new positions <= i. Their K and V are appended.
+  // No graph is recorded. Returns (B, t, D).
+  AttentionResult forward_cached(const Variable& x, KVCache& cache, bool need_weights = false) const;
 
   bool grouped() const { return kv_heads != num_heads; }
 

@@ -10,16 +10,17 @@
 namespace gf::nn {
 
 int64_t DecoderLayerCache::bytes() const {
-  int64_t n = 0;
-  for (const Tensor* t : {&self_k, &self_v, &cross_k, &cross_v})
+  int64_t n = self.bytes();
+  for (const Tensor* t : {&cross_k, &cross_v})
     if (t->defined()) n += static_cast<int64_t>(t->nbytes());
   return n;
 }
 
 void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
+  self.select_rows(rows);
   Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});  // (B')
-  for (Tensor* t : {&self_k, &self_v, &cross_k, &cross_v})
-    if (t->defined()) *t = kernels::index_select(*t, index);  // (B', H, *, d_k)
+  for (Tensor* t : {&cross_k, &cross_v})
+    if (t->defined()) *t = kernels::index_select(*t, index);  // (B', KV, S, d_k)
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen)
@@ -76,10 +77,7 @@ void TransformerDecoderLayer::start_cache(DecoderLayerCache& cache, const Variab
   auto [k, v] = multihead_attn->project_kv(memory);  // (B, H, S, d_k) each
   cache.cross_k = k.data();
   cache.cross_v = v.data();
-  const int64_t B = memory.size(0), KV = self_attn->kv_heads, dk = self_attn->head_dim;
-  cache.self_k = Tensor::empty({B, KV, capacity, dk}, memory.dtype());  // (B, KV, capacity, d_k)
-  cache.self_v = Tensor::empty({B, KV, capacity, dk}, memory.dtype());
-  cache.length = 0;
+  cache.self = self_attn->start_cache(memory.size(0), capacity, memory.dtype());
 }
 
 DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, DecoderLayerCache& cache, const Tensor& memory_kpm,
@@ -87,21 +85,11 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
   NoGradGuard ng;
   if (x.ndim() != 3 || x.size(1) != 1)
     throw std::invalid_argument("TransformerDecoderLayer::forward_step: expected (B, 1, D), got " + shape_str(x.shape()));
-  if (cache.length >= cache.self_k.size(2))
-    throw std::length_error("TransformerDecoderLayer::forward_step: the cache holds " + std::to_string(cache.self_k.size(2)) +
+  if (cache.self.length >= cache.self.capacity())
+    throw std::length_error("TransformerDecoderLayer::forward_step: the cache holds " + std::to_string(cache.self.capacity()) +
                             " positions and is full");
   DecoderLayerOutput r;
-  auto self_block = [&](const Variable& h) {
-    Variable q = self_attn->project_q(h);            // (B, H, 1, d_k)
-    auto [k_new, v_new] = self_attn->project_kv(h);  // (B, KV, 1, d_k)
-    Tensor k_slot = cache.self_k.narrow(2, cache.length, 1), v_slot = cache.self_v.narrow(2, cache.length, 1);
-    k_slot.copy_(k_new.data());
-    v_slot.copy_(v_new.data());
-    cache.length += 1;
-    // Only past positions are in the cache, so no causal mask is needed.
-    Variable k(cache.self_k.narrow(2, 0, cache.length)), v(cache.self_v.narrow(2, 0, cache.length));  // (B, KV, t, d_k)
-    return self_attn->attend(q, k, v, Tensor(), Tensor(), false).output;
-  };
+  auto self_block = [&](const Variable& h) { return self_attn->forward_cached(h, cache.self).output; };  // (B, 1, D)
   auto cross_block = [&](const Variable& h) {
     Variable q = multihead_attn->project_q(h);  // (B, H, 1, d_k)
     AttentionResult a = multihead_attn->attend(q, Variable(cache.cross_k), Variable(cache.cross_v), memory_kpm, Tensor(), need_weights);

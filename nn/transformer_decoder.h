@@ -12,8 +12,7 @@ namespace gf::nn {
 
 // One layer's cache for incremental decoding.
 struct DecoderLayerCache {
-  Tensor self_k, self_v;    // (B, KV, capacity, d_k): positions [0, length) are filled
-  int64_t length = 0;
+  KVCache self;             // the target positions so far
   Tensor cross_k, cross_v;  // (B, KV, S, d_k): the source, projected once (KV = key/value heads)
   int64_t bytes() const;
   // Keeps batch rows `rows` (in that order): beam search reorders hypotheses with it.

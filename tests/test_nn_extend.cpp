@@ -206,7 +206,7 @@ TEST_CASE("kv-heads 4, 2, 1: the cache shrinks by heads / kv_heads and cached de
     Tensor logits = model.forward(src, tgt).data();  // (2, 4, 13)
     Tensor src_pad = nn::make_pad_mask(src, 0);
     auto caches = model.transformer->decoder->start_cache(model.encode(src, src_pad), 4);
-    CHECK(caches[0].self_k.size(1) == kv);
+    CHECK(caches[0].self.k.size(1) == kv);
     for (int64_t t = 0; t < 4; ++t) {
       Tensor step = model.project(model.transformer->decoder->forward_step(model.embed_tgt(tgt.narrow(1, t, 1).contiguous(), t), caches, src_pad).output).data();
       CHECK(max_abs_diff(step, logits.narrow(1, t, 1).contiguous()) < 1e-5);

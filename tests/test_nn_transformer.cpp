@@ -306,8 +306,8 @@ TEST_CASE("incremental decoding: forward_step with a KV cache equals the full ca
       CHECK(max_abs_diff(step.output.data(), rows(full.output.data(), 1, t, 1)) < 1e-5);
       REQUIRE(step.cross_weights.size() == 2);
       for (size_t i = 0; i < 2; ++i) CHECK(max_abs_diff(step.cross_weights[i].data(), rows(full.cross_weights[i].data(), 2, t, 1)) < 1e-6);
-      CHECK(caches[0].length == t + 1);
-      CHECK(caches[1].length == t + 1);
+      CHECK(caches[0].self.length == t + 1);
+      CHECK(caches[1].self.length == t + 1);
     }
     CHECK(caches[0].bytes() == 4 * (2 * B * 2 * T * 4 + 2 * B * 2 * S * 4));
     // The cache is full now.
@@ -363,8 +363,8 @@ TEST_CASE("DecoderLayerCache::select_rows reorders (and repeats) batch rows, as 
   auto caches = dec.start_cache(Variable(mem), T);
   for (int64_t t = 0; t < 2; ++t) dec.forward_step(Variable(rows(tgt, 1, t, 1)), caches, src_pad);
   for (auto& c : caches) c.select_rows(order);
-  CHECK(caches[0].length == 2);
-  CHECK(shape_str(caches[1].self_k.shape()) == "(3, 2, 5, 4)");
+  CHECK(caches[0].self.length == 2);
+  CHECK(shape_str(caches[1].self.k.shape()) == "(3, 2, 5, 4)");
   for (int64_t t = 2; t < T; ++t) {
     Tensor step = dec.forward_step(Variable(rows(tgt_r, 1, t, 1)), caches, pad_r).output.data();  // (3, 1, 8)
     CHECK(max_abs_diff(step, rows(full, 1, t, 1)) < 1e-5);

@@ -65,7 +65,7 @@ class StepModel {
     for (const auto& c : caches_) {
       n += c.bytes();
       // (B, H, positions, d_k) each for K and V: per position H * d_k elements.
-      self += 2 * c.self_k.size(1) * c.self_k.size(3) * static_cast<int64_t>(dtype_size(c.self_k.dtype()));
+      self += 2 * c.self.k.size(1) * c.self.k.size(3) * static_cast<int64_t>(dtype_size(c.self.k.dtype()));
       cross += 2 * c.cross_k.size(1) * c.cross_k.size(3) * static_cast<int64_t>(dtype_size(c.cross_k.dtype()));
     }
     st.cache_bytes_peak = std::max(st.cache_bytes_peak, n);
