@@ -1,5 +1,6 @@
-// PyTorch parity: the standard reference cases (copied from ../shared/parity/cases) and a variant
-// set with other shapes and settings (scripts/make_parity_variant.py), in float64 and float32.
+// PyTorch parity: the standard reference cases (copied from ../shared/parity/cases), a variant set
+// with other shapes and settings (scripts/make_parity_variant.py) and the extend set (RMSNorm,
+// grouped-query attention: scripts/make_parity_extend.py), in float64 and float32.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -32,6 +33,9 @@ TEST_CASE("standard cases pass in float64 (within 1e-9)") { expect_all_pass("sta
 TEST_CASE("standard cases pass in float32 (README tolerances)") { expect_all_pass("standard", DType::Float32); }
 TEST_CASE("variant cases (GELU, 3 heads, 3 layers, odd sizes) pass in float64") { expect_all_pass("variant", DType::Float64); }
 TEST_CASE("variant cases pass in float32") { expect_all_pass("variant", DType::Float32); }
+// RMSNorm and grouped-query attention against formula-written PyTorch (scripts/make_parity_extend.py).
+TEST_CASE("extend cases (RMSNorm, grouped-query and multi-query attention) pass in float64") { expect_all_pass("extend", DType::Float64); }
+TEST_CASE("extend cases pass in float32") { expect_all_pass("extend", DType::Float32); }
 
 TEST_CASE("a wrong parameter makes a case fail, naming the worst element") {
   fs::path dir = fs::temp_directory_path() / "gradflow_parity_bad";
