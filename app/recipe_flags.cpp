@@ -6,7 +6,7 @@
 namespace gf::app {
 
 const std::vector<std::string>& model_flag_names() {
-  static const std::vector<std::string> names = {"d-model", "heads", "kv-heads", "layers", "ff", "dropout", "activation", "norm", "norm-first", "tie"};
+  static const std::vector<std::string> names = {"arch", "d-model", "heads", "kv-heads", "layers", "ff", "dropout", "activation", "norm", "norm-first", "tie"};
   return names;
 }
 
@@ -18,6 +18,7 @@ void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
   f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often" + note("1"));
   f.add_int("max-tokens", d.max_tokens, "padded source+target tokens per batch");
   // The model: every flag here is a field of nn::TransformerLayerOptions or of the model options.
+  f.add_string("arch", d.arch, "encoder-decoder, or decoder-only (one sequence: source <sep> target, loss on the target)");
   f.add_int("d-model", l.d_model, "model width" + note("128"));
   f.add_int("heads", l.nhead, "attention heads");
   f.add_int("kv-heads", l.kv_heads, "key/value heads: 0 = --heads (multi-head), 1 = multi-query, a divisor of --heads = grouped-query");
@@ -38,6 +39,7 @@ void read_recipe_flags(const Flags& f, train::RunConfig& c) {
   c.tgt = f.str("tgt");
   c.min_freq = f.integer("min-freq");
   c.max_tokens = f.integer("max-tokens");
+  c.arch = f.str("arch");
   nn::TransformerLayerOptions& l = c.layer;
   l.d_model = f.integer("d-model");
   l.nhead = f.integer("heads");

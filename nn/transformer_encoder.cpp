@@ -20,10 +20,11 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(opt.dropout));
 }
 
-Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm, const Tensor& src_mask) const {
-  auto self_block = [&](const Variable& x) {
-    return dropout1->forward(self_attn->forward(x, x, x, kpm, src_mask).output);  // (B, S, D)
-  };
+// The two sub-layers with residuals, post-norm or pre-norm; self-attention varies between the
+// full sequence and cached decoding.
+template <class SelfBlock>
+Variable TransformerEncoderLayer::sublayers(const Variable& src, SelfBlock attention) const {
+  auto self_block = [&](const Variable& x) { return dropout1->forward(attention(x)); };  // (B, S, D)
   auto ff_block = [&](const Variable& x) {
     return dropout2->forward(feed_forward(x, *linear1, *linear2, activation, dropout.get()));  // (B, S, D)
   };
@@ -36,6 +37,15 @@ Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm
     x = norm2->forward(x + ff_block(x));
   }
   return x;
+}
+
+Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm, const Tensor& src_mask) const {
+  return sublayers(src, [&](const Variable& x) { return self_attn->forward(x, x, x, kpm, src_mask).output; });  // (B, S, D)
+}
+
+Variable TransformerEncoderLayer::forward_cached(const Variable& x, KVCache& cache) const {
+  NoGradGuard ng;
+  return sublayers(x, [&](const Variable& h) { return self_attn->forward_cached(h, cache).output; });  // (B, t, D)
 }
 
 TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm, Generator& gen) {

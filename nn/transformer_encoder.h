@@ -20,6 +20,9 @@ class TransformerEncoderLayer : public Module {
   explicit TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen = default_generator());
   // src (B, S, D); src_key_padding_mask (B, S); src_mask (S, S) optional.
   Variable forward(const Variable& src, const Tensor& src_key_padding_mask = Tensor(), const Tensor& src_mask = Tensor()) const;
+  // Causal self-attention with a KV cache (the decoder-only model's decoding): x (B, t, D) are the
+  // next t positions after those in the cache; no graph. Returns (B, t, D).
+  Variable forward_cached(const Variable& x, KVCache& cache) const;
 
   std::shared_ptr<MultiheadAttention> self_attn;
   std::shared_ptr<Linear> linear1, linear2;
@@ -27,6 +30,10 @@ class TransformerEncoderLayer : public Module {
   std::shared_ptr<Dropout> dropout, dropout1, dropout2;
   TransformerLayerOptions options;
   ActivationFn activation;
+
+ private:
+  template <class SelfBlock>
+  Variable sublayers(const Variable& src, SelfBlock self_block) const;
 };
 
 class TransformerEncoder : public Module {

@@ -26,7 +26,7 @@ nn::Seq2SeqOptions RunConfig::model_options(int64_t src_vocab, int64_t tgt_vocab
 
 #define GF_CONFIG_FIELDS(X)                                                                                              \
   X(data) X(src) X(tgt) X(train_split) X(valid_split) X(test_split) X(corpus_seed) X(corpus_size) X(min_freq) X(max_len) \
-  X(max_tokens) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
+  X(max_tokens) X(arch) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
   X(steps) X(minutes) X(seed) X(log_every)
 #define GF_LAYER_FIELDS(X) \
   X(d_model) X(nhead) X(kv_heads) X(dim_feedforward) X(activation) X(norm) X(norm_first) X(dropout) X(layer_norm_eps)
@@ -90,6 +90,8 @@ void RunConfig::validate() const {
   auto positive = [](const char* name, double v) {
     if (!(v > 0)) throw std::invalid_argument(std::string("--") + name + " must be positive, got " + fmt::format("{}", v));
   };
+  if (arch != "encoder-decoder" && arch != "decoder-only")
+    throw std::invalid_argument("--arch must be encoder-decoder or decoder-only, got '" + arch + "'");
   layer.validate();
   positive("layers", static_cast<double>(layers));
   positive("lr", lr);

@@ -17,6 +17,7 @@ struct RunConfig {
   int64_t corpus_size = 24000;  // built-in corpus
   int64_t min_freq = 2, max_len = 100, max_tokens = 4096;
   // ---- model ----
+  std::string arch = "encoder-decoder";  // or "decoder-only" (train/model.h)
   nn::TransformerLayerOptions layer;  // every layer: width, heads, kv heads, ff, activation, norm, placement, dropout
   int64_t layers = 3;                 // encoder and decoder layers each
   bool tie = false;                   // output projection tied to the target embedding
