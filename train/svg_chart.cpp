@@ -48,9 +48,14 @@ std::string tick_label(double v, const Axis& a) {
 }
 
 // The range of the usable values, widened a little on a linear axis; explicit ticks win.
-Axis make_axis(std::vector<double> values, bool log, const std::vector<double>& explicit_ticks, bool zero_floor) {
+Axis make_axis(std::vector<double> values, bool log, const std::vector<double>& given_ticks, bool zero_floor) {
   Axis a;
   a.log = log;
+  // Only ticks the axis can show (a log axis has no place for 0 or less; NaN has none anywhere).
+  std::vector<double> explicit_ticks;
+  for (double v : given_ticks)
+    if (a.usable(v)) explicit_ticks.push_back(v);
+  std::sort(explicit_ticks.begin(), explicit_ticks.end());
   double lo = INFINITY, hi = -INFINITY;
   for (double v : values)
     if (a.usable(v)) lo = std::min(lo, v), hi = std::max(hi, v);
