@@ -396,13 +396,13 @@ void claims(Report& r, const nn::TransformerDecoderLayer& layer, const Sweep& s,
     reached += ok;
     if (!ok) missing += " " + name;
   }
-  r.claim("backward reaches every parameter of the layer (each gets a gradient)", reached == total,
+  r.claim("backward reaches every parameter tensor of the layer (each gets a finite, non-zero gradient)", reached == total,
           fmt::format("{} of {} parameters have an accumulator in the graph and a finite non-zero gradient{}", reached, total,
                       missing.empty() ? "" : "; not:" + missing));
 
   const bool released = freed.saved_after == 0 && freed.released == freed.op_nodes && freed.op_nodes > 0;
   const int64_t left = freed.live_after_backward - freed.live_before_forward;
-  r.claim("backward frees what the graph saved (Node::release): nothing is left but the gradients, unless retain_graph",
+  r.claim("backward frees what the graph saved (Node::release): only the gradients and the output remain, unless retain_graph",
           released && left == freed.kept_bytes && kept.saved_after == kept.saved_before && kept.released == 0,
           fmt::format("saved {} -> {} B, {} of {} op nodes released; live bytes after backward {} beyond the start = gradients + output {}; "
                       "with retain_graph saved {} -> {} B",
@@ -411,7 +411,7 @@ void claims(Report& r, const nn::TransformerDecoderLayer& layer, const Sweep& s,
 
   // Reached is not the same as moved: q . b_k is the same for every key of a row, and softmax ignores that.
   const double self_k = key_bias_ratio(*layer.self_attn), cross_k = key_bias_ratio(*layer.multihead_attn);
-  r.claim("the key bias gets no gradient (adding q . b_k to every score of a row leaves the softmax unchanged)",
+  r.claim("yet the key third of in_proj_bias gets no gradient beyond rounding (q . b_k shifts a whole row of scores, which softmax ignores)",
           self_k < 1e-4 && cross_k < 1e-4,
           fmt::format("|grad b_k| / |grad b_q|: self-attention {:.2g}, cross-attention {:.2g} (float32)", self_k, cross_k));
 }
@@ -428,70 +428,81 @@ nn::TransformerLayerOptions layer_options(const Report& r) {
   return o;
 }
 
+void picture_section(Report& r, const nn::TransformerDecoderLayer& layer, int64_t B, int64_t T, int64_t S) {
+  r.section(fmt::format("the graph at target length {}", T));
+  const Pass picture = forward(layer, B, T, S, r.seed(0));
+  const Graph g = describe_graph(picture.nodes);
+  size_t leaves = 0, saved = 0;
+  for (const auto& n : g.nodes) leaves += n.leaf, saved += n.saved.size();
+  r.say(fmt::format("{} nodes ({} leaves), {} edges; {} saved tensors, {} as listed, {} of distinct buffers ({} beyond the leaves')",
+                    g.nodes.size(), leaves, g.edges(), saved, format_bytes(g.saved_bytes()), format_bytes(g.held_bytes()),
+                    format_bytes(g.held_activation_bytes())));
+  scope_table(r, g);
+  draw(r, layer, picture, B, S);
+}
+
+void lengths_table(Report& r, const Sweep& s) {
+  Table t("lengths", {"T", "nodes", "listed", "held", "self-attn maps", "cross-attn maps", "other activations", "leaves'", "self maps share"});
+  auto bytes = [](double b) { return static_cast<int64_t>(b); };
+  for (size_t i = 0; i < s.T.size(); ++i) {
+    const double activations = s.held[i] - s.bytes.at(Kind::Leaf)[i];
+    t.row({bytes(s.T[i]), s.graphs[i].nodes.size(), bytes(s.listed[i]), bytes(s.held[i]), bytes(s.bytes.at(Kind::SelfMaps)[i]),
+           bytes(s.bytes.at(Kind::CrossMaps)[i]), bytes(s.bytes.at(Kind::Other)[i]), bytes(s.bytes.at(Kind::Leaf)[i]),
+           s.bytes.at(Kind::SelfMaps)[i] / activations});
+  }
+  r.print(t);
+  r.say("listed: every saved tensor's bytes (a buffer saved by two Nodes twice); held: the distinct buffers they keep alive;");
+  r.say("maps: what the attention's softmax, masked_fill and dropout saved, and the weights the matmul with V saved;");
+  r.say("leaves': parameters and the inputs, which exist anyway; share: self maps / all activations (held - leaves').");
+}
+
+void backward_tables(Report& r, const nn::TransformerDecoderLayer& layer, const AfterBackward& freed, const AfterBackward& kept) {
+  Table bt("backward", {"backward", "saved before", "saved after", "op nodes", "released", "live bytes: forward adds",
+                        "after backward, beyond start", "gradients + output"});
+  for (const auto* a : {&freed, &kept})
+    bt.row({a == &freed ? "default" : "retain_graph", a->saved_before, a->saved_after, a->op_nodes, a->released,
+            a->live_after_forward - a->live_before_forward, a->live_after_backward - a->live_before_forward, a->kept_bytes});
+  r.print(bt);
+  r.say("live bytes: every tensor buffer alive (tensor/storage.h), with the graph's Nodes still held by this lab; after a default");
+  r.say("backward only the gradients, the output and the loss remain (the last column): the saved tensors are gone.");
+
+  Table pt("parameters", {"parameter", "shape", "|grad|"});
+  for (const auto& [name, v] : layer.named_parameters()) pt.row({name, shape_str(v.shape()), v.grad().defined() ? l2_norm(v.grad()) : NAN});
+  r.print(pt);
+  Table bias("in_proj_bias", {"attention", "|grad b_q|", "|grad b_k|", "|grad b_v|"});
+  for (const auto& [name, a] : {std::pair{"self_attn", layer.self_attn}, std::pair{"multihead_attn", layer.multihead_attn}}) {
+    const Tensor g = a->in_proj_bias.grad();  // (3D): the q, k and v thirds
+    const int64_t D = a->embed_dim;
+    bias.row({name, l2_norm(g.narrow(0, 0, D)), l2_norm(g.narrow(0, D, D)), l2_norm(g.narrow(0, 2 * D, D))});
+  }
+  r.print(bias);
+}
+
 void run(Report& r) {
   const int64_t B = r.integer("batch"), S = r.integer("src-len"), T0 = r.integer("tgt-len");
   const std::vector<int64_t> lengths = parse_lengths(r.text("lengths"));
   Generator init(r.seed(0));
   nn::TransformerDecoderLayer layer(layer_options(r), init);
   layer.train();  // dropout on: the graph of a training step
-  nn::make_causal_mask(*std::max_element(lengths.begin(), lengths.end()));  // its cache, made before memory is counted
+  nn::make_causal_mask(std::max(T0, *std::max_element(lengths.begin(), lengths.end())));  // its cache, made before memory is counted
   r.say(fmt::format("one TransformerDecoderLayer ({}, d_model {}, {} heads, ff {}, dropout {}), batch {}, source length {}, float32",
                     layer.options.norm_first ? "Pre-LN" : "Post-LN", layer.options.d_model, layer.options.nhead,
                     layer.options.dim_feedforward, layer.options.dropout, B, S));
 
-  // ---- the picture ----
-  r.section(fmt::format("the graph at target length {}", T0));
-  Pass picture = forward(layer, B, T0, S, r.seed(0));
-  const Graph g0 = describe_graph(picture.nodes);
-  r.say(fmt::format("{} nodes ({} leaves), {} edges; {} saved tensors, {} as listed, {} of distinct buffers ({} beyond the leaves')",
-                    g0.nodes.size(), std::count_if(g0.nodes.begin(), g0.nodes.end(), [](const GraphNode& n) { return n.leaf; }), g0.edges(),
-                    [&] { size_t n = 0; for (const auto& x : g0.nodes) n += x.saved.size(); return n; }(), format_bytes(g0.saved_bytes()),
-                    format_bytes(g0.held_bytes()), format_bytes(g0.held_activation_bytes())));
-  scope_table(r, g0);
-  draw(r, layer, picture, B, S);
+  picture_section(r, layer, B, T0, S);
 
-  // ---- saved bytes against the target length ----
   r.section("saved bytes against the target length T (distinct buffers)");
   const Sweep s = sweep(r, layer, lengths, B, S);
-  Table lt("lengths", {"T", "nodes", "listed", "held", "self-attn maps", "cross-attn maps", "other activations", "leaves'", "self maps share"});
-  for (size_t i = 0; i < s.T.size(); ++i) {
-    const double act = s.held[i] - s.bytes.at(Kind::Leaf)[i];
-    auto bytes = [](double b) { return static_cast<int64_t>(b); };
-    lt.row({bytes(s.T[i]), s.graphs[i].nodes.size(), bytes(s.listed[i]), bytes(s.held[i]), bytes(s.bytes.at(Kind::SelfMaps)[i]),
-            bytes(s.bytes.at(Kind::CrossMaps)[i]), bytes(s.bytes.at(Kind::Other)[i]), bytes(s.bytes.at(Kind::Leaf)[i]),
-            s.bytes.at(Kind::SelfMaps)[i] / act});
-  }
-  r.print(lt);
-  r.say("listed: every saved tensor's bytes (a buffer saved by two Nodes twice); held: the distinct buffers they keep alive;");
-  r.say("maps: what the attention's softmax, masked_fill and dropout saved, and buffers shared with them (the weights the");
-  r.say("matmul with V saved); leaves': parameters and the inputs, which exist anyway; share: self maps / all activations.");
+  lengths_table(r, s);
   const std::vector<Tracked> tracked = track(s);
   r.section(fmt::format("the largest saved tensors at T = {} (slope: of its bytes against T, log-log)", static_cast<int64_t>(s.T.back())));
   largest_table(r, s, tracked, 14);
 
-  // ---- backward: gradients and what it frees ----
+  // The default backward runs last, so that the layer's gradients below are its.
   r.section(fmt::format("backward at T = {}", T0));
-  const AfterBackward freed = run_backward_pass(layer, B, T0, S, r.seed(0), false);
-  std::vector<std::pair<std::string, double>> grads;
-  for (const auto& [name, v] : layer.named_parameters()) grads.push_back({name, v.grad().defined() ? l2_norm(v.grad()) : NAN});
   const AfterBackward kept = run_backward_pass(layer, B, T0, S, r.seed(0), true);
-  Table bt("backward", {"backward", "saved before", "saved after", "op nodes", "released", "live bytes: forward adds", "after backward, beyond start",
-                        "gradients + output"});
-  for (const auto* a : {&freed, &kept})
-    bt.row({a == &freed ? "default" : "retain_graph", a->saved_before, a->saved_after, a->op_nodes, a->released,
-            a->live_after_forward - a->live_before_forward, a->live_after_backward - a->live_before_forward, a->kept_bytes});
-  r.print(bt);
-  r.say("live bytes: every tensor buffer alive (tensor/storage.h), with the graph's Nodes still held by this lab; after a default");
-  r.say("backward only the gradients, the output and the loss remain (the last column), the saved tensors are gone.");
-
-  Table pt("parameters", {"parameter", "shape", "|grad|"});
-  for (const auto& [name, v] : layer.named_parameters()) {
-    double norm = NAN;
-    for (const auto& [n2, g] : grads)
-      if (n2 == name) norm = g;
-    pt.row({name, shape_str(v.shape()), norm});
-  }
-  r.print(pt);
+  const AfterBackward freed = run_backward_pass(layer, B, T0, S, r.seed(0), false);
+  backward_tables(r, layer, freed, kept);
 
   record(r, s, tracked, freed, kept);
   figure(r, s);
