@@ -220,6 +220,7 @@ void draw_value_map(std::string& out, const ValueMap& m, double ox, double oy) {
   auto col_label = [&](size_t j) { return m.col_labels.empty() ? std::to_string(j) : m.col_labels[j]; };
   double label_w = 0;
   for (size_t i = 0; i < R; ++i) label_w = std::min(150.0, std::max(label_w, svg::label_width_em(row_label(i)) * 9.5));
+  // right: the colour bar, its labels ("1.03e+05" is ~45 px) and the rotated caption beyond them.
   const double left = 22 + label_w, right = 90, top = 30, bottom = 46;
   const double gw = kPanelW - left - right, gh = kPanelH - top - bottom;
   const double cw = C ? gw / static_cast<double>(C) : gw, ch = R ? gh / static_cast<double>(R) : gh;
