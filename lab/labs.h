@@ -5,5 +5,6 @@
 namespace gf::lab {
 
 Lab scale_lab();  // lab/scale.cpp: why 1/sqrt(d_k)
+Lab graph_lab();  // lab/graph.cpp: the autograd graph of a decoder layer
 
 }  // namespace gf::lab

@@ -9,6 +9,7 @@ namespace gf::lab {
 const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = {
       scale_lab(),
+      graph_lab(),
   };
   return all;
 }

@@ -46,15 +46,22 @@ Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_
   auto ff_block = [&](const Variable& x) {
     return dropout3->forward(feed_forward(x, *linear1, *linear2, activation, dropout.get()));  // (B, T, D)
   };
+  // Each block runs in a NameScope named as its module (ff_block as PyTorch's method), so anomaly
+  // reports and graph pictures say which part of the layer an op belongs to.
+  auto in = [](const char* scope, const auto& block, const Variable& v) {
+    NameScope s(scope);
+    return block(v);  // (B, T, D)
+  };
+  auto norm = [](const LayerNorm& n) { return [&n](const Variable& v) { return n.forward(v); }; };
   Variable x = tgt;  // (B, T, D)
   if (options.norm_first) {
-    x = x + dropout1->forward(self_block(norm1->forward(x)));
-    x = x + dropout2->forward(cross_block(norm2->forward(x)));
-    x = x + ff_block(norm3->forward(x));
+    x = x + dropout1->forward(in("self_attn", self_block, in("norm1", norm(*norm1), x)));
+    x = x + dropout2->forward(in("multihead_attn", cross_block, in("norm2", norm(*norm2), x)));
+    x = x + in("ff_block", ff_block, in("norm3", norm(*norm3), x));
   } else {
-    x = norm1->forward(x + dropout1->forward(self_block(x)));
-    x = norm2->forward(x + dropout2->forward(cross_block(x)));
-    x = norm3->forward(x + ff_block(x));
+    x = in("norm1", norm(*norm1), x + dropout1->forward(in("self_attn", self_block, x)));
+    x = in("norm2", norm(*norm2), x + dropout2->forward(in("multihead_attn", cross_block, x)));
+    x = in("norm3", norm(*norm3), x + in("ff_block", ff_block, x));
   }
   return x;
 }
