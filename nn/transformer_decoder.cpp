@@ -52,7 +52,7 @@ Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_
     NameScope s(scope);
     return block(v);  // (B, T, D)
   };
-  auto norm = [](const LayerNorm& n) { return [&n](const Variable& v) { return n.forward(v); }; };
+  auto norm = [](const Norm& n) { return [&n](const Variable& v) { return n.forward(v); }; };
   Variable x = tgt;  // (B, T, D)
   if (options.norm_first) {
     x = x + dropout1->forward(in("self_attn", self_block, in("norm1", norm(*norm1), x)));
