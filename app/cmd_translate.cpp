@@ -77,11 +77,12 @@ int cmd_translate(int argc, char** argv) {
     if (stats.self_bytes_per_token > 0) {
       const nn::TransformerLayerOptions& l = t.config.layer;
       fmt::print(stderr,
-                 "KV cache: 2 (K and V) x {} layers x {} kv heads x {} head dim x {} bytes = {} bytes per target token "
-                 "(self-attention; {} heads share {} K/V heads), {} bytes per source token (cross-attention, projected once); "
-                 "peak {:.2f} MiB allocated for a batch\n",
+                 "KV cache: 2 (K and V) x {} layers x {} kv heads x {} head dim x {} bytes = {} bytes per token "
+                 "(self-attention; {} heads share {} K/V heads); {}; peak {:.2f} MiB allocated for a batch\n",
                  t.config.layers, l.key_value_heads(), l.d_model / l.nhead, 4, stats.self_bytes_per_token, l.nhead, l.key_value_heads(),
-                 stats.cross_bytes_per_src_token, static_cast<double>(stats.cache_bytes_peak) / (1 << 20));
+                 t.config.arch == "decoder-only" ? std::string("decoder-only: the prompt's source tokens are cached at the same cost")
+                                                 : fmt::format("{} bytes per source token (cross-attention, projected once)", stats.cross_bytes_per_src_token),
+                 static_cast<double>(stats.cache_bytes_peak) / (1 << 20));
     }
   }
   return 0;

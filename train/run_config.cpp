@@ -103,6 +103,8 @@ void RunConfig::validate() const {
   if (warmup < 1) throw std::invalid_argument(fmt::format("--warmup must be at least 1, got {}", warmup));
   if (epochs < 0 || steps < 0 || minutes < 0) throw std::invalid_argument("--epochs, --steps and --minutes cannot be negative");
   if (max_len + 2 > 512) throw std::invalid_argument(fmt::format("--max-len must be at most 510 (the positional table holds 512), got {}", max_len));
+  if (arch == "decoder-only" && 2 * max_len + 2 > 512)
+    throw std::invalid_argument(fmt::format("--max-len must be at most 255 for the decoder-only model (source, <sep> and target share 512 positions), got {}", max_len));
 }
 
 }  // namespace gf::train

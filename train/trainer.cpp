@@ -20,6 +20,7 @@
 #include "train/batching.h"
 #include "train/bleu.h"
 #include "train/checkpoint.h"
+#include "train/model.h"
 #include "train/progress.h"
 #include "train/run_data.h"
 #include "train/svg_plot.h"
@@ -65,8 +66,7 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
     src_vocab = Vocab::load(run_file(opt.out, "vocab.src.txt"));
     tgt_vocab = Vocab::load(run_file(opt.out, "vocab.tgt.txt"));
   } else {
-    src_vocab = Vocab::build_source(data.train, config.min_freq);
-    tgt_vocab = Vocab::build_target(data.train, config.min_freq);
+    std::tie(src_vocab, tgt_vocab) = build_vocabularies(config, data.train);
     src_vocab.save(run_file(opt.out, "vocab.src.txt"));
     tgt_vocab.save(run_file(opt.out, "vocab.tgt.txt"));
     write_file_atomic(run_file(opt.out, "config.json"), config.to_json());
@@ -77,7 +77,8 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
   BatchPlan valid_plan(valid_pairs, config.max_tokens, config.max_len);
 
   // ---- model and optimizer ----
-  nn::Seq2SeqTransformer model(config.model_options(src_vocab.size(), tgt_vocab.size()), config.seed);
+  std::unique_ptr<TranslationModel> net = make_translation_model(config, src_vocab, tgt_vocab, config.seed);
+  nn::Module& model = net->module();
   model.train();
   optim::Adam adam(model.named_parameters(), {.lr = config.lr, .beta1 = config.beta1, .beta2 = config.beta2, .eps = config.adam_eps});
   const std::vector<Variable> params = model.parameters();
@@ -155,9 +156,8 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
         break;
       }
       Batch batch = plan.batch(order[bi]);
-      BatchTensors t = to_tensors(batch);
       default_generator().seed(step_seed(config.seed, state.step));
-      Variable loss = batch_loss(model, t, config.label_smoothing);
+      Variable loss = net->loss(batch, config.label_smoothing);
       adam.zero_grad();
       loss.backward();
       if (config.clip > 0) optim::clip_grad_norm(params, config.clip);
@@ -202,7 +202,7 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
     if (stopped) break;
     // ---- end of epoch: validate, keep the best, checkpoint ----
     progress.clear();
-    double valid = evaluate_loss(model, valid_plan);
+    double valid = evaluate_loss(*net, valid_plan);
     result.valid_loss = valid;
     state.valid_curve.push_back({static_cast<double>(state.step), valid});
     bool best = valid < state.best_valid_loss;
