@@ -33,12 +33,13 @@ int cmd_attention(int argc, char** argv) {
   NoGradGuard ng;
   std::vector<int64_t> src_ids = t.src_vocab.encode(src_tokens);
   Tensor src = Tensor::from_vector(src_ids, {1, static_cast<int64_t>(src_ids.size())});  // (1, S)
-  std::vector<int64_t> out_ids = train::translate_batch(*t.model, src, t.default_decode_options()).at(0);
+  const nn::Seq2SeqTransformer& model = t.seq2seq();
+  std::vector<int64_t> out_ids = train::translate_batch(model, src, t.default_decode_options()).at(0);
   // Teacher-force the model's own output to read the weights behind each predicted token.
   std::vector<int64_t> tgt_in{train::Vocab::kBos};
   tgt_in.insert(tgt_in.end(), out_ids.begin(), out_ids.end());
   Tensor tgt = Tensor::from_vector(tgt_in, {1, static_cast<int64_t>(tgt_in.size())});  // (1, T)
-  nn::DecoderOutput d = t.model->forward_with_attention(src, tgt);
+  nn::DecoderOutput d = model.forward_with_attention(src, tgt);
 
   std::vector<std::string> rows;  // the token predicted at each position
   for (int64_t id : out_ids) rows.push_back(t.tgt_vocab.token(id));

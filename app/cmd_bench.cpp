@@ -72,10 +72,11 @@ Setup make_setup(const train::RunConfig& c) {
                 {"tgt_vocab", s.tgt_vocab.size()},
                 {"threads", max_threads()},
                 {"blas_core", blas_core_in_use()},
-                {"d_model", c.d_model},
-                {"heads", c.heads},
+                {"d_model", c.layer.d_model},
+                {"heads", c.layer.nhead},
+                {"kv_heads", c.layer.key_value_heads()},
                 {"layers", c.layers},
-                {"ff", c.ff},
+                {"ff", c.layer.dim_feedforward},
                 {"max_tokens", c.max_tokens}};
   return s;
 }
@@ -149,6 +150,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   opt.stop_at_eos = false;
   opt.use_cache = use_cache;
   int64_t sentences = 0, tokens = 0;
+  train::DecodeStats stats;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < sources.size(); i += static_cast<size_t>(decode_batch)) {
     const size_t end = std::min(sources.size(), i + static_cast<size_t>(decode_batch));
@@ -162,7 +164,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
     std::vector<int64_t> flat(static_cast<size_t>(B * S), train::Vocab::kPad);
     for (int64_t b = 0; b < B; ++b) std::copy(ids[b].begin(), ids[b].end(), flat.begin() + b * S);
     Tensor src = Tensor::from_vector(flat, {B, S});  // (B, S)
-    for (const auto& out : train::translate_batch(model, src, opt)) tokens += static_cast<int64_t>(out.size());
+    for (const auto& out : train::translate_batch(model, src, opt, &stats)) tokens += static_cast<int64_t>(out.size());
     sentences += B;
   }
   const double dt = seconds_since(t0);
@@ -174,6 +176,16 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
   info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);
   info["peak_rss_mib"] = peak_rss_mib();
+  if (use_cache) {
+    info["kv_cache_bytes_per_target_token"] = stats.self_bytes_per_token;  // 2 x layers x kv_heads x head_dim x bytes
+    info["kv_cache_bytes_per_source_token"] = stats.cross_bytes_per_src_token;
+    info["kv_cache_peak_mib"] = round_to(static_cast<double>(stats.cache_bytes_peak) / (1 << 20), 2);
+  }
+  if (use_cache) {
+    info["kv_cache_bytes_per_target_token"] = stats.self_bytes_per_token;  // 2 x layers x kv_heads x head_dim x bytes
+    info["kv_cache_bytes_per_source_token"] = stats.cross_bytes_per_src_token;
+    info["kv_cache_peak_mib"] = round_to(static_cast<double>(stats.cache_bytes_peak) / (1 << 20), 2);
+  }
   return info;
 }
 

@@ -20,10 +20,10 @@ void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
   auto set = [&](const char* flag, auto& field, auto value) {
     if (!f.given(flag)) field = value;
   };
-  set("d-model", c.d_model, int64_t{128});
-  set("heads", c.heads, int64_t{4});
+  set("d-model", c.layer.d_model, int64_t{128});
+  set("heads", c.layer.nhead, int64_t{4});
   set("layers", c.layers, int64_t{2});
-  set("ff", c.ff, int64_t{512});
+  set("ff", c.layer.dim_feedforward, int64_t{512});
   set("warmup", c.warmup, int64_t{400});
   set("lr", c.lr, 2e-3);
   set("min-freq", c.min_freq, int64_t{1});
@@ -46,9 +46,6 @@ int cmd_train(int argc, char** argv) {
   f.add_string("valid-split", "", "validation split (default: val or valid; with a .tsv: a TSV file)");
   f.add_string("test-split", "", "test split (default: test or the first test* split; with a .tsv: a TSV file)");
   f.add_int("max-len", d.max_len, "skip training pairs longer than this many tokens");
-  f.add_string("activation", d.activation, "relu or gelu");
-  f.add_bool("norm-first", "pre-norm layers (default post-norm, as the 2017 paper)");
-  f.add_bool("tie", "tie the output projection to the target embedding");
   f.add_double("clip", d.clip, "clip the gradient norm to this (0: off)");
   f.add_int("epochs", 0, "stop after this many epochs");
   f.add_int("steps", 0, "stop after this many steps");
@@ -76,8 +73,10 @@ int cmd_train(int argc, char** argv) {
     opt.out = f.str("resume");
     opt.resume = true;
     c = train::RunConfig::from_json(train::read_text_file(train::run_file(opt.out, "config.json")), train::run_file(opt.out, "config.json"));
-    for (const char* model_flag : {"data", "d-model", "heads", "layers", "ff", "src", "tgt", "min-freq", "activation", "tie", "norm-first"})
-      if (f.given(model_flag)) throw UsageError(std::string("train: --") + model_flag + " cannot change when resuming (the run folder fixes it)");
+    std::vector<std::string> fixed = model_flag_names();
+    fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq"});
+    for (const std::string& flag : fixed)
+      if (f.given(flag)) throw UsageError("train: --" + flag + " cannot change when resuming (the run folder fixes it)");
     if (f.given("epochs") || f.given("steps") || f.given("minutes")) {
       c.epochs = f.integer("epochs");
       c.steps = f.integer("steps");
@@ -91,9 +90,6 @@ int cmd_train(int argc, char** argv) {
     c.valid_split = f.str("valid-split");
     c.test_split = f.str("test-split");
     c.max_len = f.integer("max-len");
-    c.activation = f.str("activation");
-    c.norm_first = f.on("norm-first");
-    c.tie = f.on("tie");
     c.clip = f.real("clip");
     c.epochs = f.integer("epochs");
     c.steps = f.integer("steps");

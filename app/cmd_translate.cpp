@@ -74,11 +74,16 @@ int cmd_translate(int argc, char** argv) {
   if (f.on("verbose")) {
     fmt::print(stderr, "translated {} sentences in {:.2f}s ({:.1f} sentences/s), weights {}\n", lines.size(), dt,
                dt > 0 ? static_cast<double>(lines.size()) / dt : 0.0, t.weights_file);
-    if (stats.self_bytes_per_token > 0)
+    if (stats.self_bytes_per_token > 0) {
+      const nn::TransformerLayerOptions& l = t.config.layer;
       fmt::print(stderr,
-                 "KV cache: {} bytes per target token (self-attention K and V, all layers), {} bytes per source token "
-                 "(cross-attention K and V, projected once); peak {:.2f} MiB allocated for a batch\n",
-                 stats.self_bytes_per_token, stats.cross_bytes_per_src_token, static_cast<double>(stats.cache_bytes_peak) / (1 << 20));
+                 "KV cache: 2 (K and V) x {} layers x {} kv heads x {} head dim x {} bytes = {} bytes per token "
+                 "(self-attention; {} heads share {} K/V heads); {}; peak {:.2f} MiB allocated for a batch\n",
+                 t.config.layers, l.key_value_heads(), l.d_model / l.nhead, 4, stats.self_bytes_per_token, l.nhead, l.key_value_heads(),
+                 t.config.arch == "decoder-only" ? std::string("decoder-only: the prompt's source tokens are cached at the same cost")
+                                                 : fmt::format("{} bytes per source token (cross-attention, projected once)", stats.cross_bytes_per_src_token),
+                 static_cast<double>(stats.cache_bytes_peak) / (1 << 20));
+    }
   }
   return 0;
 }

@@ -28,10 +28,13 @@
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
 #include "nn/multihead_attention.h"
+#include "nn/norm.h"
+#include "nn/registry.h"
 #include "nn/seq2seq.h"
 #include "nn/transformer_decoder.h"
 #include "nn/transformer_encoder.h"
 #include "tensor/io/safetensors.h"
+#include "tensor/kernels/random.h"
 
 namespace gf::app {
 namespace {
@@ -72,9 +75,11 @@ nn::TransformerLayerOptions layer_options(const Case& c) {
   nn::TransformerLayerOptions o;
   o.d_model = c.cfg<int64_t>("d_model", 0);
   o.nhead = c.cfg<int64_t>("nhead", 1);
+  o.kv_heads = c.cfg<int64_t>("kv_heads", 0);
   o.dim_feedforward = c.cfg<int64_t>("dim_feedforward", 0);
   o.dropout = 0.0;
-  o.activation = nn::parse_activation(c.cfg<std::string>("activation", "relu"));
+  o.activation = c.cfg<std::string>("activation", "relu");
+  o.norm = c.cfg<std::string>("norm", "layernorm");
   o.norm_first = c.cfg<bool>("norm_first", false);
   o.layer_norm_eps = c.cfg<double>("layer_norm_eps", 1e-5);
   return o;
@@ -86,101 +91,130 @@ struct Runner {
   std::function<Outputs(const Case&)> run;
 };
 
-Runner make_runner(const std::string& kind, const Case& c) {
-  Runner r;
-  if (kind == "linear") {
-    auto m = std::make_shared<nn::Linear>(c.cfg<int64_t>("in_features", 0), c.cfg<int64_t>("out_features", 0), c.cfg<bool>("bias", true));
-    r.module = m;
-    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input"))}}; };
-  } else if (kind == "embedding") {
-    auto m = std::make_shared<nn::Embedding>(c.cfg<int64_t>("num_embeddings", 0), c.cfg<int64_t>("embedding_dim", 0),
-                                             c.config.contains("padding_idx") && !c.config.at("padding_idx").is_null()
-                                                 ? c.config.at("padding_idx").get<int64_t>()
-                                                 : -1);
-    r.module = m;
-    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input").data())}}; };
-  } else if (kind == "layer_norm") {
-    auto m = std::make_shared<nn::LayerNorm>(c.cfg<int64_t>("normalized_shape", 0), c.cfg<double>("eps", 1e-5));
-    r.module = m;
-    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input"))}}; };
-  } else if (kind == "softmax" || kind == "log_softmax") {
-    if (c.cfg<int64_t>("dim", -1) != -1) throw std::runtime_error(kind + ": only dim -1 is supported");
-    bool log = kind == "log_softmax";
-    r.run = [log](const Case& c) { return Outputs{{"output", log ? log_softmax(c.in("input")) : softmax(c.in("input"))}}; };
-  } else if (kind == "ffn") {
-    auto m = std::make_shared<nn::FFN>(c.cfg<int64_t>("d_model", 0), c.cfg<int64_t>("dim_feedforward", 0),
-                                       nn::parse_activation(c.cfg<std::string>("activation", "relu")), 0.0);
-    r.module = m;
-    r.run = [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input"))}}; };
-  } else if (kind == "attention") {
-    double scale = c.cfg<double>("scale", 1.0);
-    r.run = [scale](const Case& c) {
-      Variable scores = matmul(c.in("q"), transpose(c.in("k"), -2, -1)) * scale;  // (B, L, S)
-      Tensor m = c.mask("mask");
-      if (m.defined()) scores = masked_fill(scores, m, -INFINITY);
-      Variable w = softmax(scores);  // (B, L, S)
-      return Outputs{{"output", matmul(w, c.in("v"))}, {"weights", w}};
-    };
-  } else if (kind == "multihead_attention") {
-    auto m = std::make_shared<nn::MultiheadAttention>(c.cfg<int64_t>("embed_dim", 0), c.cfg<int64_t>("num_heads", 1), 0.0,
-                                                      c.cfg<bool>("bias", true));
-    r.module = m;
-    bool self = c.cfg<bool>("self_attention", false);
-    r.run = [m, self](const Case& c) {
-      const Variable& q = c.in("query");
-      nn::AttentionResult a = self ? m->forward(q, q, q, c.mask("key_padding_mask"), c.mask("attn_mask"), true)
-                                   : m->forward(q, c.in("key"), c.in("value"), c.mask("key_padding_mask"), c.mask("attn_mask"), true);
-      return Outputs{{"output", a.output}, {"weights", a.weights}};
-    };
-  } else if (kind == "transformer_encoder_layer") {
-    auto m = std::make_shared<nn::TransformerEncoderLayer>(layer_options(c));
-    r.module = m;
-    r.run = [m](const Case& c) {
-      return Outputs{{"output", m->forward(c.in("src"), c.mask("src_key_padding_mask"), c.mask("src_mask"))}};
-    };
-  } else if (kind == "transformer_decoder_layer") {
-    auto m = std::make_shared<nn::TransformerDecoderLayer>(layer_options(c));
-    r.module = m;
-    r.run = [m](const Case& c) {
-      return Outputs{{"output", m->forward(c.in("tgt"), c.in("memory"), c.mask("tgt_mask"), c.mask("tgt_key_padding_mask"),
-                                           c.mask("memory_key_padding_mask"))
-                                    .output}};
-    };
-  } else if (kind == "cross_entropy") {
-    int64_t ignore = c.cfg<int64_t>("ignore_index", -100);
-    double ls = c.cfg<double>("label_smoothing", 0.0);
-    if (c.cfg<std::string>("reduction", "mean") != "mean") throw std::runtime_error("cross_entropy: only reduction mean is supported");
-    r.run = [ignore, ls](const Case& c) {
-      return Outputs{{"loss", cross_entropy(c.in("input"), c.in("target").data(), ignore, ls)}};
-    };
-  } else if (kind == "seq2seq") {
-    nn::Seq2SeqOptions o;
-    o.src_vocab = c.cfg<int64_t>("src_vocab", 0);
-    o.tgt_vocab = c.cfg<int64_t>("tgt_vocab", 0);
-    o.d_model = c.cfg<int64_t>("d_model", 0);
-    o.nhead = c.cfg<int64_t>("nhead", 1);
-    o.num_layers = c.cfg<int64_t>("num_layers", 1);
-    o.dim_feedforward = c.cfg<int64_t>("dim_feedforward", 0);
-    o.norm_first = c.cfg<bool>("norm_first", false);
-    o.pad = c.cfg<int64_t>("pad", 0);
-    o.dropout = 0.0;
-    o.activation = nn::parse_activation(c.cfg<std::string>("activation", "relu"));
-    double ls = c.cfg<double>("label_smoothing", 0.0);
-    auto m = std::make_shared<nn::Seq2SeqTransformer>(o);
-    r.module = m;
-    r.run = [m, ls](const Case& c) {
-      Tensor tgt = c.in("tgt").data();  // (B, T+1): BOS .. EOS PAD
-      const int64_t T = tgt.size(1) - 1;
-      Tensor tgt_in = tgt.narrow(1, 0, T).contiguous(), labels = tgt.narrow(1, 1, T).contiguous();
-      Variable logits = m->forward(c.in("src").data(), tgt_in);  // (B, T, V)
-      Variable loss = cross_entropy(reshape(logits, {-1, logits.size(2)}), labels.reshape({-1}), m->options().pad, ls);
-      return Outputs{{"loss", loss}, {"logits", logits}};
-    };
-  } else {
-    throw std::runtime_error("unknown kind '" + kind + "'");
-  }
-  return r;
+// A module whose forward takes the case's "input" alone.
+template <class M>
+Runner unary_module(std::shared_ptr<M> m) {
+  return {m, [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input"))}}; }};
 }
+
+Runner make_linear(const Case& c) {
+  return unary_module(std::make_shared<nn::Linear>(c.cfg<int64_t>("in_features", 0), c.cfg<int64_t>("out_features", 0), c.cfg<bool>("bias", true)));
+}
+
+Runner make_embedding(const Case& c) {
+  const bool has_pad = c.config.contains("padding_idx") && !c.config.at("padding_idx").is_null();
+  auto m = std::make_shared<nn::Embedding>(c.cfg<int64_t>("num_embeddings", 0), c.cfg<int64_t>("embedding_dim", 0),
+                                           has_pad ? c.config.at("padding_idx").get<int64_t>() : -1);
+  return {m, [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input").data())}}; }};
+}
+
+// layer_norm, rms_norm: any norm of the registry over the last dim.
+Runner make_norm_case(const char* norm, const Case& c) {
+  return unary_module(nn::make_norm(norm, c.cfg<int64_t>("normalized_shape", 0), c.cfg<double>("eps", 1e-5)));
+}
+
+Runner make_softmax(const Case& c, bool log) {
+  if (c.cfg<int64_t>("dim", -1) != -1) throw std::runtime_error("softmax: only dim -1 is supported");
+  return {nullptr, [log](const Case& c) { return Outputs{{"output", log ? log_softmax(c.in("input")) : softmax(c.in("input"))}}; }};
+}
+
+Runner make_ffn(const Case& c) {
+  return unary_module(std::make_shared<nn::FFN>(c.cfg<int64_t>("d_model", 0), c.cfg<int64_t>("dim_feedforward", 0),
+                                                c.cfg<std::string>("activation", "relu"), 0.0));
+}
+
+Runner make_attention(const Case& c) {
+  const double scale = c.cfg<double>("scale", 1.0);
+  return {nullptr, [scale](const Case& c) {
+            Variable scores = matmul(c.in("q"), transpose(c.in("k"), -2, -1)) * scale;  // (B, L, S)
+            Tensor m = c.mask("mask");
+            if (m.defined()) scores = masked_fill(scores, m, -INFINITY);
+            Variable w = softmax(scores);  // (B, L, S)
+            return Outputs{{"output", matmul(w, c.in("v"))}, {"weights", w}};
+          }};
+}
+
+// multihead_attention (PyTorch's module) and grouped_query_attention (a hand-written PyTorch
+// reference that repeats K and V per group with repeat_interleave): one module, two layouts.
+Runner make_multihead_attention(const Case& c) {
+  auto m = std::make_shared<nn::MultiheadAttention>(c.cfg<int64_t>("embed_dim", 0), c.cfg<int64_t>("num_heads", 1), 0.0,
+                                                    c.cfg<bool>("bias", true), default_generator(), c.cfg<int64_t>("kv_heads", 0));
+  const bool self = c.cfg<bool>("self_attention", false);
+  return {m, [m, self](const Case& c) {
+            const Variable& q = c.in("query");
+            nn::AttentionResult a = self ? m->forward(q, q, q, c.mask("key_padding_mask"), c.mask("attn_mask"), true)
+                                         : m->forward(q, c.in("key"), c.in("value"), c.mask("key_padding_mask"), c.mask("attn_mask"), true);
+            return Outputs{{"output", a.output}, {"weights", a.weights}};
+          }};
+}
+
+Runner make_encoder_layer(const Case& c) {
+  auto m = std::make_shared<nn::TransformerEncoderLayer>(layer_options(c));
+  return {m, [m](const Case& c) { return Outputs{{"output", m->forward(c.in("src"), c.mask("src_key_padding_mask"), c.mask("src_mask"))}}; }};
+}
+
+Runner make_decoder_layer(const Case& c) {
+  auto m = std::make_shared<nn::TransformerDecoderLayer>(layer_options(c));
+  return {m, [m](const Case& c) {
+            return Outputs{{"output", m->forward(c.in("tgt"), c.in("memory"), c.mask("tgt_mask"), c.mask("tgt_key_padding_mask"),
+                                                 c.mask("memory_key_padding_mask"))
+                                          .output}};
+          }};
+}
+
+Runner make_cross_entropy(const Case& c) {
+  const int64_t ignore = c.cfg<int64_t>("ignore_index", -100);
+  const double ls = c.cfg<double>("label_smoothing", 0.0);
+  if (c.cfg<std::string>("reduction", "mean") != "mean") throw std::runtime_error("cross_entropy: only reduction mean is supported");
+  return {nullptr, [ignore, ls](const Case& c) { return Outputs{{"loss", cross_entropy(c.in("input"), c.in("target").data(), ignore, ls)}}; }};
+}
+
+Runner make_seq2seq(const Case& c) {
+  nn::Seq2SeqOptions o;
+  o.src_vocab = c.cfg<int64_t>("src_vocab", 0);
+  o.tgt_vocab = c.cfg<int64_t>("tgt_vocab", 0);
+  o.layer = layer_options(c);
+  o.num_layers = c.cfg<int64_t>("num_layers", 1);
+  o.pad = c.cfg<int64_t>("pad", 0);
+  const double ls = c.cfg<double>("label_smoothing", 0.0);
+  auto m = std::make_shared<nn::Seq2SeqTransformer>(o);
+  return {m, [m, ls](const Case& c) {
+            Tensor tgt = c.in("tgt").data();  // (B, T+1): BOS .. EOS PAD
+            const int64_t T = tgt.size(1) - 1;
+            Tensor tgt_in = tgt.narrow(1, 0, T).contiguous(), labels = tgt.narrow(1, 1, T).contiguous();
+            Variable logits = m->forward(c.in("src").data(), tgt_in);  // (B, T, V)
+            Variable loss = cross_entropy(reshape(logits, {-1, logits.size(2)}), labels.reshape({-1}), m->options().pad, ls);
+            return Outputs{{"loss", loss}, {"logits", logits}};
+          }};
+}
+
+// The case kinds this runner knows: a new kind is a maker above and a line here.
+struct ParityKind {
+  const char* name;
+  Runner (*make)(const Case&);
+};
+
+const std::vector<ParityKind>& parity_kinds() {
+  static const std::vector<ParityKind> kinds = {
+      {"linear", make_linear},
+      {"embedding", make_embedding},
+      {"layer_norm", [](const Case& c) { return make_norm_case("layernorm", c); }},
+      {"rms_norm", [](const Case& c) { return make_norm_case("rmsnorm", c); }},
+      {"softmax", [](const Case& c) { return make_softmax(c, false); }},
+      {"log_softmax", [](const Case& c) { return make_softmax(c, true); }},
+      {"ffn", make_ffn},
+      {"attention", make_attention},
+      {"multihead_attention", make_multihead_attention},
+      {"grouped_query_attention", make_multihead_attention},
+      {"transformer_encoder_layer", make_encoder_layer},
+      {"transformer_decoder_layer", make_decoder_layer},
+      {"cross_entropy", make_cross_entropy},
+      {"seq2seq", make_seq2seq},
+  };
+  return kinds;
+}
+
+Runner make_runner(const std::string& kind, const Case& c) { return nn::registry_find(parity_kinds(), kind, "case kind").make(c); }
 
 // Compares ours with the expected tensor; updates the worst error and the verdict.
 struct Comparison {

@@ -1,18 +1,34 @@
 #include "app/recipe_flags.h"
 
+#include "nn/activation.h"
+#include "nn/norm.h"
+
 namespace gf::app {
+
+const std::vector<std::string>& model_flag_names() {
+  static const std::vector<std::string> names = {"arch", "d-model", "heads", "kv-heads", "layers", "ff", "dropout", "activation", "norm", "norm-first", "tie"};
+  return names;
+}
 
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
   auto note = [&](const char* text) { return builtin_notes ? std::string(" (built-in: ") + text + ")" : std::string(); };
+  const nn::TransformerLayerOptions& l = d.layer;
   f.add_string("src", d.src, "source language suffix" + note("en"));
   f.add_string("tgt", d.tgt, "target language suffix" + note("ko"));
   f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often" + note("1"));
   f.add_int("max-tokens", d.max_tokens, "padded source+target tokens per batch");
-  f.add_int("d-model", d.d_model, "model width" + note("128"));
-  f.add_int("heads", d.heads, "attention heads");
+  // The model: every flag here is a field of nn::TransformerLayerOptions or of the model options.
+  f.add_string("arch", d.arch, "encoder-decoder, or decoder-only (one sequence: source <sep> target, loss on the target)");
+  f.add_int("d-model", l.d_model, "model width" + note("128"));
+  f.add_int("heads", l.nhead, "attention heads");
+  f.add_int("kv-heads", l.kv_heads, "key/value heads: 0 = --heads (multi-head), 1 = multi-query, a divisor of --heads = grouped-query");
   f.add_int("layers", d.layers, "encoder and decoder layers each" + note("2"));
-  f.add_int("ff", d.ff, "feed-forward width" + note("512"));
-  f.add_double("dropout", d.dropout, "dropout");
+  f.add_int("ff", l.dim_feedforward, "feed-forward width" + note("512"));
+  f.add_double("dropout", l.dropout, "dropout");
+  f.add_string("activation", l.activation, "feed-forward activation: " + nn::activation_names());
+  f.add_string("norm", l.norm, "normalisation layer: " + nn::norm_names());
+  f.add_bool("norm-first", "pre-norm layers (default post-norm, as the 2017 paper)");
+  f.add_bool("tie", "tie the output projection to the target embedding");
   f.add_double("lr", d.lr, "peak learning rate" + note("0.002"));
   f.add_int("warmup", d.warmup, "warmup steps before inverse square root decay" + note("400"));
   f.add_double("label-smoothing", d.label_smoothing, "label smoothing");
@@ -23,11 +39,18 @@ void read_recipe_flags(const Flags& f, train::RunConfig& c) {
   c.tgt = f.str("tgt");
   c.min_freq = f.integer("min-freq");
   c.max_tokens = f.integer("max-tokens");
-  c.d_model = f.integer("d-model");
-  c.heads = f.integer("heads");
+  c.arch = f.str("arch");
+  nn::TransformerLayerOptions& l = c.layer;
+  l.d_model = f.integer("d-model");
+  l.nhead = f.integer("heads");
+  l.kv_heads = f.integer("kv-heads");
   c.layers = f.integer("layers");
-  c.ff = f.integer("ff");
-  c.dropout = f.real("dropout");
+  l.dim_feedforward = f.integer("ff");
+  l.dropout = f.real("dropout");
+  l.activation = f.str("activation");
+  l.norm = f.str("norm");
+  l.norm_first = f.on("norm-first");
+  c.tie = f.on("tie");
   c.lr = f.real("lr");
   c.warmup = f.integer("warmup");
   c.label_smoothing = f.real("label-smoothing");

@@ -12,5 +12,7 @@ namespace gf::app {
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes);
 // Copies the flags' values into c.
 void read_recipe_flags(const Flags& f, train::RunConfig& c);
+// The flags that define the model (a resumed run cannot change them).
+const std::vector<std::string>& model_flag_names();
 
 }  // namespace gf::app

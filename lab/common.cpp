@@ -157,12 +157,12 @@ nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t head
   nn::Seq2SeqOptions o;
   o.src_vocab = data.src_vocab;
   o.tgt_vocab = data.tgt_vocab;
-  o.d_model = d_model;
-  o.nhead = heads;
+  o.layer.d_model = d_model;
+  o.layer.nhead = heads;
   o.num_layers = layers;
-  o.dim_feedforward = ff;
-  o.dropout = dropout;
-  o.norm_first = pre_ln;
+  o.layer.dim_feedforward = ff;
+  o.layer.dropout = dropout;
+  o.layer.norm_first = pre_ln;
   o.pad = train::Vocab::kPad;
   o.max_len = 256;
   return o;

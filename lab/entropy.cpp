@@ -147,8 +147,8 @@ void run(Report& r) {
   std::iota(first.begin(), first.end(), 0);
   const train::BatchTensors probe = train::to_tensors(train::collate(data.test, first));
   r.say(fmt::format("task {}: {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), no warm-up, clip {}",
-                    r.text("task"), data.train.size(), pre_ln ? "Pre-LN" : "Post-LN", arch.d_model, arch.nhead, arch.num_layers,
-                    arch.num_layers, arch.dim_feedforward, base.clip > 0 ? fmt::format("{}", base.clip) : "off"));
+                    r.text("task"), data.train.size(), pre_ln ? "Pre-LN" : "Post-LN", arch.layer.d_model, arch.layer.nhead, arch.num_layers,
+                    arch.num_layers, arch.layer.dim_feedforward, base.clip > 0 ? fmt::format("{}", base.clip) : "off"));
   r.say(fmt::format("{} steps of <= {} tokens per run; head entropy on {} held-out sentences at step 0 and every {} steps, as H / log(visible keys)",
                     base.steps, base.max_tokens, first.size(), every));
 

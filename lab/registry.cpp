@@ -10,6 +10,7 @@ const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = {
       scale_lab(),
       entropy_lab(),
+      graph_lab(),
   };
   return all;
 }

@@ -138,7 +138,10 @@ void Report::print(const Table& t) {
     for (const auto& c : r) row.push_back(cell_json(c));
     rows.push_back(row);
   }
-  json_["tables"][t.name] = {{"columns", t.columns}, {"rows", rows}};
+  // A name printed again (a table per seed) gets a number instead of replacing the first one's numbers.
+  std::string key = t.name;
+  for (int k = 2; json_["tables"].contains(key); ++k) key = fmt::format("{} ({})", t.name, k);
+  json_["tables"][key] = {{"columns", t.columns}, {"rows", rows}};
 }
 
 void Report::write_file(const std::string& name, const std::string& content) {

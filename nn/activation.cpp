@@ -1,19 +1,20 @@
 #include "nn/activation.h"
 
-#include <stdexcept>
-
 #include "autograd/ops/unary.h"
+#include "nn/registry.h"
 
 namespace gf::nn {
 
-Activation parse_activation(const std::string& name) {
-  if (name == "relu") return Activation::ReLU;
-  if (name == "gelu") return Activation::GELU;
-  throw std::invalid_argument("activation: expected relu or gelu, got '" + name + "'");
+const std::vector<ActivationKind>& activation_kinds() {
+  static const std::vector<ActivationKind> kinds = {
+      {"relu", "max(0, x), the Transformer paper's", relu},
+      {"gelu", "x * Phi(x) (exact erf form, PyTorch's default GELU)", gelu},
+  };
+  return kinds;
 }
 
-const char* activation_name(Activation a) { return a == Activation::ReLU ? "relu" : "gelu"; }
+ActivationFn find_activation(const std::string& name) { return registry_find(activation_kinds(), name, "activation").fn; }
 
-Variable activate(const Variable& x, Activation a) { return a == Activation::ReLU ? relu(x) : gelu(x); }
+std::string activation_names() { return registry_names(activation_kinds()); }
 
 }  // namespace gf::nn

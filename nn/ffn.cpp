@@ -2,13 +2,13 @@
 
 namespace gf::nn {
 
-Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, Activation act, const Dropout* dropout) {
-  Variable h = activate(linear1.forward(x), act);  // (..., ff)
+Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, ActivationFn act, const Dropout* dropout) {
+  Variable h = act(linear1.forward(x));  // (..., ff)
   if (dropout) h = dropout->forward(h);
   return linear2.forward(h);  // (..., d_model)
 }
 
-FFN::FFN(int64_t d, int64_t ff, Activation act, double p, Generator& gen) : activation(act) {
+FFN::FFN(int64_t d, int64_t ff, const std::string& act, double p, Generator& gen) : activation(find_activation(act)) {
   linear1 = register_module("linear1", std::make_shared<Linear>(d, ff, true, gen));
   linear2 = register_module("linear2", std::make_shared<Linear>(ff, d, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(p));

@@ -10,17 +10,18 @@
 
 namespace gf::nn {
 
-Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, Activation act, const Dropout* dropout);
+Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, ActivationFn act, const Dropout* dropout);
 
 class FFN : public Module {
  public:
-  FFN(int64_t d_model, int64_t dim_feedforward, Activation act = Activation::ReLU, double dropout = 0.0,
+  // activation: a name from nn/activation.h's list.
+  FFN(int64_t d_model, int64_t dim_feedforward, const std::string& activation = "relu", double dropout = 0.0,
       Generator& gen = default_generator());
   Variable forward(const Variable& x) const;  // (..., d_model) -> (..., d_model)
 
   std::shared_ptr<Linear> linear1, linear2;
   std::shared_ptr<Dropout> dropout;
-  Activation activation;
+  ActivationFn activation;
 };
 
 }  // namespace gf::nn

@@ -1,13 +1,13 @@
 #pragma once
 // LayerNorm over the last dim, as nn.LayerNorm(d, eps): weight starts at 1, bias at 0.
-#include "nn/module.h"
+#include "nn/norm.h"
 
 namespace gf::nn {
 
-class LayerNorm : public Module {
+class LayerNorm : public Norm {
  public:
   explicit LayerNorm(int64_t d, double eps = 1e-5);
-  Variable forward(const Variable& x) const;  // (..., d) -> (..., d)
+  Variable forward(const Variable& x) const override;  // (..., d) -> (..., d)
 
   Variable weight, bias;  // (d), (d)
   double eps;

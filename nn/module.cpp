@@ -28,6 +28,15 @@ void Module::set_parameter(const std::string& name, const Variable& param) {
   throw std::invalid_argument("set_parameter: no parameter named '" + name + "'");
 }
 
+Variable Module::parameter(const std::string& name) const {
+  std::string names;
+  for (const auto& [n, p] : params_) {
+    if (n == name) return p;
+    names += (names.empty() ? "" : ", ") + n;
+  }
+  throw std::invalid_argument("parameter: no parameter named '" + name + "' (this module has: " + (names.empty() ? "none" : names) + ")");
+}
+
 void Module::register_buffer(const std::string& name, const Tensor& value, bool persistent) {
   buffers_.push_back({name, value, persistent});
 }

@@ -37,6 +37,9 @@ class Module {
   void to(DType dtype);
   int64_t num_parameters() const;
 
+  // This module's own parameter called `name` ("weight"), e.g. of a norm known only as a Norm;
+  // throws std::invalid_argument listing the names it has.
+  Variable parameter(const std::string& name) const;
   // Replaces the parameter registered as `name` by another one (weight tying); shapes must match.
   void set_parameter(const std::string& name, const Variable& param);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
 #include "autograd/ops/indexing.h"
 #include "autograd/ops/matmul.h"
@@ -11,17 +12,36 @@
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "nn/init.h"
+#include "tensor/kernels/indexing.h"
 
 namespace gf::nn {
 
-MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, bool bias, Generator& gen)
-    : embed_dim(d), num_heads(h), head_dim(h > 0 ? d / h : 0), score_scale(h > 0 && d >= h ? 1.0 / std::sqrt(static_cast<double>(d / h)) : 1.0) {
+MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, bool bias, Generator& gen, int64_t kv)
+    : embed_dim(d),
+      num_heads(h),
+      kv_heads(kv > 0 ? kv : h),
+      head_dim(h > 0 ? d / h : 0),
+      score_scale(h > 0 && d >= h ? 1.0 / std::sqrt(static_cast<double>(d / h)) : 1.0) {
   if (h <= 0 || d % h != 0)
     throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(d) + " is not divisible by num_heads " + std::to_string(h));
-  Tensor w = Tensor::empty({3 * d, d});  // (3D, D)
-  init::xavier_uniform_(w, gen);
-  in_proj_weight = register_parameter("in_proj_weight", w);
-  if (bias) in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * d}));
+  if (kv < 0 || h % kv_heads != 0)
+    throw std::invalid_argument("MultiheadAttention: kv_heads " + std::to_string(kv) + " does not divide num_heads " + std::to_string(h));
+  if (!grouped()) {
+    Tensor w = Tensor::empty({3 * d, d});  // (3D, D)
+    init::xavier_uniform_(w, gen);
+    in_proj_weight = register_parameter("in_proj_weight", w);
+    if (bias) in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * d}));
+  } else {
+    const int64_t dkv = kv_heads * head_dim;
+    q_proj = register_module("q_proj", std::make_shared<Linear>(d, d, bias, gen));
+    k_proj = register_module("k_proj", std::make_shared<Linear>(d, dkv, bias, gen));
+    v_proj = register_module("v_proj", std::make_shared<Linear>(d, dkv, bias, gen));
+    for (const auto& p : {q_proj, k_proj, v_proj}) {  // as the packed layout: xavier weights, zero biases
+      Tensor w = p->weight.data();
+      init::xavier_uniform_(w, gen);
+      if (bias) Tensor(p->bias.data()).zero_();
+    }
+  }
   out_proj = register_module("out_proj", std::make_shared<Linear>(d, d, bias, gen));
   if (bias) {
     Tensor b = out_proj->bias.data();  // shares storage
@@ -30,23 +50,25 @@ MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, boo
   attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(dropout));  // no parameters: no state_dict keys
 }
 
-Variable MultiheadAttention::split_heads(const Variable& x) const {
+Variable MultiheadAttention::split_heads(const Variable& x, int64_t heads) const {
   const int64_t B = x.size(0), L = x.size(1);
-  Variable r = reshape(x, {B, L, num_heads, head_dim});  // (B, L, H, d_k)
-  return contiguous(permute(r, {0, 2, 1, 3}));           // (B, H, L, d_k)
+  Variable r = reshape(x, {B, L, heads, head_dim});  // (B, L, heads, d_k)
+  return contiguous(permute(r, {0, 2, 1, 3}));       // (B, heads, L, d_k)
 }
 
 Variable MultiheadAttention::project_q(const Variable& x) const {
+  if (grouped()) return split_heads(q_proj->forward(x), num_heads);                        // (B, H, L, d_k)
   Variable w = narrow(in_proj_weight, 0, 0, embed_dim);                                    // (D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, 0, embed_dim) : Variable();  // (D)
-  return split_heads(linear(x, w, b));                                                     // (B, H, L, d_k)
+  return split_heads(linear(x, w, b), num_heads);                                          // (B, H, L, d_k)
 }
 
 std::pair<Variable, Variable> MultiheadAttention::project_kv(const Variable& x) const {
+  if (grouped()) return {split_heads(k_proj->forward(x), kv_heads), split_heads(v_proj->forward(x), kv_heads)};  // (B, KV, S, d_k)
   Variable w = narrow(in_proj_weight, 0, embed_dim, 2 * embed_dim);                                    // (2D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, embed_dim, 2 * embed_dim) : Variable();  // (2D)
   Variable kv = linear(x, w, b);                                                                       // (B, S, 2D)
-  return {split_heads(narrow(kv, -1, 0, embed_dim)), split_heads(narrow(kv, -1, embed_dim, embed_dim))};
+  return {split_heads(narrow(kv, -1, 0, embed_dim), num_heads), split_heads(narrow(kv, -1, embed_dim, embed_dim), num_heads)};
 }
 
 namespace {
@@ -96,7 +118,12 @@ Variable unguarded_softmax(const Variable& s) {
 
 AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
                                            const Tensor& attn_mask, bool need_weights) const {
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1);
+  if (KV != kv_heads || v.size(1) != KV || H != num_heads)
+    throw std::invalid_argument("MultiheadAttention::attend: q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " +
+                                shape_str(v.shape()) + " for " + std::to_string(num_heads) + " query and " + std::to_string(kv_heads) +
+                                " key/value heads");
+  const int64_t G = H / KV;  // query heads per key/value head
   check_mask_dtype(kpm, "key_padding_mask");
   check_mask_dtype(attn_mask, "attn_mask");
   if (kpm.defined() && (kpm.ndim() != 2 || kpm.size(0) != B || kpm.size(1) != S))
@@ -110,7 +137,11 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
                                   std::to_string(B * H) + ", " + std::to_string(L) + ", " + std::to_string(S) + "), got " +
                                   shape_str(attn_mask.shape()));
   }
-  Variable scores = matmul(q * score_scale, transpose(k, -2, -1));  // (B, H, L, S)
+  // A group's G query heads are consecutive, so (B, H, L, d_k) is (B, KV, G*L, d_k) with no copy, and
+  // each key/value head meets its group's queries in one product: K and V are never repeated.
+  Variable qg = G > 1 ? reshape(q, {B, KV, G * L, head_dim}) : q;              // (B, KV, G*L, d_k)
+  Variable scores = matmul(qg * score_scale, transpose(k, -2, -1));  // (B, KV, G*L, S)
+  if (G > 1) scores = reshape(scores, {B, H, L, S});                  // (B, H, L, S)
   // Float masks are added; boolean masks block (-inf). The two conventions are never mixed.
   if (attn_mask.defined() && attn_mask.dtype() != DType::Bool) {
     Tensor m = attn_mask.to(scores.dtype());
@@ -122,12 +153,54 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
   Variable weights = naive_softmax ? unguarded_softmax(scores) : softmax(scores);  // (B, H, L, S)
   if (weights_observer) weights_observer(weights);
-  Variable mixed = matmul(attn_dropout->p > 0 ? attn_dropout->forward(weights) : weights, v);  // (B, H, L, d_k)
+  Variable kept = attn_dropout->p > 0 ? attn_dropout->forward(weights) : weights;  // (B, H, L, S)
+  Variable mixed = matmul(G > 1 ? reshape(kept, {B, KV, G * L, S}) : kept, v);  // (B, KV, G*L, d_k)
+  if (G > 1) mixed = reshape(mixed, {B, H, L, head_dim});                         // (B, H, L, d_k)
   Variable merged = reshape(permute(mixed, {0, 2, 1, 3}), {B, L, H * head_dim});            // (B, L, D)
   AttentionResult r;
   r.output = out_proj->forward(merged);  // (B, L, D)
   if (need_weights) r.weights = weights;
   return r;
+}
+
+int64_t KVCache::bytes() const { return (k.defined() ? static_cast<int64_t>(k.nbytes()) : 0) + (v.defined() ? static_cast<int64_t>(v.nbytes()) : 0); }
+
+void KVCache::select_rows(const std::vector<int64_t>& rows) {
+  Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});  // (B')
+  if (k.defined()) k = kernels::index_select(k, index);                          // (B', KV, capacity, d_k)
+  if (v.defined()) v = kernels::index_select(v, index);
+}
+
+KVCache MultiheadAttention::start_cache(int64_t batch, int64_t capacity, DType dtype) const {
+  KVCache c;
+  c.k = Tensor::empty({batch, kv_heads, capacity, head_dim}, dtype);  // (B, KV, capacity, d_k)
+  c.v = Tensor::empty({batch, kv_heads, capacity, head_dim}, dtype);
+  return c;
+}
+
+AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& cache, bool need_weights) const {
+  NoGradGuard ng;
+  check_input(x, embed_dim, "x");
+  const int64_t t = x.size(1), past = cache.length;
+  if (!cache.k.defined() || cache.k.size(0) != x.size(0))
+    throw std::invalid_argument("MultiheadAttention::forward_cached: the cache was not started for " + shape_str(x.shape()));
+  if (past + t > cache.capacity())
+    throw std::length_error("MultiheadAttention::forward_cached: the cache holds " + std::to_string(cache.capacity()) + " positions, " +
+                            std::to_string(past) + " are used and " + std::to_string(t) + " more were given");
+  Variable q = project_q(x);           // (B, H, t, d_k)
+  auto [k_new, v_new] = project_kv(x);  // (B, KV, t, d_k)
+  cache.k.narrow(2, past, t).copy_(k_new.data());
+  cache.v.narrow(2, past, t).copy_(v_new.data());
+  cache.length = past + t;
+  Variable k(cache.k.narrow(2, 0, cache.length)), v(cache.v.narrow(2, 0, cache.length));  // (B, KV, past+t, d_k)
+  // One new position needs no mask: only the past is in the cache.
+  Tensor causal;
+  if (t > 1) {
+    causal = Tensor::zeros({t, past + t}, DType::Bool);  // (t, past+t): new position i sees keys <= past + i
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = past + i + 1; j < past + t; ++j) causal.data<bool>()[i * (past + t) + j] = true;
+  }
+  return attend(q, k, v, Tensor(), causal, need_weights);
 }
 
 AttentionResult MultiheadAttention::forward(const Variable& query, const Variable& key, const Variable& value, const Tensor& kpm,
@@ -140,20 +213,24 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
     throw std::invalid_argument("MultiheadAttention: query " + shape_str(query.shape()) + ", key " + shape_str(key.shape()) +
                                 " and value " + shape_str(value.shape()) + " disagree in batch or key length");
   Variable q, k, v;
-  if (query.impl() == key.impl() && key.impl() == value.impl()) {
+  if (!grouped() && query.impl() == key.impl() && key.impl() == value.impl()) {
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3D): one GEMM for self-attention
-    q = split_heads(narrow(qkv, -1, 0, D));
-    k = split_heads(narrow(qkv, -1, D, D));
-    v = split_heads(narrow(qkv, -1, 2 * D, D));
+    q = split_heads(narrow(qkv, -1, 0, D), num_heads);
+    k = split_heads(narrow(qkv, -1, D, D), num_heads);
+    v = split_heads(narrow(qkv, -1, 2 * D, D), num_heads);
   } else if (key.impl() == value.impl()) {
     q = project_q(query);
     std::tie(k, v) = project_kv(key);
+  } else if (grouped()) {
+    q = project_q(query);
+    k = split_heads(k_proj->forward(key), kv_heads);
+    v = split_heads(v_proj->forward(value), kv_heads);
   } else {
     q = project_q(query);
     auto w = [&](int64_t i) { return narrow(in_proj_weight, 0, i * D, D); };
     auto b = [&](int64_t i) { return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * D, D) : Variable(); };
-    k = split_heads(linear(key, w(1), b(1)));
-    v = split_heads(linear(value, w(2), b(2)));
+    k = split_heads(linear(key, w(1), b(1)), num_heads);
+    v = split_heads(linear(value, w(2), b(2)), num_heads);
   }
   return attend(q, k, v, kpm, attn_mask, need_weights);
 }

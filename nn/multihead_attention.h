@@ -3,6 +3,10 @@
 //   q = query W_q^T + b_q, k = key W_k^T + b_k, v = value W_v^T + b_v   (W_q|W_k|W_v = in_proj_weight)
 //   per head h (d_k = D / H features each): weights = softmax(q_h k_h^T / sqrt(d_k) + masks)
 //   output = concat_h(weights_h v_h) out_proj.weight^T + out_proj.bias
+// Grouped-query attention (Ainslie et al. 2023) with kv_heads < H: keys and values are projected to
+// kv_heads heads only, and query head h uses key/value head h / (H / kv_heads) (PyTorch's
+// repeat_interleave order); kv_heads = 1 is multi-query attention (Shazeer 2019). The projections
+// are then separate q_proj, k_proj, v_proj Linears, as Hugging Face names them.
 // Masks: key_padding_mask (B, S) and attn_mask (L, S) or (B*H, L, S), each bool (true = blocked,
 // the score becomes -inf) or float (added to the scores). A row with every key blocked gets zero
 // weights (softmax's rule), never NaN.
@@ -21,27 +25,48 @@ struct AttentionResult {
   Variable weights;  // (B, H, L, S) per head, part of the graph; undefined unless asked for
 };
 
+// The keys and values of the positions seen so far, for incremental self-attention (no graph).
+struct KVCache {
+  Tensor k, v;  // (B, KV, capacity, d_k): positions [0, length) are filled
+  int64_t length = 0;
+  int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
+  int64_t bytes() const;
+  // Keeps batch rows `rows` (in that order): beam search reorders hypotheses with it.
+  void select_rows(const std::vector<int64_t>& rows);
+};
+
 class MultiheadAttention : public Module {
  public:
+  // kv_heads: 0 or num_heads = multi-head; fewer (a divisor of num_heads) = grouped-query.
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
-                     Generator& gen = default_generator());
+                     Generator& gen = default_generator(), int64_t kv_heads = 0);
 
   AttentionResult forward(const Variable& query, const Variable& key, const Variable& value,
                           const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
                           bool need_weights = false) const;
 
-  // The pieces, for incremental decoding with a KV cache.
+  // The pieces, for incremental decoding with a KV cache (KV = kv_heads).
   Variable project_q(const Variable& x) const;                       // (B, L, D) -> (B, H, L, d_k)
-  std::pair<Variable, Variable> project_kv(const Variable& x) const;  // (B, S, D) -> 2 x (B, H, S, d_k)
-  // q (B, H, L, d_k), k and v (B, H, S, d_k) -> output (B, L, D) after out_proj.
+  std::pair<Variable, Variable> project_kv(const Variable& x) const;  // (B, S, D) -> 2 x (B, KV, S, d_k)
+  // q (B, H, L, d_k), k and v (B, KV, S, d_k) -> output (B, L, D) after out_proj.
   AttentionResult attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& key_padding_mask,
                          const Tensor& attn_mask, bool need_weights) const;
+  // An empty cache for `batch` rows and up to `capacity` positions.
+  KVCache start_cache(int64_t batch, int64_t capacity, DType dtype) const;
+  // Self-attention of x's t new positions (B, t, D) over the cache and themselves, causally: new
+  // position i sees every cached position and new positions <= i. Their K and V are appended.
+  // No graph is recorded. Returns (B, t, D).
+  AttentionResult forward_cached(const Variable& x, KVCache& cache, bool need_weights = false) const;
 
-  Variable in_proj_weight;  // (3D, D)
-  Variable in_proj_bias;    // (3D)
+  bool grouped() const { return kv_heads != num_heads; }
+
+  Variable in_proj_weight;  // (3D, D): multi-head only
+  Variable in_proj_bias;    // (3D): multi-head only
+  std::shared_ptr<Linear> q_proj;          // D -> D: grouped-query only
+  std::shared_ptr<Linear> k_proj, v_proj;  // D -> KV * d_k: grouped-query only
   std::shared_ptr<Linear> out_proj;
   std::shared_ptr<Dropout> attn_dropout;
-  int64_t embed_dim, num_heads, head_dim;
+  int64_t embed_dim, num_heads, kv_heads, head_dim;
 
   // ---- switches for experiments (the gradient-flow labs); the defaults are the Transformer ----
   // Scores are (q . k) * score_scale: 1 / sqrt(head_dim) unless changed (1.0 = "no 1/sqrt(d_k)").
@@ -54,7 +79,7 @@ class MultiheadAttention : public Module {
   std::function<void(const Variable&)> weights_observer;
 
  private:
-  Variable split_heads(const Variable& x) const;  // (B, L, D) -> (B, H, L, d_k) contiguous
+  Variable split_heads(const Variable& x, int64_t heads) const;  // (B, L, heads * d_k) -> (B, heads, L, d_k) contiguous
 };
 
 }  // namespace gf::nn

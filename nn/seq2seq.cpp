@@ -20,19 +20,14 @@ Seq2SeqTransformer::Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_
                                 std::to_string(opt.tgt_vocab));
   // Every initialiser below draws from this one generator, so the same seed gives the same weights.
   Generator gen(init_seed);
-  src_emb = register_module("src_emb", std::make_shared<Embedding>(opt.src_vocab, opt.d_model, opt.pad, gen));
-  tgt_emb = register_module("tgt_emb", std::make_shared<Embedding>(opt.tgt_vocab, opt.d_model, opt.pad, gen));
-  pos = register_module("pos", std::make_shared<PositionalEncoding>(opt.d_model, opt.max_len));
-  drop = register_module("drop", std::make_shared<Dropout>(opt.dropout));
-  TransformerLayerOptions lo;
-  lo.d_model = opt.d_model;
-  lo.nhead = opt.nhead;
-  lo.dim_feedforward = opt.dim_feedforward;
-  lo.dropout = opt.dropout;
-  lo.activation = opt.activation;
-  lo.norm_first = opt.norm_first;
-  transformer = register_module("transformer", std::make_shared<Transformer>(lo, opt.num_layers, opt.num_layers, gen));
-  out = register_module("out", std::make_shared<Linear>(opt.d_model, opt.tgt_vocab, true, gen));
+  opt.layer.validate();
+  const int64_t D = opt.layer.d_model;
+  src_emb = register_module("src_emb", std::make_shared<Embedding>(opt.src_vocab, D, opt.pad, gen));
+  tgt_emb = register_module("tgt_emb", std::make_shared<Embedding>(opt.tgt_vocab, D, opt.pad, gen));
+  pos = register_module("pos", std::make_shared<PositionalEncoding>(D, opt.max_len));
+  drop = register_module("drop", std::make_shared<Dropout>(opt.layer.dropout));
+  transformer = register_module("transformer", std::make_shared<Transformer>(opt.layer, opt.num_layers, opt.num_layers, gen));
+  out = register_module("out", std::make_shared<Linear>(D, opt.tgt_vocab, true, gen));
   // As the reference: xavier_uniform_ on every parameter with more than one dim.
   for (auto& p : parameters())
     if (p.ndim() > 1) {
@@ -50,12 +45,12 @@ Seq2SeqTransformer::Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_
 }
 
 Variable Seq2SeqTransformer::embed_src(const Tensor& src) const {
-  Variable e = src_emb->forward(src) * std::sqrt(static_cast<double>(options_.d_model));  // (B, S, D)
+  Variable e = src_emb->forward(src) * std::sqrt(static_cast<double>(options_.layer.d_model));  // (B, S, D)
   return drop->forward(pos->forward(e));
 }
 
 Variable Seq2SeqTransformer::embed_tgt(const Tensor& tgt, int64_t offset) const {
-  Variable e = tgt_emb->forward(tgt) * std::sqrt(static_cast<double>(options_.d_model));  // (B, T, D)
+  Variable e = tgt_emb->forward(tgt) * std::sqrt(static_cast<double>(options_.layer.d_model));  // (B, T, D)
   return drop->forward(pos->forward(e, offset));
 }
 

@@ -15,11 +15,9 @@ namespace gf::nn {
 
 struct Seq2SeqOptions {
   int64_t src_vocab = 0, tgt_vocab = 0;
-  int64_t d_model = 256, nhead = 4, num_layers = 3, dim_feedforward = 1024;
-  double dropout = 0.1;
-  Activation activation = Activation::ReLU;
-  bool norm_first = false;
-  bool tie_output = false;  // out.weight shares tgt_emb.weight
+  TransformerLayerOptions layer;  // every encoder and decoder layer (width, heads, norm, ...)
+  int64_t num_layers = 3;         // layers in each of the encoder and the decoder
+  bool tie_output = false;        // out.weight shares tgt_emb.weight
   int64_t pad = 0;
   int64_t max_len = 512;
 };

@@ -10,27 +10,30 @@
 namespace gf::nn {
 
 int64_t DecoderLayerCache::bytes() const {
-  int64_t n = 0;
-  for (const Tensor* t : {&self_k, &self_v, &cross_k, &cross_v})
+  int64_t n = self.bytes();
+  for (const Tensor* t : {&cross_k, &cross_v})
     if (t->defined()) n += static_cast<int64_t>(t->nbytes());
   return n;
 }
 
 void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
+  self.select_rows(rows);
   Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});  // (B')
-  for (Tensor* t : {&self_k, &self_v, &cross_k, &cross_v})
-    if (t->defined()) *t = kernels::index_select(*t, index);  // (B', H, *, d_k)
+  for (Tensor* t : {&cross_k, &cross_v})
+    if (t->defined()) *t = kernels::index_select(*t, index);  // (B', KV, S, d_k)
 }
 
-TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen) : options(opt) {
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
-  multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen)
+    : options((opt.validate(), opt)), activation(find_activation(opt.activation)) {
+  auto attention = [&] { return std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen, opt.kv_heads); };
+  self_attn = register_module("self_attn", attention());
+  multihead_attn = register_module("multihead_attn", attention());
   linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
   linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
-  norm3 = register_module("norm3", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  norm1 = register_module("norm1", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
+  norm2 = register_module("norm2", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
+  norm3 = register_module("norm3", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(opt.dropout));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(opt.dropout));
   dropout3 = register_module("dropout3", std::make_shared<Dropout>(opt.dropout));
@@ -41,17 +44,24 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
 template <class SelfBlock, class CrossBlock>
 Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_block, CrossBlock cross_block) const {
   auto ff_block = [&](const Variable& x) {
-    return dropout3->forward(feed_forward(x, *linear1, *linear2, options.activation, dropout.get()));  // (B, T, D)
+    return dropout3->forward(feed_forward(x, *linear1, *linear2, activation, dropout.get()));  // (B, T, D)
   };
+  // Each block runs in a NameScope named as its module (ff_block as PyTorch's method), so anomaly
+  // reports and graph pictures say which part of the layer an op belongs to.
+  auto in = [](const char* scope, const auto& block, const Variable& v) {
+    NameScope s(scope);
+    return block(v);  // (B, T, D)
+  };
+  auto norm = [](const Norm& n) { return [&n](const Variable& v) { return n.forward(v); }; };
   Variable x = tgt;  // (B, T, D)
   if (options.norm_first) {
-    x = x + dropout1->forward(self_block(norm1->forward(x)));
-    x = x + dropout2->forward(cross_block(norm2->forward(x)));
-    x = x + ff_block(norm3->forward(x));
+    x = x + dropout1->forward(in("self_attn", self_block, in("norm1", norm(*norm1), x)));
+    x = x + dropout2->forward(in("multihead_attn", cross_block, in("norm2", norm(*norm2), x)));
+    x = x + in("ff_block", ff_block, in("norm3", norm(*norm3), x));
   } else {
-    x = norm1->forward(x + dropout1->forward(self_block(x)));
-    x = norm2->forward(x + dropout2->forward(cross_block(x)));
-    x = norm3->forward(x + ff_block(x));
+    x = in("norm1", norm(*norm1), x + dropout1->forward(in("self_attn", self_block, x)));
+    x = in("norm2", norm(*norm2), x + dropout2->forward(in("multihead_attn", cross_block, x)));
+    x = in("norm3", norm(*norm3), x + in("ff_block", ff_block, x));
   }
   return x;
 }
@@ -74,10 +84,7 @@ void TransformerDecoderLayer::start_cache(DecoderLayerCache& cache, const Variab
   auto [k, v] = multihead_attn->project_kv(memory);  // (B, H, S, d_k) each
   cache.cross_k = k.data();
   cache.cross_v = v.data();
-  const int64_t B = memory.size(0), H = self_attn->num_heads, dk = self_attn->head_dim;
-  cache.self_k = Tensor::empty({B, H, capacity, dk}, memory.dtype());  // (B, H, capacity, d_k)
-  cache.self_v = Tensor::empty({B, H, capacity, dk}, memory.dtype());
-  cache.length = 0;
+  cache.self = self_attn->start_cache(memory.size(0), capacity, memory.dtype());
 }
 
 DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, DecoderLayerCache& cache, const Tensor& memory_kpm,
@@ -85,21 +92,11 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
   NoGradGuard ng;
   if (x.ndim() != 3 || x.size(1) != 1)
     throw std::invalid_argument("TransformerDecoderLayer::forward_step: expected (B, 1, D), got " + shape_str(x.shape()));
-  if (cache.length >= cache.self_k.size(2))
-    throw std::length_error("TransformerDecoderLayer::forward_step: the cache holds " + std::to_string(cache.self_k.size(2)) +
+  if (cache.self.length >= cache.self.capacity())
+    throw std::length_error("TransformerDecoderLayer::forward_step: the cache holds " + std::to_string(cache.self.capacity()) +
                             " positions and is full");
   DecoderLayerOutput r;
-  auto self_block = [&](const Variable& h) {
-    Variable q = self_attn->project_q(h);            // (B, H, 1, d_k)
-    auto [k_new, v_new] = self_attn->project_kv(h);  // (B, H, 1, d_k)
-    Tensor k_slot = cache.self_k.narrow(2, cache.length, 1), v_slot = cache.self_v.narrow(2, cache.length, 1);
-    k_slot.copy_(k_new.data());
-    v_slot.copy_(v_new.data());
-    cache.length += 1;
-    // Only past positions are in the cache, so no causal mask is needed.
-    Variable k(cache.self_k.narrow(2, 0, cache.length)), v(cache.self_v.narrow(2, 0, cache.length));  // (B, H, t, d_k)
-    return self_attn->attend(q, k, v, Tensor(), Tensor(), false).output;
-  };
+  auto self_block = [&](const Variable& h) { return self_attn->forward_cached(h, cache.self).output; };  // (B, 1, D)
   auto cross_block = [&](const Variable& h) {
     Variable q = multihead_attn->project_q(h);  // (B, H, 1, d_k)
     AttentionResult a = multihead_attn->attend(q, Variable(cache.cross_k), Variable(cache.cross_v), memory_kpm, Tensor(), need_weights);
@@ -113,7 +110,7 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
 TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm, Generator& gen) {
   layers = register_module("layers", std::make_shared<ModuleList<TransformerDecoderLayer>>());
   for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(opt, gen));
-  if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  if (final_norm) norm = register_module("norm", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
 }
 
 DecoderOutput TransformerDecoder::forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask, const Tensor& tgt_kpm,

@@ -12,9 +12,8 @@ namespace gf::nn {
 
 // One layer's cache for incremental decoding.
 struct DecoderLayerCache {
-  Tensor self_k, self_v;    // (B, H, capacity, d_k): positions [0, length) are filled
-  int64_t length = 0;
-  Tensor cross_k, cross_v;  // (B, H, S, d_k): the source, projected once
+  KVCache self;             // the target positions so far
+  Tensor cross_k, cross_v;  // (B, KV, S, d_k): the source, projected once (KV = key/value heads)
   int64_t bytes() const;
   // Keeps batch rows `rows` (in that order): beam search reorders hypotheses with it.
   void select_rows(const std::vector<int64_t>& rows);
@@ -42,9 +41,10 @@ class TransformerDecoderLayer : public Module {
 
   std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
   std::shared_ptr<Linear> linear1, linear2;
-  std::shared_ptr<LayerNorm> norm1, norm2, norm3;
+  std::shared_ptr<Norm> norm1, norm2, norm3;
   std::shared_ptr<Dropout> dropout, dropout1, dropout2, dropout3;
   TransformerLayerOptions options;
+  ActivationFn activation;
 
  private:
   template <class SelfBlock, class CrossBlock>
@@ -68,7 +68,7 @@ class TransformerDecoder : public Module {
                              bool need_weights = false) const;
 
   std::shared_ptr<ModuleList<TransformerDecoderLayer>> layers;
-  std::shared_ptr<LayerNorm> norm;
+  std::shared_ptr<Norm> norm;  // null without final_norm
 };
 
 }  // namespace gf::nn

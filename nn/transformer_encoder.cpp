@@ -6,24 +6,27 @@
 
 namespace gf::nn {
 
-TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen) : options(opt) {
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen)
+    : options((opt.validate(), opt)), activation(find_activation(opt.activation)) {
   // Registration order follows PyTorch's, so named_parameters() lists the same sequence.
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen));
+  self_attn = register_module("self_attn",
+                              std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen, opt.kv_heads));
   linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
   linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  norm1 = register_module("norm1", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
+  norm2 = register_module("norm2", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(opt.dropout));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(opt.dropout));
 }
 
-Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm, const Tensor& src_mask) const {
-  auto self_block = [&](const Variable& x) {
-    return dropout1->forward(self_attn->forward(x, x, x, kpm, src_mask).output);  // (B, S, D)
-  };
+// The two sub-layers with residuals, post-norm or pre-norm; self-attention varies between the
+// full sequence and cached decoding.
+template <class SelfBlock>
+Variable TransformerEncoderLayer::sublayers(const Variable& src, SelfBlock attention) const {
+  auto self_block = [&](const Variable& x) { return dropout1->forward(attention(x)); };  // (B, S, D)
   auto ff_block = [&](const Variable& x) {
-    return dropout2->forward(feed_forward(x, *linear1, *linear2, options.activation, dropout.get()));  // (B, S, D)
+    return dropout2->forward(feed_forward(x, *linear1, *linear2, activation, dropout.get()));  // (B, S, D)
   };
   Variable x = src;  // (B, S, D)
   if (options.norm_first) {
@@ -36,10 +39,19 @@ Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm
   return x;
 }
 
+Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& kpm, const Tensor& src_mask) const {
+  return sublayers(src, [&](const Variable& x) { return self_attn->forward(x, x, x, kpm, src_mask).output; });  // (B, S, D)
+}
+
+Variable TransformerEncoderLayer::forward_cached(const Variable& x, KVCache& cache) const {
+  NoGradGuard ng;
+  return sublayers(x, [&](const Variable& h) { return self_attn->forward_cached(h, cache).output; });  // (B, t, D)
+}
+
 TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& opt, int64_t num_layers, bool final_norm, Generator& gen) {
   layers = register_module("layers", std::make_shared<ModuleList<TransformerEncoderLayer>>());
   for (int64_t i = 0; i < num_layers; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(opt, gen));
-  if (final_norm) norm = register_module("norm", std::make_shared<LayerNorm>(opt.d_model, opt.layer_norm_eps));
+  if (final_norm) norm = register_module("norm", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
 }
 
 Variable TransformerEncoder::forward(const Variable& src, const Tensor& kpm, const Tensor& mask) const {

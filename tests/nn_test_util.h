@@ -50,12 +50,12 @@ inline nn::Seq2SeqOptions tiny_options(int64_t layers = 2, bool norm_first = fal
   nn::Seq2SeqOptions o;
   o.src_vocab = 7;
   o.tgt_vocab = 9;
-  o.d_model = 4;
-  o.nhead = 2;
+  o.layer.d_model = 4;
+  o.layer.nhead = 2;
   o.num_layers = layers;
-  o.dim_feedforward = 6;
-  o.dropout = dropout;
-  o.norm_first = norm_first;
+  o.layer.dim_feedforward = 6;
+  o.layer.dropout = dropout;
+  o.layer.norm_first = norm_first;
   o.max_len = 32;
   return o;
 }

@@ -130,11 +130,11 @@ TEST_CASE("greedy decoding with stop_at_eos = false runs every row for longest s
   nn::Seq2SeqOptions o;
   o.src_vocab = 9;
   o.tgt_vocab = 7;
-  o.d_model = 8;
-  o.nhead = 2;
+  o.layer.d_model = 8;
+  o.layer.nhead = 2;
   o.num_layers = 1;
-  o.dim_feedforward = 16;
-  o.dropout = 0;
+  o.layer.dim_feedforward = 16;
+  o.layer.dropout = 0;
   nn::Seq2SeqTransformer model(o, 3);
   model.eval();
   {

@@ -32,11 +32,11 @@ RunConfig tiny_config(int64_t steps) {
   c.src = "en";
   c.tgt = "ko";
   c.min_freq = 1;
-  c.d_model = 32;
-  c.heads = 2;
+  c.layer.d_model = 32;
+  c.layer.nhead = 2;
   c.layers = 2;
-  c.ff = 64;
-  c.dropout = 0.1;
+  c.layer.dim_feedforward = 64;
+  c.layer.dropout = 0.1;
   c.lr = 2e-3;
   c.warmup = 10;
   c.max_tokens = 512;
@@ -98,7 +98,8 @@ TEST_CASE("head_entropy: uniform rows give log(visible keys), one-hot rows 0; PA
 
 TEST_CASE("parameter groups: every element of every parameter in exactly one group, in_proj split into Q, K, V") {
   nn::Seq2SeqOptions o;
-  o.src_vocab = 11, o.tgt_vocab = 13, o.d_model = 16, o.nhead = 2, o.num_layers = 2, o.dim_feedforward = 32, o.dropout = 0;
+  o.src_vocab = 11, o.tgt_vocab = 13, o.num_layers = 2;
+  o.layer.d_model = 16, o.layer.nhead = 2, o.layer.dim_feedforward = 32, o.layer.dropout = 0;
   nn::Seq2SeqTransformer model(o);
   const auto named = model.named_parameters();
   const std::vector<GradGroup> groups = grad_groups(named);
@@ -124,6 +125,10 @@ TEST_CASE("parameter groups: every element of every parameter in exactly one gro
       CHECK(g.pieces[1].end == 32);
     }
   CHECK(group_of("transformer.decoder.layers.1.linear2.weight") == "dec1.ffn");
+  CHECK(group_of("transformer.decoder.layers.0.multihead_attn.k_proj.weight") == "dec0.cross.k");  // grouped-query
+  CHECK(group_of("transformer.layers.2.self_attn.v_proj.bias") == "layer2.self.v");                // decoder-only
+  CHECK(group_of("transformer.norm.weight") == "final_norm");
+  CHECK(group_of("emb.weight") == "emb");
   CHECK(group_of("some.other.module.weight") == "some.other.module");
 }
 
@@ -195,5 +200,36 @@ TEST_CASE("train --grad-stats survives --resume: lines past the checkpoint are d
   CHECK(lines[3]["groups"].size() == 37);  // step 6 recorded again, not the stale line
   const std::string svg = read_text_file((dir / GradStatsRecorder::kSvg).string());
   CHECK(svg.find("5 recorded steps (1 to 8)") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("train --grad-stats on the decoder-only model with grouped-query attention: its groups and causal entropies") {
+  fs::path dir = fresh_dir("gs_decoder_only");
+  RunConfig c = tiny_config(3);
+  c.arch = "decoder-only";
+  c.layer.nhead = 4;
+  c.layer.kv_heads = 2;
+  train_translator(c, options(dir, 2));
+  const std::vector<StatsJson> lines = read_lines(dir / GradStatsRecorder::kJsonl);
+  REQUIRE(lines.size() == 2);  // steps 1 and 2
+  std::set<std::string> names;
+  for (const auto& g : lines[1]["groups"]) {
+    names.insert(g["name"].get<std::string>());
+    CHECK(std::isfinite(g["grad_norm"].get<double>()));
+  }
+  for (const char* want : {"emb", "layer0.self.q", "layer0.self.k", "layer0.self.v", "layer0.self.out", "layer0.ffn", "layer0.norm",
+                           "layer1.self.k", "final_norm", "out"})
+    CHECK_MESSAGE(names.count(want) == 1, want);
+  CHECK(names.size() == 1 + 2 * 6 + 1 + 1);
+  REQUIRE(lines[1]["attention"].size() == 2);
+  for (const auto& a : lines[1]["attention"]) {
+    REQUIRE(a["entropy"].size() == 4);  // query heads, though keys and values have 2
+    // Causal: row t sees t + 1 keys, so the mean uniform entropy is below log of the longest row.
+    CHECK(a["uniform"].get<double>() > 0);
+    for (const auto& e : a["entropy"]) {
+      CHECK(e.get<double>() >= 0);
+      CHECK(e.get<double>() <= a["uniform"].get<double>() * (1 + 1e-5));
+    }
+  }
   fs::remove_all(dir);
 }

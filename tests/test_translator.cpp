@@ -34,11 +34,11 @@ RunConfig tiny_config() {
   c.src = "en";
   c.tgt = "ko";
   c.min_freq = 1;
-  c.d_model = 64;
-  c.heads = 4;
+  c.layer.d_model = 64;
+  c.layer.nhead = 4;
   c.layers = 2;
-  c.ff = 128;
-  c.dropout = 0.1;
+  c.layer.dim_feedforward = 128;
+  c.layer.dropout = 0.1;
   c.lr = 2e-3;
   c.warmup = 100;
   c.max_tokens = 1024;
@@ -108,8 +108,8 @@ TEST_CASE("a run killed while writing a checkpoint leaves the last good one load
 TEST_CASE("training learns the built-in corpus; cached and uncached decoding agree") {
   RunConfig c = tiny_config();
   c.corpus_size = 6000;
-  c.d_model = 96;
-  c.ff = 256;
+  c.layer.d_model = 96;
+  c.layer.dim_feedforward = 256;
   c.max_tokens = 2048;
   c.warmup = 150;
   c.epochs = 12;

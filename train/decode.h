@@ -1,10 +1,13 @@
 #pragma once
-// Autoregressive decoding of a Seq2SeqTransformer: greedy and beam search, batched, with a KV
-// cache (self-attention K/V grow one position a step; cross-attention K/V are projected once per
-// source batch). Stops at <eos> or at the source length + max_extra tokens.
+// Autoregressive decoding: greedy and beam search, batched, with a KV cache. For the
+// encoder-decoder (Seq2SeqTransformer) self-attention K/V grow one position a step and
+// cross-attention K/V are projected once per source batch; for the decoder-only model the prompt
+// "source <sep>" fills the cache in one pass, then the target grows one position a step. Stops at
+// <eos> or at the source length + max_extra tokens.
 #include <cstdint>
 #include <vector>
 
+#include "nn/decoder_only.h"
 #include "nn/seq2seq.h"
 
 namespace gf::train {
@@ -18,7 +21,7 @@ struct DecodeOptions {
   // steps and keeps every token it picks, <eos> and what follows included, as the PyTorch
   // reference's fixed-length decoding benchmark does.
   bool stop_at_eos = true;
-  int64_t bos = 2, eos = 3, pad = 0;
+  int64_t bos = 2, eos = 3, pad = 0;  // decoder-only: bos is the <sep> that ends the prompt
 };
 
 struct DecodeStats {
@@ -31,6 +34,10 @@ struct DecodeStats {
 // src: (B, S) int64, PAD-padded. Returns B token sequences without <bos>/<eos> (with stop_at_eos
 // false: without <bos>, each exactly the step count long).
 std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt,
+                                                  DecodeStats* stats = nullptr);
+// The decoder-only model: each row's prompt is its source (PAD removed) followed by opt.bos
+// (<sep>); rows are decoded in groups of equal source length, so no prompt holds padding.
+std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt,
                                                   DecodeStats* stats = nullptr);
 
 }  // namespace gf::train

@@ -12,6 +12,7 @@
 
 #include "nn/masks.h"
 #include "tensor/io/atomic_file.h"
+#include "train/batch_loss.h"
 #include "train/checkpoint.h"
 #include "train/svg_chart.h"
 #include "train/translator.h"
@@ -94,6 +95,14 @@ std::vector<AttentionSite> attention_sites(const nn::Seq2SeqTransformer& model) 
   return out;
 }
 
+std::vector<AttentionSite> attention_sites(const nn::DecoderOnlyTransformer& model) {
+  std::vector<AttentionSite> out;
+  int i = 0;
+  for (const auto& layer : *model.transformer->layers)
+    out.push_back({fmt::format("layer{}.self", i++), layer->self_attn.get(), AttentionSite::SequenceSelf});
+  return out;
+}
+
 struct EntropyProbe::Site {
   AttentionSite where;
   std::function<void(const Variable&)> previous;
@@ -104,8 +113,14 @@ struct EntropyProbe::Site {
   int64_t rows = 0;
 };
 
-EntropyProbe::EntropyProbe(const nn::Seq2SeqTransformer& model) : model_(model) {
-  for (const AttentionSite& a : attention_sites(model)) {
+EntropyProbe::EntropyProbe(const nn::Seq2SeqTransformer& model) : seq2seq_(&model), pad_(model.options().pad) {
+  install(attention_sites(model));
+}
+
+EntropyProbe::EntropyProbe(const nn::DecoderOnlyTransformer& model) : pad_(model.options().pad) { install(attention_sites(model)); }
+
+void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
+  for (const AttentionSite& a : sites) {
     auto site = std::make_unique<Site>();
     site->where = a;
     site->previous = a.attention->weights_observer;
@@ -132,10 +147,10 @@ EntropyProbe::~EntropyProbe() {
 }
 
 void EntropyProbe::arm(const Tensor& src, const Tensor& tgt_in) {
-  const int64_t pad = model_.options().pad;
-  const Tensor src_pad = nn::make_pad_mask(src, pad);     // (B, S)
-  const Tensor tgt_pad = nn::make_pad_mask(tgt_in, pad);  // (B, T)
-  const auto& m = model_.masks;
+  if (!seq2seq_) throw std::logic_error("EntropyProbe::arm(src, tgt_in): the probe is on a decoder-only model; use arm(ids)");
+  const Tensor src_pad = nn::make_pad_mask(src, pad_);     // (B, S)
+  const Tensor tgt_pad = nn::make_pad_mask(tgt_in, pad_);  // (B, T)
+  const auto& m = seq2seq_->masks;
   for (auto& s : sites_) {
     switch (s->where.kind) {
       case AttentionSite::EncoderSelf:
@@ -147,7 +162,19 @@ void EntropyProbe::arm(const Tensor& src, const Tensor& tgt_in) {
       case AttentionSite::Cross:
         s->query_pad = tgt_pad, s->key_pad = m.source_padding ? src_pad : Tensor(), s->causal = false;
         break;
+      case AttentionSite::SequenceSelf:
+        break;  // not on an encoder-decoder
     }
+    s->sum.clear(), s->uniform_sum = 0, s->rows = 0;
+  }
+  armed_ = true;
+}
+
+void EntropyProbe::arm(const Tensor& ids) {
+  if (seq2seq_) throw std::logic_error("EntropyProbe::arm(ids): the probe is on an encoder-decoder; use arm(src, tgt_in)");
+  const Tensor pad = nn::make_pad_mask(ids, pad_);  // (B, L)
+  for (auto& s : sites_) {
+    s->query_pad = pad, s->key_pad = pad, s->causal = true;
     s->sum.clear(), s->uniform_sum = 0, s->rows = 0;
   }
   armed_ = true;
@@ -183,27 +210,42 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 }  // namespace
 
+namespace {
+
+// The group of a parameter inside one layer: p[first] is the layer's child ("self_attn", "linear1", ...).
+std::string layer_group(const std::string& layer, const std::vector<std::string>& p, size_t first) {
+  const std::string& mod = p[first];
+  if ((mod == "self_attn" || mod == "multihead_attn") && first + 1 < p.size()) {
+    const std::string a = layer + (mod == "self_attn" ? ".self" : ".cross");
+    const std::string& part = p[first + 1];
+    if (part == "in_proj_weight" || part == "in_proj_bias" || part == "q_proj") return a + ".q";
+    if (part == "k_proj") return a + ".k";
+    if (part == "v_proj") return a + ".v";
+    if (part == "out_proj") return a + ".out";
+  }
+  if (starts_with(mod, "linear")) return layer + ".ffn";
+  if (starts_with(mod, "norm")) return layer + ".norm";
+  return "";
+}
+
+}  // namespace
+
 std::string group_of(const std::string& name) {
   const std::vector<std::string> p = split_dots(name);
   const size_t n = p.size();
   if (n == 2 && p[0] == "src_emb") return "emb.src";
   if (n == 2 && p[0] == "tgt_emb") return "emb.tgt";
+  if (n == 2 && p[0] == "emb") return "emb";
   if (n == 2 && p[0] == "out") return "out";
-  if (n >= 4 && p[0] == "transformer" && (p[1] == "encoder" || p[1] == "decoder")) {
+  if (n >= 4 && p[0] == "transformer" && (p[1] == "encoder" || p[1] == "decoder")) {  // the encoder-decoder
     const std::string side = p[1] == "encoder" ? "enc" : "dec";
     if (p[2] == "norm") return side + ".final_norm";
-    if (p[2] == "layers" && n >= 6) {
-      const std::string layer = side + p[3];
-      const std::string& mod = p[4];
-      if (mod == "self_attn" || mod == "multihead_attn") {
-        const std::string a = layer + (mod == "self_attn" ? ".self" : ".cross");
-        if (p[5] == "in_proj_weight" || p[5] == "in_proj_bias") return a + ".q";
-        if (p[5] == "out_proj") return a + ".out";
-      }
-      if (starts_with(mod, "linear")) return layer + ".ffn";
-      if (starts_with(mod, "norm")) return layer + ".norm";
-    }
+    if (p[2] == "layers" && n >= 6)
+      if (std::string g = layer_group(side + p[3], p, 4); !g.empty()) return g;
   }
+  if (n >= 3 && p[0] == "transformer" && p[1] == "norm") return "final_norm";  // the decoder-only model
+  if (n >= 5 && p[0] == "transformer" && p[1] == "layers")
+    if (std::string g = layer_group("layer" + p[2], p, 3); !g.empty()) return g;
   const size_t dot = name.rfind('.');
   return dot == std::string::npos ? name : name.substr(0, dot);
 }
@@ -287,10 +329,12 @@ std::vector<StatsJson> read_records(const std::string& path, int64_t last_step, 
 
 }  // namespace
 
-GradStatsRecorder::GradStatsRecorder(const nn::Seq2SeqTransformer& model, const std::string& dir, int64_t every, int64_t resume_step)
-    : model_(model), dir_(dir), every_(every), probe_(model) {
+GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step)
+    : model_(model), dir_(dir), every_(every) {
   if (every < 1) throw std::invalid_argument("grad stats: the interval must be at least 1 step, got " + std::to_string(every));
-  const auto named = model.named_parameters();
+  if (const nn::Seq2SeqTransformer* s = model.seq2seq()) probe_ = std::make_unique<EntropyProbe>(*s);
+  else if (const auto* d = dynamic_cast<const nn::DecoderOnlyTransformer*>(&model.module())) probe_ = std::make_unique<EntropyProbe>(*d);
+  const auto named = model.module().named_parameters();
   groups_ = grad_groups(named);
   std::vector<const void*> seen;
   for (const auto& [name, v] : named)
@@ -309,9 +353,15 @@ GradStatsRecorder::GradStatsRecorder(const nn::Seq2SeqTransformer& model, const 
   if (!out_) throw std::runtime_error("grad stats: cannot open '" + path + "' for writing");
 }
 
-void GradStatsRecorder::begin_step(int64_t step, const BatchTensors& batch) {
+void GradStatsRecorder::begin_step(int64_t step, const Batch& batch) {
   step_ = due(step) ? step : 0;
-  if (step_) probe_.arm(batch.src, batch.tgt_in);
+  if (!step_ || !probe_) return;
+  if (model_.seq2seq()) {
+    const BatchTensors t = to_tensors(batch);
+    probe_->arm(t.src, t.tgt_in);
+  } else {
+    probe_->arm(to_sequence_tensors(batch, model_.decode_options().bos).input);  // bos is <sep> there
+  }
 }
 
 void GradStatsRecorder::after_backward() {
@@ -350,7 +400,7 @@ void GradStatsRecorder::after_update(double loss, double lr) {
   line["update_ratio"] = short_number(ratio(std::sqrt(u_all), std::sqrt(p_all)));
   line["groups"] = std::move(groups);
   StatsJson attention = StatsJson::array();
-  for (const auto& [name, h] : probe_.take()) {
+  for (const auto& [name, h] : probe_ ? probe_->take() : std::vector<std::pair<std::string, HeadEntropy>>{}) {
     std::vector<double> heads;
     for (double e : h.heads) heads.push_back(short_number(e));
     attention.push_back({{"name", name}, {"entropy", heads}, {"uniform", short_number(h.uniform)}, {"rows", h.rows}});

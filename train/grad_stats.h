@@ -19,8 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/decoder_only.h"
 #include "nn/seq2seq.h"
-#include "train/batch_loss.h"
+#include "train/batching.h"
+#include "train/model.h"
 
 namespace gf::train {
 
@@ -40,14 +42,16 @@ struct HeadEntropy {
 // s <= l. Masked keys have weight 0 and add nothing to the entropy.
 HeadEntropy head_entropy(const Tensor& weights, const Tensor& query_pad, const Tensor& key_pad, bool causal);
 
-// Every attention of a translator: "enc0.self", ..., "dec0.self", "dec0.cross", ...
+// Every attention of a translator. Encoder-decoder: "enc0.self", ..., "dec0.self", "dec0.cross",
+// ...; decoder-only: "layer0.self", ...
 struct AttentionSite {
-  enum Kind { EncoderSelf, DecoderSelf, Cross };
+  enum Kind { EncoderSelf, DecoderSelf, Cross, SequenceSelf };  // SequenceSelf: the decoder-only model's
   std::string name;
   nn::MultiheadAttention* attention;
   Kind kind;
 };
 std::vector<AttentionSite> attention_sites(const nn::Seq2SeqTransformer& model);
+std::vector<AttentionSite> attention_sites(const nn::DecoderOnlyTransformer& model);
 
 // Per-head entropies of every attention of a translator, from the forwards it is armed for. It
 // installs a weights_observer on each attention (calling any observer that was there before) and
@@ -55,29 +59,36 @@ std::vector<AttentionSite> attention_sites(const nn::Seq2SeqTransformer& model);
 class EntropyProbe {
  public:
   explicit EntropyProbe(const nn::Seq2SeqTransformer& model);
+  explicit EntropyProbe(const nn::DecoderOnlyTransformer& model);
   ~EntropyProbe();
   EntropyProbe(const EntropyProbe&) = delete;
   EntropyProbe& operator=(const EntropyProbe&) = delete;
 
-  // The coming forwards are model.forward(src, tgt_in): src (B, S), tgt_in (B, T) ids. The masks
-  // that decide which rows count and which keys are visible follow model.masks and the PAD id.
+  // The coming forwards are model.forward(src, tgt_in) of the encoder-decoder: src (B, S), tgt_in
+  // (B, T) ids. Which rows count and which keys are visible follow model.masks and the PAD id.
   void arm(const Tensor& src, const Tensor& tgt_in);
+  // The coming forwards are model.forward(ids) of the decoder-only model: ids (B, L) (causal, PAD keys blocked).
+  void arm(const Tensor& ids);
   // Entropies per site (attention_sites order), averaged over the forwards since arm(); disarms.
   // A site no forward reached has no heads.
   std::vector<std::pair<std::string, HeadEntropy>> take();
 
  private:
   struct Site;
-  const nn::Seq2SeqTransformer& model_;
+  void install(const std::vector<AttentionSite>& sites);
+  const nn::Seq2SeqTransformer* seq2seq_ = nullptr;
+  int64_t pad_ = 0;
   std::vector<std::unique_ptr<Site>> sites_;
   bool armed_ = false;
 };
 
 // ---------------------------------------------------------------- parameter groups
 
-// The group a parameter belongs to, by its state_dict name ("transformer.decoder.layers.1.linear2.weight"
-// -> "dec1.ffn"); in_proj_weight and in_proj_bias go to the ".q" group here (see grad_groups).
-// Names of other models fall back to the module path (the name without its last part).
+// The group a parameter belongs to, by its state_dict name: "transformer.decoder.layers.1.linear2.weight"
+// -> "dec1.ffn", "...multihead_attn.k_proj.weight" -> "dec1.cross.k", and for the decoder-only model
+// "transformer.layers.0.norm1.weight" -> "layer0.norm"; in_proj_weight and in_proj_bias go to the
+// ".q" group here (see grad_groups). Other names fall back to the module path (the name without
+// its last part).
 std::string group_of(const std::string& param_name);
 
 struct GradGroup {
@@ -103,14 +114,15 @@ class GradStatsRecorder {
   // Records into dir/grad_stats.jsonl at step 1 and every `every` steps (every >= 1). With
   // resume_step > 0 the lines already there are kept for the figure and new ones appended; lines
   // past resume_step (written by a run killed before its next checkpoint) are dropped, as those
-  // steps run again.
-  GradStatsRecorder(const nn::Seq2SeqTransformer& model, const std::string& dir, int64_t every, int64_t resume_step = 0);
+  // steps run again. Attention entropy is recorded for the encoder-decoder and the decoder-only
+  // model (another module gets none).
+  GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step = 0);
 
   bool due(int64_t step) const { return step == 1 || step % every_ == 0; }
   // The trainer's step, in order: begin_step before the forward (1-based step; arms the entropy
   // probe when due), after_backward before clipping, after_update after the optimizer step. Each is
   // a no-op when the step is not due.
-  void begin_step(int64_t step, const BatchTensors& batch);
+  void begin_step(int64_t step, const Batch& batch);
   void after_backward();
   void after_update(double loss, double lr);
 
@@ -119,12 +131,12 @@ class GradStatsRecorder {
   const std::vector<StatsJson>& records() const { return records_; }
 
  private:
-  const nn::Seq2SeqTransformer& model_;
+  const TranslationModel& model_;
   std::string dir_;
   int64_t every_;
   std::vector<Variable> params_;
   std::vector<GradGroup> groups_;
-  EntropyProbe probe_;
+  std::unique_ptr<EntropyProbe> probe_;  // null for a model it does not know
   std::ofstream out_;
   std::vector<StatsJson> records_;
   // The step in progress when due (0: none), its gradient norms and the parameters before the update.

@@ -16,11 +16,11 @@ struct RunConfig {
   uint64_t corpus_seed = 1;    // built-in corpus
   int64_t corpus_size = 24000;  // built-in corpus
   int64_t min_freq = 2, max_len = 100, max_tokens = 4096;
-  // ---- model (names as the reference script's flags) ----
-  int64_t d_model = 256, heads = 4, layers = 3, ff = 1024;
-  double dropout = 0.1;
-  std::string activation = "relu";
-  bool norm_first = false, tie = false;
+  // ---- model ----
+  std::string arch = "encoder-decoder";  // or "decoder-only" (train/model.h)
+  nn::TransformerLayerOptions layer;  // every layer: width, heads, kv heads, ff, activation, norm, placement, dropout
+  int64_t layers = 3;                 // encoder and decoder layers each
+  bool tie = false;                   // output projection tied to the target embedding
   // ---- recipe ----
   double lr = 1e-3, label_smoothing = 0.1, clip = 1.0;
   int64_t warmup = 800;
@@ -35,6 +35,7 @@ struct RunConfig {
   std::string data_description() const;
   nn::Seq2SeqOptions model_options(int64_t src_vocab, int64_t tgt_vocab) const;
   std::string to_json() const;
+  // Reads this format and the earlier one (model fields flat at the top level).
   static RunConfig from_json(const std::string& text, const std::string& where);
   // Throws std::invalid_argument naming the first bad setting.
   void validate() const;

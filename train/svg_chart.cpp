@@ -48,9 +48,14 @@ std::string tick_label(double v, const Axis& a) {
 }
 
 // The range of the usable values, widened a little on a linear axis; explicit ticks win.
-Axis make_axis(std::vector<double> values, bool log, const std::vector<double>& explicit_ticks, bool zero_floor) {
+Axis make_axis(std::vector<double> values, bool log, const std::vector<double>& given_ticks, bool zero_floor) {
   Axis a;
   a.log = log;
+  // Only ticks the axis can show (a log axis has no place for 0 or less; NaN has none anywhere).
+  std::vector<double> explicit_ticks;
+  for (double v : given_ticks)
+    if (a.usable(v)) explicit_ticks.push_back(v);
+  std::sort(explicit_ticks.begin(), explicit_ticks.end());
   double lo = INFINITY, hi = -INFINITY;
   for (double v : values)
     if (a.usable(v)) lo = std::min(lo, v), hi = std::max(hi, v);
@@ -215,7 +220,8 @@ void draw_value_map(std::string& out, const ValueMap& m, double ox, double oy) {
   auto col_label = [&](size_t j) { return m.col_labels.empty() ? std::to_string(j) : m.col_labels[j]; };
   double label_w = 0;
   for (size_t i = 0; i < R; ++i) label_w = std::min(150.0, std::max(label_w, svg::label_width_em(row_label(i)) * 9.5));
-  const double left = 22 + label_w, right = 70, top = 30, bottom = 46;
+  // right: the colour bar, its labels ("1.03e+05" is ~45 px) and the rotated caption beyond them.
+  const double left = 22 + label_w, right = 90, top = 30, bottom = 46;
   const double gw = kPanelW - left - right, gh = kPanelH - top - bottom;
   const double cw = C ? gw / static_cast<double>(C) : gw, ch = R ? gh / static_cast<double>(R) : gh;
 

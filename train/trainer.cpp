@@ -22,6 +22,7 @@
 #include "train/bleu.h"
 #include "train/checkpoint.h"
 #include "train/grad_stats.h"
+#include "train/model.h"
 #include "train/progress.h"
 #include "train/run_data.h"
 #include "train/svg_plot.h"
@@ -67,8 +68,7 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
     src_vocab = Vocab::load(run_file(opt.out, "vocab.src.txt"));
     tgt_vocab = Vocab::load(run_file(opt.out, "vocab.tgt.txt"));
   } else {
-    src_vocab = Vocab::build_source(data.train, config.min_freq);
-    tgt_vocab = Vocab::build_target(data.train, config.min_freq);
+    std::tie(src_vocab, tgt_vocab) = build_vocabularies(config, data.train);
     src_vocab.save(run_file(opt.out, "vocab.src.txt"));
     tgt_vocab.save(run_file(opt.out, "vocab.tgt.txt"));
     write_file_atomic(run_file(opt.out, "config.json"), config.to_json());
@@ -79,7 +79,8 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
   BatchPlan valid_plan(valid_pairs, config.max_tokens, config.max_len);
 
   // ---- model and optimizer ----
-  nn::Seq2SeqTransformer model(config.model_options(src_vocab.size(), tgt_vocab.size()), config.seed);
+  std::unique_ptr<TranslationModel> net = make_translation_model(config, src_vocab, tgt_vocab, config.seed);
+  nn::Module& model = net->module();
   model.train();
   optim::Adam adam(model.named_parameters(), {.lr = config.lr, .beta1 = config.beta1, .beta2 = config.beta2, .eps = config.adam_eps});
   const std::vector<Variable> params = model.parameters();
@@ -96,15 +97,17 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
   }
 
   std::unique_ptr<GradStatsRecorder> grad_stats;
-  if (opt.grad_stats > 0) grad_stats = std::make_unique<GradStatsRecorder>(model, opt.out, opt.grad_stats, opt.resume ? state.step : 0);
+  if (opt.grad_stats > 0) grad_stats = std::make_unique<GradStatsRecorder>(*net, opt.out, opt.grad_stats, opt.resume ? state.step : 0);
 
   fmt::print(log, "data: {}\n", config.data_description());
   fmt::print(log, "  train {} pairs ({} batches of <= {} tokens; {} skipped over --max-len {}), valid {}, test {}{}\n", plan.pairs_used(),
              plan.size(), config.max_tokens, plan.skipped_too_long(), config.max_len, valid_plan.pairs_used(), data.test.size(),
              data.skipped_empty ? fmt::format(" ({} empty lines skipped)", data.skipped_empty) : "");
   fmt::print(log, "  vocab: source {}, target {} (min freq {})\n", src_vocab.size(), tgt_vocab.size(), config.min_freq);
-  fmt::print(log, "model: d_model {}, heads {}, layers {}+{}, ff {}, dropout {}, {} parameters\n", config.d_model, config.heads,
-             config.layers, config.layers, config.ff, config.dropout, model.num_parameters());
+  const nn::TransformerLayerOptions& l = config.layer;
+  fmt::print(log, "model: d_model {}, heads {} (kv {}), layers {}+{}, ff {}, {}, {} {}, dropout {}, {} parameters\n", l.d_model, l.nhead,
+             l.key_value_heads(), config.layers, config.layers, l.dim_feedforward, l.activation, l.norm_first ? "pre" : "post", l.norm,
+             l.dropout, model.num_parameters());
   std::string budget;
   if (config.epochs) budget += fmt::format(" {} epochs", config.epochs);
   if (config.steps) budget += fmt::format(" {} steps", config.steps);
@@ -159,10 +162,9 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
         break;
       }
       Batch batch = plan.batch(order[bi]);
-      BatchTensors t = to_tensors(batch);
       default_generator().seed(step_seed(config.seed, state.step));
-      if (grad_stats) grad_stats->begin_step(state.step + 1, t);
-      Variable loss = batch_loss(model, t, config.label_smoothing);
+      if (grad_stats) grad_stats->begin_step(state.step + 1, batch);
+      Variable loss = net->loss(batch, config.label_smoothing);
       adam.zero_grad();
       loss.backward();
       if (grad_stats) grad_stats->after_backward();
@@ -212,7 +214,7 @@ TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt
     if (stopped) break;
     // ---- end of epoch: validate, keep the best, checkpoint ----
     progress.clear();
-    double valid = evaluate_loss(model, valid_plan);
+    double valid = evaluate_loss(*net, valid_plan);
     result.valid_loss = valid;
     state.valid_curve.push_back({static_cast<double>(state.step), valid});
     bool best = valid < state.best_valid_loss;

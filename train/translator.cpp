@@ -35,25 +35,24 @@ Translator Translator::load(const std::string& path) {
   } else {
     t.weights_file = p.string();
   }
-  t.model = std::make_unique<nn::Seq2SeqTransformer>(t.config.model_options(t.src_vocab.size(), t.tgt_vocab.size()));
+  t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
   SafetensorsFile f = load_safetensors(t.weights_file);
-  t.model->load_state_dict(f.tensors, true);
-  t.model->eval();
+  t.net->module().load_state_dict(f.tensors, true);
+  t.net->module().eval();
   return t;
 }
 
-DecodeOptions Translator::default_decode_options() const {
-  DecodeOptions o;
-  o.bos = Vocab::kBos;
-  o.eos = Vocab::kEos;
-  o.pad = Vocab::kPad;
-  return o;
+const nn::Seq2SeqTransformer& Translator::seq2seq() const {
+  if (const nn::Seq2SeqTransformer* m = net->seq2seq()) return *m;
+  throw std::runtime_error("this needs an encoder-decoder model; the run's --arch is " + config.arch);
 }
+
+DecodeOptions Translator::default_decode_options() const { return net->decode_options(); }
 
 double Translator::mean_nll(const std::vector<TokenPair>& pairs) const {
   std::vector<EncodedPair> enc = encode_pairs(pairs, src_vocab, tgt_vocab);
   BatchPlan plan(enc, config.max_tokens, 0);
-  return evaluate_loss(*model, plan);
+  return evaluate_loss(*net, plan);
 }
 
 std::vector<std::string> Translator::translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size,
@@ -75,7 +74,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
   std::vector<std::string> out(sentences.size());
   if (batch_size < 1) batch_size = 1;
   DecodeOptions o = opt;
-  o.max_extra = std::min<int64_t>(o.max_extra, 510 - config.max_len);
+  o.max_extra = std::min<int64_t>(o.max_extra, 510 - config.max_len);  // (decoder-only: clamped further per source length)
   for (size_t start = 0; start < order.size(); start += static_cast<size_t>(batch_size)) {
     size_t end = std::min(order.size(), start + static_cast<size_t>(batch_size));
     std::vector<size_t> rows;
@@ -88,7 +87,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
     int64_t* p = src.data<int64_t>();
     for (size_t b = 0; b < rows.size(); ++b) std::copy(ids[rows[b]].begin(), ids[rows[b]].end(), p + static_cast<int64_t>(b) * S);
     DecodeStats batch_stats;
-    auto hyps = translate_batch(*model, src, o, &batch_stats);
+    auto hyps = net->translate(src, o, &batch_stats);
     if (stats) {
       stats->steps += batch_stats.steps;
       stats->cache_bytes_peak = std::max(stats->cache_bytes_peak, batch_stats.cache_bytes_peak);

@@ -7,6 +7,7 @@
 
 #include "nn/seq2seq.h"
 #include "train/decode.h"
+#include "train/model.h"
 #include "train/parallel_text.h"
 #include "train/run_config.h"
 #include "train/vocab.h"
@@ -16,8 +17,12 @@ namespace gf::train {
 struct Translator {
   RunConfig config;
   Vocab src_vocab, tgt_vocab;
-  std::unique_ptr<nn::Seq2SeqTransformer> model;
-  std::string weights_file;  // what was loaded
+  std::unique_ptr<TranslationModel> net;  // the config's architecture
+  std::string weights_file;               // what was loaded
+
+  // The encoder-decoder (for attention maps and the labs); throws std::runtime_error naming the
+  // run's architecture when it is another one.
+  const nn::Seq2SeqTransformer& seq2seq() const;
 
   // path: a run folder (its best.safetensors, else the latest checkpoint) or one of its
   // .safetensors weight files. Errors name the missing or malformed file.

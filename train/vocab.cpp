@@ -21,14 +21,16 @@ const char* token_problem(std::string_view token) {
   return nullptr;
 }
 
+// Counts the tokens of sentence_of(0 .. n-1); the first tokens are the specials and `extra`.
 template <class SentenceOf>
-Vocab build_from(size_t n, SentenceOf sentence_of, int64_t min_freq) {
+Vocab build_from(size_t n, SentenceOf sentence_of, int64_t min_freq, std::vector<std::string_view> extra = {}) {
   std::unordered_map<std::string_view, int64_t> counts;
   for (size_t i = 0; i < n; ++i)
     for (const std::string& w : sentence_of(i)) ++counts[w];
   std::vector<std::pair<std::string_view, int64_t>> kept;
   for (const auto& [w, c] : counts) {
-    const bool special = std::find(Vocab::kSpecials.begin(), Vocab::kSpecials.end(), w) != Vocab::kSpecials.end();
+    const bool special = std::find(Vocab::kSpecials.begin(), Vocab::kSpecials.end(), w) != Vocab::kSpecials.end() ||
+                         std::find(extra.begin(), extra.end(), w) != extra.end();
     if (c >= min_freq && !special) kept.emplace_back(w, c);
   }
   // std::string_view compares bytes as unsigned char, and UTF-8 byte order is code point order,
@@ -37,6 +39,7 @@ Vocab build_from(size_t n, SentenceOf sentence_of, int64_t min_freq) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
   std::vector<std::string> tokens(Vocab::kSpecials.begin(), Vocab::kSpecials.end());
+  tokens.insert(tokens.end(), extra.begin(), extra.end());
   for (const auto& [w, c] : kept) tokens.emplace_back(w);
   return Vocab(std::move(tokens));
 }
@@ -70,6 +73,11 @@ Vocab Vocab::build_source(const std::vector<TokenPair>& pairs, int64_t min_freq)
 
 Vocab Vocab::build_target(const std::vector<TokenPair>& pairs, int64_t min_freq) {
   return build_from(pairs.size(), [&](size_t i) -> const Tokens& { return pairs[i].second; }, min_freq);
+}
+
+Vocab Vocab::build_joint(const std::vector<TokenPair>& pairs, int64_t min_freq) {
+  return build_from(
+      2 * pairs.size(), [&](size_t i) -> const Tokens& { return i % 2 ? pairs[i / 2].second : pairs[i / 2].first; }, min_freq, {kSep});
 }
 
 int64_t Vocab::id(std::string_view token) const {

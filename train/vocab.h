@@ -35,6 +35,10 @@ class Vocab {
   // The source (or target) side of parallel text.
   static Vocab build_source(const std::vector<TokenPair>& pairs, int64_t min_freq = 2);
   static Vocab build_target(const std::vector<TokenPair>& pairs, int64_t min_freq = 2);
+  // One vocabulary for both sides (the decoder-only model reads source and target as one
+  // sequence), counting a token's uses on either side, with <sep> right after the specials.
+  static constexpr std::string_view kSep = "<sep>";
+  static Vocab build_joint(const std::vector<TokenPair>& pairs, int64_t min_freq = 2);
 
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   const std::vector<std::string>& tokens() const { return tokens_; }

@@ -1,0 +1,66 @@
+#include "nn/decoder_only.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
+#include "nn/init.h"
+#include "nn/masks.h"
+
+namespace gf::nn {
+
+DecoderOnlyTransformer::DecoderOnlyTransformer(const DecoderOnlyOptions& opt, uint64_t init_seed) : options_(opt) {
+  if (opt.vocab <= 0) throw std::invalid_argument("DecoderOnlyTransformer: the vocabulary size must be positive, got " + std::to_string(opt.vocab));
+  opt.layer.validate();
+  Generator gen(init_seed);  // every initialiser draws from it: the same seed gives the same weights
+  const int64_t D = opt.layer.d_model;
+  emb = register_module("emb", std::make_shared<Embedding>(opt.vocab, D, opt.pad, gen));
+  pos = register_module("pos", std::make_shared<PositionalEncoding>(D, opt.max_len));
+  drop = register_module("drop", std::make_shared<Dropout>(opt.layer.dropout));
+  transformer = register_module("transformer", std::make_shared<TransformerEncoder>(opt.layer, opt.num_layers, true, gen));
+  out = register_module("out", std::make_shared<Linear>(D, opt.vocab, true, gen));
+  // As the translator: xavier_uniform_ on every matrix, the padding row kept at zero.
+  for (auto& p : parameters())
+    if (p.ndim() > 1) {
+      Tensor t = p.data();
+      init::xavier_uniform_(t, gen);
+    }
+  emb->weight.data().select(0, opt.pad).zero_();
+  if (opt.tie_output) {
+    out->weight = emb->weight;
+    out->set_parameter("weight", emb->weight);
+  }
+}
+
+Variable DecoderOnlyTransformer::embed(const Tensor& ids, int64_t offset) const {
+  Variable e = emb->forward(ids) * std::sqrt(static_cast<double>(options_.layer.d_model));  // (B, T, D)
+  return drop->forward(pos->forward(e, offset));
+}
+
+Variable DecoderOnlyTransformer::forward(const Tensor& ids) const {
+  if (ids.ndim() != 2) throw std::invalid_argument("DecoderOnlyTransformer: ids must be (B, T), got " + shape_str(ids.shape()));
+  Tensor pad = make_pad_mask(ids, options_.pad);    // (B, T)
+  Tensor causal = make_causal_mask(ids.size(1));     // (T, T)
+  Variable h = transformer->forward(embed(ids), pad, causal);  // (B, T, D), after the final norm
+  return out->forward(h);                                      // (B, T, V)
+}
+
+std::vector<KVCache> DecoderOnlyTransformer::start_cache(int64_t batch, int64_t capacity) const {
+  std::vector<KVCache> caches;
+  for (const auto& layer : *transformer->layers) caches.push_back(layer->self_attn->start_cache(batch, capacity, emb->weight.dtype()));
+  return caches;
+}
+
+Variable DecoderOnlyTransformer::forward_cached(const Tensor& ids, std::vector<KVCache>& caches) const {
+  NoGradGuard ng;
+  if (caches.size() != transformer->layers->size())
+    throw std::invalid_argument("DecoderOnlyTransformer::forward_cached: " + std::to_string(caches.size()) + " caches for " +
+                                std::to_string(transformer->layers->size()) + " layers");
+  Variable x = embed(ids, caches.empty() ? 0 : caches[0].length);  // (B, t, D)
+  for (size_t i = 0; i < caches.size(); ++i) x = (*transformer->layers)[i].forward_cached(x, caches[i]);
+  if (transformer->norm) x = transformer->norm->forward(x);
+  return out->forward(x);  // (B, t, V)
+}
+
+}  // namespace gf::nn

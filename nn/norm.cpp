@@ -1,0 +1,23 @@
+#include "nn/norm.h"
+
+#include "nn/layer_norm.h"
+#include "nn/registry.h"
+#include "nn/rms_norm.h"
+
+namespace gf::nn {
+
+const std::vector<NormKind>& norm_kinds() {
+  static const std::vector<NormKind> kinds = {
+      {"layernorm", "LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias (nn.LayerNorm)",
+       [](int64_t d, double eps) -> std::shared_ptr<Norm> { return std::make_shared<LayerNorm>(d, eps); }},
+      {"rmsnorm", "RMSNorm: x / sqrt(mean(x^2) + eps) * weight (Zhang and Sennrich 2019)",
+       [](int64_t d, double eps) -> std::shared_ptr<Norm> { return std::make_shared<RMSNorm>(d, eps); }},
+  };
+  return kinds;
+}
+
+std::shared_ptr<Norm> make_norm(const std::string& name, int64_t d, double eps) { return registry_find(norm_kinds(), name, "norm").make(d, eps); }
+
+std::string norm_names() { return registry_names(norm_kinds()); }
+
+}  // namespace gf::nn

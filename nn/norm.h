@@ -1,0 +1,30 @@
+#pragma once
+// The normalisation layers of a Transformer, chosen by name (TransformerLayerOptions::norm) from
+// one list (norm.cpp). Adding one is three files: its header and source (a Norm), and its line in
+// the list; docs/extending.md walks through RMSNorm.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+
+namespace gf::nn {
+
+// Normalises over the last dim: (..., d) -> (..., d).
+class Norm : public Module {
+ public:
+  virtual Variable forward(const Variable& x) const = 0;
+};
+
+struct NormKind {
+  const char* name;  // "layernorm"
+  const char* help;  // one line for --help
+  std::shared_ptr<Norm> (*make)(int64_t d, double eps);
+};
+
+const std::vector<NormKind>& norm_kinds();
+// A new norm of that kind over d features; throws std::invalid_argument naming the known kinds.
+std::shared_ptr<Norm> make_norm(const std::string& name, int64_t d, double eps);
+std::string norm_names();  // "layernorm, rmsnorm"
+
+}  // namespace gf::nn

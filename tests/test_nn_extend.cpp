@@ -1,0 +1,215 @@
+// The layers added the documented way (docs/extending.md): RMSNorm and grouped-query / multi-query
+// attention. Forward values against their formulas, float64 gradchecks, the state_dict names, the
+// equivalence of grouped-query attention with multi-head attention whose K/V heads are repeated,
+// cached = uncached decoding for kv-heads 4, 2 and 1, and the registries' errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
+#include "gradcheck_util.h"
+#include "nn/layer_norm.h"
+#include "nn/masks.h"
+#include "nn/multihead_attention.h"
+#include "nn/norm.h"
+#include "nn/rms_norm.h"
+#include "nn/seq2seq.h"
+#include "nn_test_util.h"
+#include "tensor/kernels/random.h"
+#include "train/decode.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+namespace {
+
+void randomise(nn::Module& m, uint64_t seed) {
+  Generator gen(seed);
+  for (auto& [name, p] : m.named_parameters()) {
+    Tensor t = p.data();
+    if (name.find("norm") != std::string::npos && name.find("weight") != std::string::npos) kernels::uniform_(t, 0.5, 1.5, gen);
+    else kernels::uniform_(t, -0.5, 0.5, gen);
+  }
+}
+
+std::map<std::string, std::string> shapes_of(const nn::Module& m) {
+  std::map<std::string, std::string> s;
+  for (auto& [n, p] : m.named_parameters()) s[n] = shape_str(p.shape());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("RMSNorm: x / sqrt(mean(x^2) + eps) * weight, one parameter named weight") {
+  nn::RMSNorm n(4, 1e-5);
+  n.to(DType::Float64);
+  CHECK(shapes_of(n) == std::map<std::string, std::string>{{"weight", "(4,)"}});
+  Tensor(n.weight.data()).copy_(Tensor::of({1.0, 2.0, 0.5, -1.0}, {4}, DType::Float64));
+  Tensor x = Tensor::of({1, 2, 3, 4, -2, 0, 0, 2}, {2, 4}, DType::Float64);
+  Tensor y = n.forward(Variable(x)).data();
+  const double r0 = 1 / std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-5), r1 = 1 / std::sqrt(8 / 4.0 + 1e-5);
+  CHECK(y.at({0, 0}) == doctest::Approx(1 * r0 * 1.0).epsilon(1e-12));
+  CHECK(y.at({0, 1}) == doctest::Approx(2 * r0 * 2.0).epsilon(1e-12));
+  CHECK(y.at({0, 3}) == doctest::Approx(4 * r0 * -1.0).epsilon(1e-12));
+  CHECK(y.at({1, 0}) == doctest::Approx(-2 * r1 * 1.0).epsilon(1e-12));
+  CHECK(y.at({1, 3}) == doctest::Approx(2 * r1 * -1.0).epsilon(1e-12));
+  // Unlike LayerNorm it does not centre: a constant row keeps its sign.
+  Tensor c = n.forward(Variable(Tensor::full({1, 4}, 3.0, DType::Float64))).data();
+  CHECK(c.at({0, 0}) == doctest::Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("gradcheck: RMSNorm in float64, w.r.t. the input and the weight") {
+  nn::RMSNorm n(5);
+  n.to(DType::Float64);
+  randomise(n, 3);
+  auto fn = [&](const std::vector<Variable>& in) { return n.forward(in[0]) * in[0]; };
+  GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({3, 5}, 4)), n.weight}));
+}
+
+TEST_CASE("norms by name: make_norm, the registry's names, and a clear error") {
+  CHECK(nn::norm_names() == "layernorm, rmsnorm");
+  CHECK(dynamic_cast<nn::LayerNorm*>(nn::make_norm("layernorm", 3, 1e-5).get()) != nullptr);
+  CHECK(dynamic_cast<nn::RMSNorm*>(nn::make_norm("rmsnorm", 3, 1e-5).get()) != nullptr);
+  GF_CHECK_CONTAINS(error_of([] { nn::make_norm("batchnorm", 3, 1e-5); }), "norm 'batchnorm' is unknown (known: layernorm, rmsnorm)");
+  nn::TransformerLayerOptions o;
+  o.norm = "rmsnorm";
+  o.d_model = 8, o.nhead = 2, o.dim_feedforward = 16;
+  nn::TransformerEncoderLayer layer(o);
+  auto s = shapes_of(layer);
+  CHECK(s.count("norm1.weight") == 1);
+  CHECK(s.count("norm1.bias") == 0);  // RMSNorm has no bias
+}
+
+TEST_CASE("grouped-query attention: parameter names and shapes (Hugging Face's q/k/v_proj), KV heads must divide H") {
+  nn::MultiheadAttention mha(8, 4);  // multi-head: PyTorch's packed layout
+  CHECK(shapes_of(mha) == std::map<std::string, std::string>{
+                              {"in_proj_weight", "(24, 8)"}, {"in_proj_bias", "(24,)"}, {"out_proj.weight", "(8, 8)"}, {"out_proj.bias", "(8,)"}});
+  nn::MultiheadAttention gqa(8, 4, 0.0, true, default_generator(), 2);  // d_k 2, 2 key/value heads: K and V have 4 features
+  CHECK(gqa.grouped());
+  CHECK(shapes_of(gqa) == std::map<std::string, std::string>{{"q_proj.weight", "(8, 8)"},
+                                                             {"q_proj.bias", "(8,)"},
+                                                             {"k_proj.weight", "(4, 8)"},
+                                                             {"k_proj.bias", "(4,)"},
+                                                             {"v_proj.weight", "(4, 8)"},
+                                                             {"v_proj.bias", "(4,)"},
+                                                             {"out_proj.weight", "(8, 8)"},
+                                                             {"out_proj.bias", "(8,)"}});
+  nn::MultiheadAttention same(8, 4, 0.0, true, default_generator(), 4);  // kv_heads = heads is multi-head
+  CHECK_FALSE(same.grouped());
+  GF_CHECK_CONTAINS(error_of([] { nn::MultiheadAttention(8, 4, 0.0, true, default_generator(), 3); }), "kv_heads 3 does not divide num_heads 4");
+  nn::TransformerLayerOptions o;
+  o.d_model = 8, o.nhead = 4, o.kv_heads = 3;
+  GF_CHECK_CONTAINS(error_of([&] { o.validate(); }), "kv_heads must divide nhead 4");
+}
+
+// Grouped-query attention is multi-head attention whose key/value heads are repeated per group
+// (repeat_interleave): build that multi-head module from the grouped one's weights and compare.
+TEST_CASE("grouped-query attention equals multi-head attention with each K/V head repeated for its group") {
+  const int64_t B = 2, L = 3, S = 5, D = 12, H = 6;
+  for (int64_t kv : {3, 2, 1}) {
+    CAPTURE(kv);
+    Generator gen(10 + kv);
+    nn::MultiheadAttention gqa(D, H, 0.0, true, gen, kv);
+    gqa.to(DType::Float64);
+    randomise(gqa, 20 + kv);
+    nn::MultiheadAttention mha(D, H, 0.0, true, gen);
+    mha.to(DType::Float64);
+    const int64_t dk = D / H, G = H / kv;
+    Tensor w = mha.in_proj_weight.data(), b = mha.in_proj_bias.data();  // (3D, D), (3D)
+    w.narrow(0, 0, D).copy_(gqa.q_proj->weight.data());
+    b.narrow(0, 0, D).copy_(gqa.q_proj->bias.data());
+    for (int64_t h = 0; h < H; ++h) {  // query head h reads key/value head h / G
+      const int64_t src = (h / G) * dk;
+      w.narrow(0, D + h * dk, dk).copy_(gqa.k_proj->weight.data().narrow(0, src, dk));
+      w.narrow(0, 2 * D + h * dk, dk).copy_(gqa.v_proj->weight.data().narrow(0, src, dk));
+      b.narrow(0, D + h * dk, dk).copy_(gqa.k_proj->bias.data().narrow(0, src, dk));
+      b.narrow(0, 2 * D + h * dk, dk).copy_(gqa.v_proj->bias.data().narrow(0, src, dk));
+    }
+    Tensor(mha.out_proj->weight.data()).copy_(gqa.out_proj->weight.data());
+    Tensor(mha.out_proj->bias.data()).copy_(gqa.out_proj->bias.data());
+    Variable x(randn({B, L, D}, 30)), m(randn({B, S, D}, 31));
+    Tensor kpm = Tensor::of({0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, {B, S}, DType::Bool);
+    nn::AttentionResult a = gqa.forward(x, m, m, kpm, Tensor(), true), e = mha.forward(x, m, m, kpm, Tensor(), true);
+    CHECK(max_abs_diff(a.output.data(), e.output.data()) < 1e-12);
+    CHECK(max_abs_diff(a.weights.data(), e.weights.data()) < 1e-12);
+    Tensor causal = nn::make_causal_mask(L);
+    CHECK(max_abs_diff(gqa.forward(x, x, x, Tensor(), causal).output.data(), mha.forward(x, x, x, Tensor(), causal).output.data()) < 1e-12);
+  }
+}
+
+TEST_CASE("gradcheck: grouped-query (2 KV heads) and multi-query (1) attention with masks, w.r.t. inputs and every parameter") {
+  const int64_t B = 2, L = 3, S = 4, D = 8, H = 4;
+  Tensor causal = nn::make_causal_mask(L);
+  Tensor kpm_self = Tensor::of({0, 0, 0, 0, 0, 1}, {B, L}, DType::Bool);
+  Tensor kpm_src = Tensor::of({0, 0, 0, 0, 0, 0, 1, 1}, {B, S}, DType::Bool);
+  for (int64_t kv : {2, 1}) {
+    CAPTURE(kv);
+    Generator gen(40 + kv);
+    nn::MultiheadAttention a(D, H, 0.0, true, gen, kv);
+    a.to(DType::Float64);
+    randomise(a, 50 + kv);
+    std::vector<Variable> params = a.parameters();
+    auto self = [&](const std::vector<Variable>& in) { return a.forward(in[0], in[0], in[0], kpm_self, causal, true).weights; };
+    auto cross = [&](const std::vector<Variable>& in) { return a.forward(in[0], in[1], in[1], kpm_src, Tensor()).output; };
+    std::vector<Variable> self_in{leaf(randn({B, L, D}, 60))};
+    self_in.insert(self_in.end(), params.begin(), params.begin() + 4);  // q_proj and k_proj: what the weights depend on
+    GF_CHECK_GRADS(self, self_in);
+    std::vector<Variable> cross_in{leaf(randn({B, L, D}, 61)), leaf(randn({B, S, D}, 62))};
+    cross_in.insert(cross_in.end(), params.begin(), params.end());
+    GF_CHECK_GRADS(cross, cross_in);
+  }
+}
+
+TEST_CASE("gradcheck: a Pre-LN encoder and decoder layer with RMSNorm and grouped-query attention") {
+  nn::TransformerLayerOptions o;
+  o.d_model = 8, o.nhead = 4, o.kv_heads = 2, o.dim_feedforward = 12, o.dropout = 0, o.norm = "rmsnorm", o.norm_first = true;
+  Generator gen(70);
+  nn::TransformerEncoderLayer enc(o, gen);
+  nn::TransformerDecoderLayer dec(o, gen);
+  for (nn::Module* m : {static_cast<nn::Module*>(&enc), static_cast<nn::Module*>(&dec)}) {
+    m->to(DType::Float64);
+    randomise(*m, 71);
+  }
+  Tensor kpm = Tensor::of({0, 0, 0, 0, 0, 1}, {2, 3}, DType::Bool);
+  auto fe = [&](const std::vector<Variable>& in) { return enc.forward(in[0], kpm); };
+  GF_CHECK_GRADS(fe, (std::vector<Variable>{leaf(randn({2, 3, 8}, 72)), enc.norm1->parameter("weight"), enc.self_attn->k_proj->weight}));
+  auto fd = [&](const std::vector<Variable>& in) { return dec.forward(in[0], in[1], nn::make_causal_mask(3), kpm, kpm).output; };
+  GF_CHECK_GRADS(fd, (std::vector<Variable>{leaf(randn({2, 3, 8}, 73)), leaf(randn({2, 3, 8}, 74)), dec.norm3->parameter("weight"),
+                                            dec.multihead_attn->v_proj->weight}));
+}
+
+// The KV cache holds KV heads, not H: it shrinks by H / KV, and cached decoding still equals
+// recomputing the whole prefix.
+TEST_CASE("kv-heads 4, 2, 1: the cache shrinks by heads / kv_heads and cached decoding equals uncached") {
+  for (int64_t kv : {4, 2, 1}) {
+    CAPTURE(kv);
+    nn::Seq2SeqOptions o = tiny_options(2, false, 0.0);
+    o.layer.d_model = 8, o.layer.nhead = 4, o.layer.kv_heads = kv, o.layer.dim_feedforward = 16;
+    o.src_vocab = 11, o.tgt_vocab = 13;
+    nn::Seq2SeqTransformer model(o, 5);
+    randomise(model, 6);
+    model.eval();
+    Tensor src = Tensor::of({4, 5, 6, 7, 8, 9, 10, 0, 0, 0}, {2, 5}, DType::Int64);
+    train::DecodeOptions cached, uncached;
+    cached.max_extra = uncached.max_extra = 6;
+    uncached.use_cache = false;
+    train::DecodeStats st;
+    auto a = train::translate_batch(model, src, cached, &st);
+    auto b = train::translate_batch(model, src, uncached);
+    CHECK(a == b);
+    // 2 layers x (K and V) x kv heads x d_k 2 x 4 bytes per target token.
+    CHECK(st.self_bytes_per_token == 2 * 2 * kv * 2 * 4);
+    // Logits step by step against the full forward.
+    NoGradGuard ng;
+    Tensor tgt = Tensor::of({2, 7, 8, 4, 2, 5, 6, 12}, {2, 4}, DType::Int64);
+    Tensor logits = model.forward(src, tgt).data();  // (2, 4, 13)
+    Tensor src_pad = nn::make_pad_mask(src, 0);
+    auto caches = model.transformer->decoder->start_cache(model.encode(src, src_pad), 4);
+    CHECK(caches[0].self.k.size(1) == kv);
+    for (int64_t t = 0; t < 4; ++t) {
+      Tensor step = model.project(model.transformer->decoder->forward_step(model.embed_tgt(tgt.narrow(1, t, 1).contiguous(), t), caches, src_pad).output).data();
+      CHECK(max_abs_diff(step, logits.narrow(1, t, 1).contiguous()) < 1e-5);
+    }
+  }
+}
