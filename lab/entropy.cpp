@@ -1,20 +1,18 @@
 // Lab `entropy`: attention entropy collapse (Zhai et al. 2023, arXiv:2303.06296).
 //
-// The paper: a Transformer whose training is unstable shows "entropy collapse", attention heads
-// whose entropy falls to near zero (each query attends to one key), and that comes with a loss
-// that spikes, plateaus or diverges; runs that train stably keep their heads' entropy high. It
-// shows this by sweeping the learning rate without warm-up, among other knobs.
+// The paper: "low attention entropy is accompanied by high training instability, which can take
+// the form of oscillating loss or divergence"; it calls the pathologically low entropy (each query
+// attending to about one key) entropy collapse, and its remedy lets models train without warm-up.
 //
 // Here: the same small Post-LN translator (no warm-up, Adam, no gradient clipping by default)
 // trained on the same batches at several learning rates and seeds; every few steps the entropy of
 // every head (encoder self, decoder self and cross attention) on a fixed batch of held-out
-// sentences, normalised by its largest possible value log(visible keys) so that heads with
+// pairs, normalised by its largest possible value log(visible keys) so that heads with
 // different key counts compare; next to each run's loss.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -27,6 +25,9 @@
 
 namespace gf::lab {
 namespace {
+
+// A head below a tenth of its largest entropy attends to about one key (0.99 on one of 8 keys: 0.036).
+constexpr double kCollapsed = 0.1;
 
 std::vector<double> parse_list(const std::string& text, const std::string& what) {
   std::vector<double> out;
@@ -60,7 +61,7 @@ struct Run {
   double final_loss = NAN;                      // mean of the last 10% of the steps; +inf when diverged
   double min_head_end = NAN, mean_head_end = NAN;  // at the last record
   double min_head_low = NAN;                    // the lowest min-head value over the run
-  int64_t collapsed_at = -1;                    // first recorded step with a head below 0.1 of log(keys) (-1: none)
+  int64_t collapsed_at = -1;                    // first recorded step with a head below kCollapsed (-1: none)
 };
 
 // Each head's entropy on one forward of the probe batch, normalised.
@@ -118,11 +119,12 @@ Run train_one(const IdData& data, const nn::Seq2SeqOptions& arch, const train::B
   }
   r.min_head_end = min_of(r.heads.back());
   r.mean_head_end = mean_of(r.heads.back());
-  r.min_head_low = INFINITY;
+  std::vector<double> least;  // per record
   for (size_t k = 0; k < r.heads.size(); ++k) {
-    r.min_head_low = std::min(r.min_head_low, min_of(r.heads[k]));
-    if (r.collapsed_at < 0 && min_of(r.heads[k]) < 0.1) r.collapsed_at = r.at[k];
+    least.push_back(min_of(r.heads[k]));
+    if (r.collapsed_at < 0 && least.back() < kCollapsed) r.collapsed_at = r.at[k];
   }
+  r.min_head_low = min_of(least);
   return r;
 }
 
@@ -132,32 +134,9 @@ IdData make_data(const Report& r) {
   return synthetic_task(task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("pairs"), 64, 12345);
 }
 
-void run(Report& r) {
-  const std::vector<double> lrs = parse_list(r.text("lrs"), "lrs");
-  const IdData data = make_data(r);
-  const bool pre_ln = r.on("pre-ln");
-  nn::Seq2SeqOptions arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), pre_ln);
-  FitOptions base;
-  base.steps = r.integer("steps");
-  base.warmup = 0;
-  base.clip = r.real("clip");
-  base.max_tokens = r.integer("max-tokens");
-  const int64_t every = r.integer("every");
-  std::vector<size_t> first(std::min<size_t>(64, data.test.size()));
-  std::iota(first.begin(), first.end(), 0);
-  const train::BatchTensors probe = train::to_tensors(train::collate(data.test, first));
-  r.say(fmt::format("task {}: {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), no warm-up, clip {}",
-                    r.text("task"), data.train.size(), pre_ln ? "Pre-LN" : "Post-LN", arch.layer.d_model, arch.layer.nhead, arch.num_layers,
-                    arch.num_layers, arch.layer.dim_feedforward, base.clip > 0 ? fmt::format("{}", base.clip) : "off"));
-  r.say(fmt::format("{} steps of <= {} tokens per run; head entropy on {} held-out sentences at step 0 and every {} steps, as H / log(visible keys)",
-                    base.steps, base.max_tokens, first.size(), every));
+using Sweep = std::vector<std::vector<Run>>;  // (learning rate, seed), rates ascending
 
-  std::vector<std::vector<Run>> runs;  // (lr, seed)
-  for (double lr : lrs) {
-    runs.emplace_back();
-    for (int i = 0; i < r.seeds(); ++i) runs.back().push_back(train_one(data, arch, probe, lr, r.seed(i), base, every));
-  }
-
+void print_runs(Report& r, const Sweep& runs) {
   r.section("per run: loss and head entropy (H / log(visible keys); 1 = uniform over the keys, 0 = one key)");
   Table t("runs", {"lr", "seed", "steps run", "diverged at", "first loss", "final loss", "least head H at end", "mean head H at end",
                    "lowest least head H", "below 0.1 at step"});
@@ -167,7 +146,9 @@ void run(Report& r) {
              x.final_loss, x.min_head_end, x.mean_head_end, x.min_head_low, x.collapsed_at});
   r.print(t);
 
-  // ---- raw numbers ----
+}
+
+void save_numbers(Report& r, const std::vector<double>& lrs, const Sweep& runs) {
   auto& d = r.data();
   d["lrs"] = lrs;
   for (const auto& per_lr : runs)
@@ -175,8 +156,27 @@ void run(Report& r) {
       d["runs"].push_back({{"lr", x.lr}, {"seed", x.seed}, {"losses", x.fit.losses}, {"diverged_at", x.fit.diverged_at}, {"entropy_steps", x.at},
                            {"head_names", x.head_names}, {"head_entropy", x.heads}, {"final_loss", x.final_loss}});  // null when diverged
 
-  // ---- figure: seed 0 of each lr ----
-  const std::vector<double> ticks = step_ticks(base.steps);
+}
+
+// One run's heads x steps, on the fixed 0..1 scale.
+ValueMap head_map(const Run& x) {
+  ValueMap m;
+  m.title = fmt::format("heads x steps at lr {:g}, first seed", x.lr);
+  m.x_label = "step";
+  m.value_label = "H / log(keys)";
+  m.lo = 0, m.hi = 1;
+  m.row_labels = x.head_names;
+  for (int64_t s : x.at) m.col_labels.push_back(std::to_string(s));
+  m.values.assign(x.head_names.size(), std::vector<double>(x.at.size(), NAN));  // (heads, records)
+  for (size_t k = 0; k < x.at.size(); ++k)
+    for (size_t h = 0; h < x.head_names.size(); ++h) m.values[h][k] = x.heads[k][h];
+  return m;
+}
+
+// Loss and least/mean head entropy per rate (first seed), every run as a point, and the heads x
+// steps maps of the highest and the lowest rate.
+void add_figure(Report& r, const Sweep& runs, int64_t steps) {
+  const std::vector<double> ticks = step_ticks(steps);
   Chart loss{"training loss (20-step means), first seed", "step", "loss", false, true, {}, ticks};
   Chart hmin{"least head entropy / log(keys), first seed", "step", "min over heads", false, false, {}, ticks};
   Chart hmean{"mean head entropy / log(keys), first seed", "step", "mean over heads", false, false, {}, ticks};
@@ -211,32 +211,23 @@ void run(Report& r) {
     }
     scatter.series.push_back(std::move(p));
   }
-  if (y_hi > 0) scatter.series.push_back({"collapse threshold 0.1", {0.1, 0.1}, {y_lo, y_hi}, {}, {}, true, "#777777"});
+  if (y_hi > 0)
+    scatter.series.push_back({fmt::format("collapse threshold {}", kCollapsed), {kCollapsed, kCollapsed}, {y_lo, y_hi}, {}, {}, true, "#777777"});
   r.add_panel(scatter);
-  for (const auto* per_lr : {&runs.back(), &runs.front()}) {
-    const Run& x = per_lr->front();
-    ValueMap m;
-    m.title = fmt::format("heads x steps at lr {:g}, first seed", x.lr);
-    m.x_label = "step";
-    m.value_label = "H / log(keys)";
-    m.lo = 0, m.hi = 1;
-    m.row_labels = x.head_names;
-    for (int64_t s : x.at) m.col_labels.push_back(std::to_string(s));
-    m.values.assign(x.head_names.size(), std::vector<double>(x.at.size(), NAN));
-    for (size_t k = 0; k < x.at.size(); ++k)
-      for (size_t h = 0; h < x.head_names.size(); ++h) m.values[h][k] = x.heads[k][h];
-    r.add_panel(m);
-  }
+  r.add_panel(head_map(runs.back().front()));
+  r.add_panel(head_map(runs.front().front()));
 
-  // ---- claims, from the numbers above ----
-  constexpr double kCollapsed = 0.1;  // a head below a tenth of its largest entropy attends to about one key
-  auto median_of = [](const std::vector<Run>& v, double Run::*f) {
-    std::vector<double> x;
-    for (const auto& run : v) x.push_back(run.*f);
-    std::sort(x.begin(), x.end());
-    const size_t n = x.size();
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-  };
+}
+
+double median_of(const std::vector<Run>& v, double Run::*f) {
+  std::vector<double> x;
+  for (const auto& run : v) x.push_back(run.*f);
+  std::sort(x.begin(), x.end());
+  const size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+void check_claims(Report& r, const Sweep& runs) {
   const auto& hi = runs.back();
   const auto& lo = runs.front();
   const double hi_min = median_of(hi, &Run::min_head_end), lo_min = median_of(lo, &Run::min_head_end);
@@ -274,9 +265,42 @@ void run(Report& r) {
                       "every run without one",
                       kCollapsed),
           n_collapsed > 0 && n_kept > 0 && best_collapsed >= 1.5 * worst_kept,
-          fmt::format("{} runs collapsed (least head down to {:.3g} at most), best final loss {:.4g}; {} did not (least head {:.3g} at "
-                      "least), worst final loss {:.4g}",
-                      n_collapsed, collapsed_highest, best_collapsed, n_kept, kept_lowest, worst_kept));
+          fmt::format("{} of {} runs collapsed (least head down to {:.3g} at most), their best final loss {:.4g}; in the other {} the "
+                      "least head stayed at {:.3g} or more, their worst final loss {:.4g}",
+                      n_collapsed, n_collapsed + n_kept, collapsed_highest, best_collapsed, n_kept, kept_lowest, worst_kept));
+}
+
+void run(Report& r) {
+  const std::vector<double> lrs = parse_list(r.text("lrs"), "lrs");
+  const IdData data = make_data(r);
+  const bool pre_ln = r.on("pre-ln");
+  nn::Seq2SeqOptions arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), pre_ln);
+  FitOptions base;
+  base.steps = r.integer("steps");
+  base.warmup = r.integer("warmup");
+  base.clip = r.real("clip");
+  base.max_tokens = r.integer("max-tokens");
+  const int64_t every = r.integer("every");
+  std::vector<size_t> first(std::min<size_t>(64, data.test.size()));
+  std::iota(first.begin(), first.end(), 0);
+  const train::BatchTensors probe = train::to_tensors(train::collate(data.test, first));
+  r.say(fmt::format("task {}: {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), {}, clip {}",
+                    r.text("task"), data.train.size(), pre_ln ? "Pre-LN" : "Post-LN", arch.layer.d_model, arch.layer.nhead, arch.num_layers,
+                    arch.num_layers, arch.layer.dim_feedforward, base.warmup > 0 ? fmt::format("{} warm-up steps", base.warmup) : "no warm-up",
+                    base.clip > 0 ? fmt::format("{}", base.clip) : "off"));
+  r.say(fmt::format("{} steps of <= {} tokens per run; head entropy on the first {} held-out pairs at step 0 and every {} steps, as H / log(visible keys)",
+                    base.steps, base.max_tokens, first.size(), every));
+
+  Sweep runs;
+  for (double lr : lrs) {
+    runs.emplace_back();
+    for (int i = 0; i < r.seeds(); ++i) runs.back().push_back(train_one(data, arch, probe, lr, r.seed(i), base, every));
+  }
+
+  print_runs(r, runs);
+  save_numbers(r, lrs, runs);
+  add_figure(r, runs, base.steps);
+  check_claims(r, runs);
 }
 
 }  // namespace
@@ -300,6 +324,7 @@ Lab entropy_lab() {
                {"ff", Option::Int, "128", "feed-forward width"},
                {"pre-ln", Option::Switch, "", "Pre-LN layers (default Post-LN, as the paper's unstable baselines)"},
                {"clip", Option::Real, "0", "gradient-norm clip (0: off)"},
+               {"warmup", Option::Int, "0", "linear warm-up steps, then constant (0: none, the paper's unstable setting)"},
                {"steps", Option::Int, "300", "steps per run"},
                {"max-tokens", Option::Int, "1024", "tokens per batch"},
                {"every", Option::Int, "10", "steps between entropy measurements"}};

@@ -149,6 +149,8 @@ TEST_CASE("train --grad-stats: lines at step 1 and every N, the expected groups,
     INFO("line " << i);
     CHECK(j["step"].get<int64_t>() == steps[i]);
     CHECK(j["loss"].get<double>() == b.step_losses[static_cast<size_t>(steps[i] - 1)].second);
+    CHECK(j["record_seconds"].get<double>() >= 0);
+    CHECK(j["record_seconds"].get<double>() < 10);
     REQUIRE(j["groups"].size() == 37);
     for (const auto& g : j["groups"]) {
       INFO(g["name"].get<std::string>());
@@ -232,4 +234,20 @@ TEST_CASE("train --grad-stats on the decoder-only model with grouped-query atten
     }
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("grad_stats_svg: a long record is drawn with at most kMaxColumns columns, the last step included") {
+  std::vector<StatsJson> records;
+  for (int64_t i = 1; i <= 400; ++i)
+    records.push_back({{"step", i * 10},
+                       {"loss", 1.0},
+                       {"groups", {{{"name", "g"}, {"grad_norm", 1.0}, {"param_norm", 2.0}, {"update_ratio", 1e-3}}}},
+                       {"attention", StatsJson::array()}});
+  const std::string svg = grad_stats_svg(records);
+  CHECK(svg.find("400 recorded steps (10 to 4000), one in 3 drawn") != std::string::npos);
+  size_t cells = 0;
+  for (size_t p = svg.find(">g / "); p != std::string::npos; p = svg.find(">g / ", p + 1)) ++cells;
+  CHECK(cells == 3 * 134);  // three statistics x lines 1, 4, ..., 400
+  CHECK(svg.find(">g / 4000:") != std::string::npos);
+  CHECK_THROWS_AS(grad_stats_svg({}), std::invalid_argument);
 }

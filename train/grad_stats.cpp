@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -22,6 +23,8 @@ namespace gf::train {
 // ---------------------------------------------------------------- attention entropy
 
 namespace {
+
+double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void check_mask(const Tensor& m, int64_t rows, int64_t cols, const char* what) {
   if (!m.defined()) return;
@@ -128,6 +131,7 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
     a.attention->weights_observer = [this, s](const Variable& weights) {
       if (s->previous) s->previous(weights);
       if (!armed_) return;
+      const double t0 = now_seconds();
       const Tensor& w = weights.data();  // (B, H, L, S)
       if (w.size(2) != s->query_pad.size(1))
         throw std::logic_error(fmt::format("EntropyProbe: {} saw weights {} but was armed for {} query positions", s->where.name,
@@ -137,6 +141,7 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
       for (size_t k = 0; k < h.heads.size(); ++k) s->sum[k] += h.heads[k] * static_cast<double>(h.rows);
       s->uniform_sum += h.uniform * static_cast<double>(h.rows);
       s->rows += h.rows;
+      seconds_ += now_seconds() - t0;
     };
     sites_.push_back(std::move(site));
   }
@@ -168,6 +173,7 @@ void EntropyProbe::arm(const Tensor& src, const Tensor& tgt_in) {
     s->sum.clear(), s->uniform_sum = 0, s->rows = 0;
   }
   armed_ = true;
+  seconds_ = 0;
 }
 
 void EntropyProbe::arm(const Tensor& ids) {
@@ -178,6 +184,7 @@ void EntropyProbe::arm(const Tensor& ids) {
     s->sum.clear(), s->uniform_sum = 0, s->rows = 0;
   }
   armed_ = true;
+  seconds_ = 0;
 }
 
 std::vector<std::pair<std::string, HeadEntropy>> EntropyProbe::take() {
@@ -356,25 +363,31 @@ GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::s
 void GradStatsRecorder::begin_step(int64_t step, const Batch& batch) {
   step_ = due(step) ? step : 0;
   if (!step_ || !probe_) return;
+  const double t0 = now_seconds();
+  seconds_ = 0;
   if (model_.seq2seq()) {
     const BatchTensors t = to_tensors(batch);
     probe_->arm(t.src, t.tgt_in);
   } else {
     probe_->arm(to_sequence_tensors(batch, model_.decode_options().bos).input);  // bos is <sep> there
   }
+  seconds_ += now_seconds() - t0;
 }
 
 void GradStatsRecorder::after_backward() {
   if (!step_) return;
+  const double t0 = now_seconds();
   grad_sq_.clear();
   for (const auto& g : groups_)
     for (const auto& p : g.pieces) grad_sq_.push_back(sum_sq(params_[p.param].grad(), p.begin, p.end));
   before_.clear();
   for (const auto& v : params_) before_.push_back(v.data().clone());
+  seconds_ += now_seconds() - t0;
 }
 
 void GradStatsRecorder::after_update(double loss, double lr) {
   if (!step_) return;
+  const double t0 = now_seconds();
   StatsJson line = {{"step", step_}, {"loss", loss}, {"lr", lr}};
   double g_all = 0, p_all = 0, u_all = 0;
   StatsJson groups = StatsJson::array();
@@ -406,6 +419,9 @@ void GradStatsRecorder::after_update(double loss, double lr) {
     attention.push_back({{"name", name}, {"entropy", heads}, {"uniform", short_number(h.uniform)}, {"rows", h.rows}});
   }
   line["attention"] = std::move(attention);
+  // What recording this step cost (entropies, norms, the parameter copy; not writing the line): not a
+  // statistic of the run, and the one field that differs between identical runs.
+  line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + now_seconds() - t0);
   out_ << line.dump() << '\n';
   out_.flush();
   if (!out_) throw std::runtime_error("grad stats: writing '" + run_file(dir_, kJsonl) + "' failed");
@@ -442,6 +458,18 @@ ValueMap stat_map(const std::vector<StatsJson>& records, const std::string& titl
   return m;
 }
 
+// 0 and round steps up to `last`, at most 7 ticks.
+std::vector<double> step_ticks(int64_t last) {
+  int64_t every = 1;
+  for (int64_t m = 1; every * 6 < last; m *= 10)
+    for (int64_t c : {1, 2, 5, 10})
+      if (every = c * m; every * 6 >= last) break;
+  std::vector<double> t;
+  for (int64_t s = 0; s <= last; s += every) t.push_back(static_cast<double>(s));
+  if (t.back() < static_cast<double>(last)) t.push_back(static_cast<double>(t.back() + every));
+  return t;
+}
+
 // (site, head) x steps of entropy / uniform: 1 is attending evenly to every visible key, 0 to one.
 ValueMap entropy_map(const std::vector<StatsJson>& records) {
   ValueMap m;
@@ -467,22 +495,28 @@ ValueMap entropy_map(const std::vector<StatsJson>& records) {
 
 }  // namespace
 
-std::string grad_stats_svg(const std::vector<StatsJson>& records) {
-  if (records.empty()) throw std::invalid_argument("grad_stats_svg: no recorded step to draw");
+std::string grad_stats_svg(const std::vector<StatsJson>& all) {
+  if (all.empty()) throw std::invalid_argument("grad_stats_svg: no recorded step to draw");
+  // At most kMaxColumns columns: every k-th line and the last.
+  const size_t k = (all.size() + kMaxColumns - 1) / kMaxColumns;
+  std::vector<StatsJson> records;
+  for (size_t i = 0; i < all.size(); i += k) records.push_back(all[i]);
+  if ((all.size() - 1) % k != 0) records.push_back(all.back());
+  const int64_t first = all.front()["step"].get<int64_t>(), last = all.back()["step"].get<int64_t>();
+
   Chart loss{"training loss at the recorded steps", "step", "loss", false, false, {}, {}};
   ChartSeries s{"loss", {}, {}, {}, {}, false, ""};
-  for (const auto& r : records) s.x.push_back(static_cast<double>(r["step"].get<int64_t>())), s.y.push_back(number(r["loss"]));
+  for (const auto& r : all) s.x.push_back(static_cast<double>(r["step"].get<int64_t>())), s.y.push_back(number(r["loss"]));
   loss.series.push_back(std::move(s));
-  std::vector<Panel> panels = {
-      stat_map(records, "gradient norm (before clipping)", "grad_norm", "|grad|"),
-      stat_map(records, "update / parameter: |p_after - p_before| / |p_before|", "update_ratio", "ratio"),
-      stat_map(records, "parameter norm", "param_norm", "|p|"),
-      entropy_map(records),
-      loss,
-  };
-  return figure_svg(fmt::format("gradient statistics: {} recorded steps ({} to {})", records.size(), records.front()["step"].get<int64_t>(),
-                                records.back()["step"].get<int64_t>()),
-                    panels, 2);
+  loss.x_ticks = step_ticks(last);  // the axis spans the run, not beyond
+  std::vector<Panel> panels;
+  for (ValueMap m : {stat_map(records, "gradient norm (before clipping)", "grad_norm", "|grad|"),
+                     stat_map(records, "update / parameter: |p_after - p_before| / |p_before|", "update_ratio", "ratio"),
+                     stat_map(records, "parameter norm", "param_norm", "|p|"), entropy_map(records)})
+    if (!m.values.empty()) panels.push_back(std::move(m));  // no attention recorded (a model the probe does not know): no map
+  panels.push_back(std::move(loss));
+  const std::string shown = k > 1 ? fmt::format(", one in {} drawn", k) : "";
+  return figure_svg(fmt::format("gradient statistics: {} recorded steps ({} to {}){}", all.size(), first, last, shown), panels, 2);
 }
 
 }  // namespace gf::train

@@ -72,6 +72,8 @@ class EntropyProbe {
   // Entropies per site (attention_sites order), averaged over the forwards since arm(); disarms.
   // A site no forward reached has no heads.
   std::vector<std::pair<std::string, HeadEntropy>> take();
+  // Wall seconds the observers spent on entropies since arm(): what the probe costs.
+  double seconds() const { return seconds_; }
 
  private:
   struct Site;
@@ -80,6 +82,7 @@ class EntropyProbe {
   int64_t pad_ = 0;
   std::vector<std::unique_ptr<Site>> sites_;
   bool armed_ = false;
+  double seconds_ = 0;
 };
 
 // ---------------------------------------------------------------- parameter groups
@@ -143,11 +146,14 @@ class GradStatsRecorder {
   int64_t step_ = 0;
   std::vector<double> grad_sq_;  // per piece of every group, in order: sum of squared gradients before clipping
   std::vector<Tensor> before_;   // per parameter: a copy taken before the update
+  double seconds_ = 0;           // wall time the recorder spent on this step so far
 };
 
 // The figure of grad_stats.jsonl's lines: heat maps of groups x steps (gradient norm, update ratio,
-// parameter norm, log scale) and heads x steps (entropy / its uniform maximum). Throws
-// std::invalid_argument when there is no line.
+// parameter norm, log scale) and heads x steps (entropy / its uniform maximum), and the loss. With
+// more than kMaxColumns lines it draws every k-th (and the last), so that the picture stays a
+// picture. Throws std::invalid_argument when there is no line.
+constexpr size_t kMaxColumns = 150;
 std::string grad_stats_svg(const std::vector<StatsJson>& records);
 
 }  // namespace gf::train
