@@ -177,7 +177,7 @@ def make_cases(out, seed):
     m = RMSNorm(D)
     with torch.no_grad():
         m.weight.copy_(1 + mp.f32(D, scale=0.1, g=g))
-    mp.run_case("rms_norm", "rms_norm", {"normalized_shape": D, "eps": 1e-5}, m,
+    mp.run_case("rms_norm", "norm", {"norm": "rmsnorm", "normalized_shape": D, "eps": 1e-5}, m,
                 {"input": mp.f32(B, L, D, scale=3.0, g=g) + 1.5}, lambda m, i: {"output": m(i["input"])}, out, g)
 
     # Grouped-query self-attention (causal + padding, 2 key/value heads) and multi-query
