@@ -5,5 +5,8 @@
 namespace gf::lab {
 
 Lab scale_lab();  // lab/scale.cpp: why 1/sqrt(d_k)
+Lab leak_lab();  // lab/leak.cpp: the causal mask
+Lab padding_lab();  // lab/padding.cpp: padding masks and ignore_index
+Lab nan_lab();  // lab/nan.cpp: a fully masked row
 
 }  // namespace gf::lab

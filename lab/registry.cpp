@@ -9,6 +9,9 @@ namespace gf::lab {
 const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = {
       scale_lab(),
+      leak_lab(),
+      padding_lab(),
+      nan_lab(),
   };
   return all;
 }
