@@ -33,15 +33,6 @@ namespace {
 
 // ---------------------------------------------------------------- 1. alone against in a batch
 
-// Every attention module of a model, in registration order (encoder layers, then decoder layers
-// with self-attention before cross-attention: the order forward calls them in).
-void attention_modules(const nn::Module& m, std::vector<nn::MultiheadAttention*>& out) {
-  for (const auto& [name, child] : m.children()) {
-    if (auto* a = dynamic_cast<nn::MultiheadAttention*>(child.get())) out.push_back(a);
-    attention_modules(*child, out);
-  }
-}
-
 // What one forward and backward of a batch computes, for row 0.
 struct Pass {
   Tensor memory;                 // (B, S, D) encoder output
@@ -54,8 +45,7 @@ struct Pass {
 // forward as Seq2SeqTransformer::forward does it (the masks as model.masks says), with the encoder
 // output and the embeddings kept; loss: cross-entropy over the rows in `rows` (others ignored).
 Pass run_pass(nn::Seq2SeqTransformer& model, const train::Batch& b, const std::vector<int64_t>& rows) {
-  std::vector<nn::MultiheadAttention*> attn;
-  attention_modules(model, attn);
+  const std::vector<nn::MultiheadAttention*> attn = attention_modules(model);
   Pass p;
   for (auto* a : attn) a->weights_observer = [&p](const Variable& w) { p.weights.push_back(w.data()); };
   train::BatchTensors t = train::to_tensors(b);
