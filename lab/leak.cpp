@@ -66,34 +66,48 @@ struct JacobianStats {
   double next_argmax = 0;                // share of rows t < T-1 whose largest entry off the diagonal is at t' = t+1
 };
 
-JacobianStats jacobian_stats(const Grid& J) {
+// Over several sentences of the same length: counts add up, shares are over all rows.
+JacobianStats jacobian_stats(const std::vector<Grid>& grids) {
   JacobianStats s;
-  const size_t T = J.size();
   double total = 0, above_sum = 0;
-  int64_t next = 0;
-  for (size_t r = 0; r < T; ++r) {
-    for (size_t c = 0; c < T; ++c) {
-      total += J[r][c];
-      if (c > r) {
-        ++s.above;
-        s.above_nonzero += J[r][c] != 0.0;
-        s.above_max = std::max(s.above_max, J[r][c]);
-        above_sum += J[r][c];
-      } else {
-        s.lower_zero += J[r][c] == 0.0;
+  int64_t next = 0, rows = 0;
+  for (const Grid& J : grids) {
+    const size_t T = J.size();
+    for (size_t r = 0; r < T; ++r) {
+      for (size_t c = 0; c < T; ++c) {
+        total += J[r][c];
+        if (c > r) {
+          ++s.above;
+          s.above_nonzero += J[r][c] != 0.0;
+          s.above_max = std::max(s.above_max, J[r][c]);
+          above_sum += J[r][c];
+        } else {
+          s.lower_zero += J[r][c] == 0.0;
+        }
       }
-    }
-    // Apart from its own input (the residual path makes that one large), which input does logit_r lean on most?
-    if (r + 1 < T) {
-      double best = 0;
-      for (size_t c = 0; c < T; ++c)
-        if (c != r) best = std::max(best, J[r][c]);
-      next += J[r][r + 1] > 0 && J[r][r + 1] == best;
+      // Apart from its own input (the residual path makes that one large), which input does logit_r lean on most?
+      if (r + 1 < T) {
+        double best = 0;
+        for (size_t c = 0; c < T; ++c)
+          if (c != r) best = std::max(best, J[r][c]);
+        next += J[r][r + 1] > 0 && J[r][r + 1] == best;
+        ++rows;
+      }
     }
   }
   s.above_share = total > 0 ? above_sum / total : 0;
-  s.next_argmax = T > 1 ? static_cast<double>(next) / static_cast<double>(T - 1) : 0;
+  s.next_argmax = rows ? static_cast<double>(next) / static_cast<double>(rows) : 0;
   return s;
+}
+
+Grid mean_grid(const std::vector<Grid>& grids) {
+  Grid m = grids.front();
+  for (size_t k = 1; k < grids.size(); ++k)
+    for (size_t r = 0; r < m.size(); ++r)
+      for (size_t c = 0; c < m.size(); ++c) m[r][c] += grids[k][r][c];
+  for (auto& row : m)
+    for (auto& x : row) x /= static_cast<double>(grids.size());
+  return m;
 }
 
 struct Arm {  // one model (masked or not) for one seed
@@ -101,8 +115,9 @@ struct Arm {  // one model (masked or not) for one seed
   std::vector<double> curve_steps, curve_tf, curve_fr;  // held-out token accuracy during training
   TeacherForced tf;
   Accuracy fr;
-  Grid J;
+  Grid J;  // the mean over the sentences
   JacobianStats js;
+  int64_t sentences = 0;
 };
 
 Arm train_arm(Report& r, const IdData& data, bool causal, uint64_t seed) {
@@ -130,10 +145,15 @@ Arm train_arm(Report& r, const IdData& data, bool causal, uint64_t seed) {
   const size_t n = static_cast<size_t>(r.integer("eval"));
   a.tf = teacher_forced(model, data.test, n);
   a.fr = free_running_accuracy(model, data.test, n);
-  // The Jacobian of the longest test sentence (the largest grid).
-  const auto longest = std::max_element(data.test.begin(), data.test.end(), [](const auto& x, const auto& y) { return x.tgt.size() < y.tgt.size(); });
-  a.J = decoder_jacobian(model, *longest);
-  a.js = jacobian_stats(a.J);
+  // The Jacobian of the first held-out sentences of the longest length (the largest grid).
+  size_t longest = 0;
+  for (const auto& p : data.test) longest = std::max(longest, p.tgt.size());
+  std::vector<Grid> grids;
+  for (const auto& p : data.test)
+    if (p.tgt.size() == longest && static_cast<int64_t>(grids.size()) < r.integer("jacobian-sentences")) grids.push_back(decoder_jacobian(model, p));
+  a.J = mean_grid(grids);
+  a.js = jacobian_stats(grids);
+  a.sentences = static_cast<int64_t>(grids.size());
   return a;
 }
 
@@ -183,15 +203,16 @@ void run(Report& r) {
   r.print(t);
   r.say("TF: teacher-forced (the true prefix is the input); free-running: greedy, each step fed the model's own previous output.");
 
-  r.section("Jacobian of the logits with respect to the decoder input, longest held-out sequence");
-  Table tj("jacobian", {"seed", "mask", "positions", "above diagonal", "non-zero above", "largest above", "share above", "rows peaking at t+1",
+  r.section(fmt::format("Jacobian of the logits with respect to the decoder input, {} held-out sequences of the longest length", masked[0].sentences));
+  Table tj("jacobian", {"seed", "mask", "positions", "entries above diagonal", "non-zero above", "largest above", "share above", "rows peaking at t+1",
                         "zero on/below"});
   for (int i = 0; i < r.seeds(); ++i)
     for (const Arm* a : {&masked[i], &open[i]})
       tj.row({static_cast<int64_t>(r.seed(i)), a == &masked[i] ? "causal" : "none", static_cast<int64_t>(a->J.size()), a->js.above,
               a->js.above_nonzero, a->js.above_max, a->js.above_share, a->js.next_argmax, a->js.lower_zero});
   r.print(tj);
-  r.say("Entry (t, t'): || d logit_t / d input_t' ||_F by one backward per logit; 'above diagonal' are the t' > t (later inputs);");
+  r.say("Entry (t, t'): || d logit_t / d input_t' ||_F by one backward per logit, for each sequence; entries above the diagonal: the t' > t");
+  r.say("(later inputs) of every sequence; largest above: over them; the map in the figure is the mean over the sequences;");
   r.say("share above: their part of the sum of all entries; rows peaking at t+1: share of rows t whose largest entry apart from t' = t");
   r.say("(its own input, large through the residual path) is the next input, the one that holds logit_t's label in teacher forcing.");
 
@@ -226,8 +247,10 @@ void run(Report& r) {
     }
     return s;
   };
+  std::vector<double> step_ticks;  // explicit ticks keep the step axis from 0
+  for (int64_t k = 0; k <= r.integer("steps"); k += std::max<int64_t>(1, r.integer("steps") / 4)) step_ticks.push_back(static_cast<double>(k));
   r.add_panel(Chart{"training loss, mean of 10 steps (band: seeds)", "step", "cross-entropy", false, true,
-                    {band(masked, "causal mask", "#1f77b4"), band(open, "no mask", "#d62728")}, {}});
+                    {band(masked, "causal mask", "#1f77b4"), band(open, "no mask", "#d62728")}, step_ticks});
   auto curve = [&](const std::vector<Arm>& arms, bool free_running, const std::string& name, const std::string& color) {
     ChartSeries s{name, arms[0].curve_steps, {}, {}, {}, free_running, color};
     for (size_t k = 0; k < s.x.size(); ++k) {
@@ -241,9 +264,9 @@ void run(Report& r) {
   r.add_panel(Chart{"held-out token accuracy during training (band: seeds)", "step", "accuracy", false, false,
                     {curve(masked, false, "causal, teacher-forced", "#1f77b4"), curve(masked, true, "causal, free-running", "#1f77b4"),
                      curve(open, false, "no mask, teacher-forced", "#d62728"), curve(open, true, "no mask, free-running", "#d62728")},
-                    {}});
-  r.add_panel(jacobian_map(masked[0].J, fmt::format("causal mask, seed {}: |d logit_t / d input_t'|", r.seed(0))));
-  r.add_panel(jacobian_map(open[0].J, fmt::format("no mask, seed {}: |d logit_t / d input_t'|", r.seed(0))));
+                    step_ticks});
+  r.add_panel(jacobian_map(masked[0].J, fmt::format("causal mask, seed {}: mean |d logit_t / d input_t'|", r.seed(0))));
+  r.add_panel(jacobian_map(open[0].J, fmt::format("no mask, seed {}: mean |d logit_t / d input_t'|", r.seed(0))));
 
   // ---- claims, from the numbers above ----
   bool exact_zero = true, lower_live = true, open_nonzero = true, reads_answer = true, tf_lower = true, fr_far_lower = true;
@@ -291,6 +314,7 @@ Lab leak_lab() {
                {"max-len", Option::Int, "8", "longest sequence"},
                {"train", Option::Int, "2000", "training sequences"},
                {"eval", Option::Int, "200", "held-out sequences evaluated"},
+               {"jacobian-sentences", Option::Int, "8", "held-out sequences of the longest length whose Jacobian is taken"},
                {"d-model", Option::Int, "32", "model width (feed-forward 4x)"},
                {"heads", Option::Int, "2", "attention heads"},
                {"layers", Option::Int, "2", "encoder and decoder layers each"},
