@@ -228,6 +228,9 @@ void run(Report& r) {
                            {"tf_accuracy", a->tf.accuracy},
                            {"free_running_tokens", a->fr.tokens},
                            {"free_running_exact", a->fr.exact},
+                           {"probe_steps", a->curve_steps},
+                           {"probe_tf_accuracy", a->curve_tf},
+                           {"probe_free_running_accuracy", a->curve_fr},
                            {"jacobian", a->J}});
     }
   auto band = [&](const std::vector<Arm>& arms, const std::string& name, const std::string& color) {
