@@ -172,22 +172,8 @@ ValueMap jacobian_map(const Grid& J, const std::string& title) {
   return m;
 }
 
-void run(Report& r) {
-  const std::string task = r.text("task");
-  r.say(fmt::format("task {} over {} symbols, lengths {}-{}; Pre-LN, d_model {}, {} heads, {} layers; {} steps of Adam at lr {} "
-                    "(warm-up {}), {} tokens a batch; {} seeds",
-                    task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("d-model"), r.integer("heads"),
-                    r.integer("layers"), r.integer("steps"), r.real("lr"), r.integer("steps") / 10, r.integer("max-tokens"), r.seeds()));
-  r.say("Each seed: one data set, one initialisation, one batch order, trained twice: with the causal mask and without it.");
-
-  std::vector<Arm> masked, open;
-  for (int i = 0; i < r.seeds(); ++i) {
-    IdData data = synthetic_task(task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("train"),
-                                 r.integer("eval"), r.seed(i));
-    masked.push_back(train_arm(r, data, true, r.seed(i)));
-    open.push_back(train_arm(r, data, false, r.seed(i)));
-  }
-
+// The two tables: teacher-forced against free-running, and the Jacobian statistics.
+void print_tables(Report& r, const std::vector<Arm>& masked, const std::vector<Arm>& open) {
   r.section("teacher-forced against free-running, on held-out sequences");
   Table t("leak", {"seed", "mask", "train loss (last 20)", "TF nll", "TF acc", "free-running token acc", "free-running exact"});
   auto tail_mean = [](const std::vector<double>& v) {
@@ -215,8 +201,10 @@ void run(Report& r) {
   r.say("(later inputs) of every sequence; largest above: over them; the map in the figure is the mean over the sequences;");
   r.say("share above: their part of the sum of all entries; rows peaking at t+1: share of rows t whose largest entry apart from t' = t");
   r.say("(its own input, large through the residual path) is the next input, the one that holds logit_t's label in teacher forcing.");
+}
 
-  // ---- raw numbers and figure ----
+// Raw numbers into the JSON, and the figure.
+void add_figure(Report& r, const std::vector<Arm>& masked, const std::vector<Arm>& open) {
   auto& d = r.data();
   for (int i = 0; i < r.seeds(); ++i)
     for (const Arm* a : {&masked[i], &open[i]}) {
@@ -270,8 +258,10 @@ void run(Report& r) {
                     step_ticks});
   r.add_panel(jacobian_map(masked[0].J, fmt::format("causal mask, seed {}: mean |d logit_t / d input_t'|", r.seed(0))));
   r.add_panel(jacobian_map(open[0].J, fmt::format("no mask, seed {}: mean |d logit_t / d input_t'|", r.seed(0))));
+}
 
-  // ---- claims, from the numbers above ----
+// The claims, from the numbers above.
+void check_claims(Report& r, const std::vector<Arm>& masked, const std::vector<Arm>& open) {
   bool exact_zero = true, lower_live = true, open_nonzero = true, reads_answer = true, tf_lower = true, fr_far_lower = true;
   std::string ev_zero, ev_open, ev_next, ev_tf, ev_fr;
   for (int i = 0; i < r.seeds(); ++i) {
@@ -299,6 +289,27 @@ void run(Report& r) {
           reads_answer, ev_next);
   r.claim("without the mask the teacher-forced loss is lower (held-out NLL, every seed)", tf_lower, ev_tf);
   r.claim("... and free-running greedy accuracy far lower (at most half the masked model's token accuracy, every seed)", fr_far_lower, ev_fr);
+}
+
+void run(Report& r) {
+  const std::string task = r.text("task");
+  r.say(fmt::format("task {} over {} symbols, lengths {}-{}; Pre-LN, d_model {}, {} heads, {} layers; {} steps of Adam at lr {} "
+                    "(warm-up {}), {} tokens a batch; {} seeds",
+                    task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("d-model"), r.integer("heads"),
+                    r.integer("layers"), r.integer("steps"), r.real("lr"), r.integer("steps") / 10, r.integer("max-tokens"), r.seeds()));
+  r.say("Each seed: one data set, one initialisation, one batch order, trained twice: with the causal mask and without it.");
+
+  std::vector<Arm> masked, open;
+  for (int i = 0; i < r.seeds(); ++i) {
+    IdData data = synthetic_task(task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("train"),
+                                 r.integer("eval"), r.seed(i));
+    masked.push_back(train_arm(r, data, true, r.seed(i)));
+    open.push_back(train_arm(r, data, false, r.seed(i)));
+  }
+
+  print_tables(r, masked, open);
+  add_figure(r, masked, open);
+  check_claims(r, masked, open);
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ OneStep one_step(nn::Seq2SeqTransformer& model, const train::Batch& b, int64_t e
   o.empty_row_weights_nan = count_nonfinite(er);
   o.empty_row_weights_max = max_abs(er);
   const int64_t S = w0.size(3);
-  const Tensor wc = w0.contiguous();
+  const Tensor wc = w0.contiguous();  // (B, H, S, S)
   for (int64_t i = 0; i < wc.numel() / S; ++i) {
     if (i / (w0.size(1) * w0.size(2)) == empty_row) continue;
     double sum = 0;
@@ -169,45 +169,44 @@ std::vector<std::vector<size_t>> step_batches(size_t n_train, int64_t steps, int
   return out;
 }
 
-void run(Report& r) {
-  IdData data = builtin_corpus(r.integer("pairs"));
-  std::vector<train::EncodedPair> pairs = data.train;
-  pairs.push_back({{}, data.train.front().tgt});  // an empty source sentence with a real target
-  const int64_t D = r.integer("d-model"), L = r.integer("layers"), rows = r.integer("batch");
-  r.say(fmt::format("built-in corpus, {} training pairs plus one with an empty source; Post-LN, d_model {}, 2 heads, {} layers, float32; "
-                    "{} seeds (initialisation and batches)",
-                    data.train.size(), D, L, r.seeds()));
+// Everything the lab measures, filled section by section, then drawn and checked.
+struct Results {
+  std::vector<OneStep> naive, guarded;  // per seed
+  std::vector<std::string> anomaly;     // per seed: anomaly mode's error
+  std::vector<int64_t> anomaly_row;     // per seed: the batch row of the element it names
+  std::vector<Run> runs;                // per seed: naive, naive + drop, guarded, each at lr, lr/10, lr/100
+  size_t per_seed() const { return runs.size() / std::max<size_t>(1, naive.size()); }
+};
 
-  // ---- 1. one batch, naive against guarded softmax ----
-  std::vector<OneStep> naive, guarded;
-  std::vector<std::string> anomaly;
-  std::vector<int64_t> anomaly_row;  // the batch row of the element the anomaly report names
+// Sections 1 and 2: one batch with the empty source, naive softmax (also under anomaly mode) and guarded.
+void one_batch(Report& r, const IdData& data, const std::vector<train::EncodedPair>& pairs, Results& res) {
+  const int64_t D = r.integer("d-model"), L = r.integer("layers"), rows = r.integer("batch");
   for (int i = 0; i < r.seeds(); ++i) {
     std::vector<size_t> idx = step_batches(data.train.size(), 2, rows, r.seed(i))[1];  // ends with the empty source
     const train::Batch b = train::collate(pairs, idx);
     nn::Seq2SeqTransformer model(small_model(data, D, 2, L, 2 * D, false), r.seed(i));
     set_naive(model, true);
-    naive.push_back(one_step(model, b, b.rows - 1));
+    res.naive.push_back(one_step(model, b, b.rows - 1));
     {
       AnomalyGuard guard;
       try {
         train::batch_loss(model, train::to_tensors(b), 0.0).backward();
-        anomaly.push_back("(no error)");
+        res.anomaly.push_back("(no error)");
       } catch (const std::runtime_error& e) {
-        anomaly.push_back(e.what());
+        res.anomaly.push_back(e.what());
       }
-      anomaly_row.push_back(element_row(anomaly.back(), b));
+      res.anomaly_row.push_back(element_row(res.anomaly.back(), b));
       model.zero_grad();
     }
     set_naive(model, false);
-    guarded.push_back(one_step(model, b, b.rows - 1));
+    res.guarded.push_back(one_step(model, b, b.rows - 1));
   }
 
   r.section(fmt::format("1. one batch of {} rows, the last with an empty source: NaN entries of each parameter's gradient (seed {})", rows,
                         r.seed(0)));
   Table t1("nan_gradients", {"parameter", "entries", "NaN, naive softmax", "NaN, guarded softmax"});
-  for (size_t k = 0; k < naive[0].nan_grads.size(); ++k)
-    t1.row({naive[0].nan_grads[k].first, naive[0].sizes[k], naive[0].nan_grads[k].second, guarded[0].nan_grads[k].second});
+  for (size_t k = 0; k < res.naive[0].nan_grads.size(); ++k)
+    t1.row({res.naive[0].nan_grads[k].first, res.naive[0].sizes[k], res.naive[0].nan_grads[k].second, res.guarded[0].nan_grads[k].second});
   r.print(t1);
   Table t1b("nan_summary", {"seed", "softmax", "loss", "rows with NaN logits", "parameters with NaN gradient", "NaN weights, empty row",
                             "largest weight, empty row", "other rows: |row sum - 1|"});
@@ -217,20 +216,22 @@ void run(Report& r) {
     return n;
   };
   for (int i = 0; i < r.seeds(); ++i)
-    for (const OneStep* o : {&naive[i], &guarded[i]})
-      t1b.row({static_cast<int64_t>(r.seed(i)), o == &naive[i] ? "naive" : "guarded", o->loss, o->nan_logit_rows,
+    for (const OneStep* o : {&res.naive[i], &res.guarded[i]})
+      t1b.row({static_cast<int64_t>(r.seed(i)), o == &res.naive[i] ? "naive" : "guarded", o->loss, o->nan_logit_rows,
                fmt::format("{} of {}", nan_params(*o), o->nan_grads.size()), o->empty_row_weights_nan, o->empty_row_weights_max,
                o->other_rows_weight_sum_err});
   r.print(t1b);
   r.say("weights: encoder layer 0's self-attention map of the empty source's row (every key PAD), and of the other rows.");
 
   r.section("2. anomaly mode (AnomalyGuard) on the naive softmax: the error it raises");
-  for (int i = 0; i < r.seeds(); ++i) r.say(fmt::format("seed {}: {}", r.seed(i), anomaly[static_cast<size_t>(i)]));
+  for (int i = 0; i < r.seeds(); ++i) r.say(fmt::format("seed {}: {}", r.seed(i), res.anomaly[static_cast<size_t>(i)]));
+}
 
-  // ---- 3. a few steps at three learning rates, and the two fixes ----
+// Section 3: a few Adam steps at three learning rates with the naive softmax, and with the two fixes.
+void lr_runs(Report& r, const IdData& data, const std::vector<train::EncodedPair>& pairs, Results& res) {
+  const int64_t rows = r.integer("batch");
   r.section(fmt::format("3. {} Adam steps (the empty source in step 2's batch): loss per step, NaN parameter entries after", r.integer("steps")));
   const double lr = r.real("lr");
-  std::vector<Run> runs;
   for (int i = 0; i < r.seeds(); ++i) {
     const auto steps = step_batches(data.train.size(), r.integer("steps"), rows, r.seed(i));
     struct Arm {
@@ -241,53 +242,55 @@ void run(Report& r) {
       for (double f : {1.0, 0.1, 0.01}) {
         Run run = train_steps(data, pairs, steps, r, r.seed(i), arm.naive, arm.drop, lr * f);
         run.softmax = arm.softmax, run.data = arm.fix, run.lr = fmt::format("{:g}", lr * f);
-        runs.push_back(run);
+        res.runs.push_back(run);
       }
   }
   std::vector<std::string> cols{"seed", "softmax", "fix", "lr"};
   for (int64_t k = 1; k <= r.integer("steps"); ++k) cols.push_back(fmt::format("loss {}", k));
   cols.push_back("NaN params after");
   Table t3("lr_vs_masks", cols);
-  const size_t per_seed = runs.size() / static_cast<size_t>(r.seeds());
-  for (size_t k = 0; k < runs.size(); ++k) {
-    std::vector<Cell> row{static_cast<int64_t>(r.seed(static_cast<int>(k / per_seed))), runs[k].softmax, runs[k].data, runs[k].lr};
-    for (double x : runs[k].losses) row.push_back(x);
-    row.push_back(runs[k].nan_params);
+  const size_t per_seed = res.per_seed();
+  for (size_t k = 0; k < res.runs.size(); ++k) {
+    std::vector<Cell> row{static_cast<int64_t>(r.seed(static_cast<int>(k / per_seed))), res.runs[k].softmax, res.runs[k].data, res.runs[k].lr};
+    for (double x : res.runs[k].losses) row.push_back(x);
+    row.push_back(res.runs[k].nan_params);
     t3.row(row);
   }
   r.print(t3);
   r.say("naive: exp(s - max) / sum written from ops; guarded: gradflow's softmax (a fully masked row gets zeros); drop masked rows:");
   r.say("before each step, rows whose every source key is PAD (found from the padding mask) are left out of the batch.");
+}
 
-  // ---- raw numbers and figure ----
+void add_figure(Report& r, const Results& res) {
+  const size_t per_seed = res.per_seed();
   auto& d = r.data();
   for (int i = 0; i < r.seeds(); ++i)
-    for (const OneStep* o : {&naive[i], &guarded[i]}) {
+    for (const OneStep* o : {&res.naive[i], &res.guarded[i]}) {
       nlohmann::json g;
       for (const auto& [name, c] : o->nan_grads) g[name] = c;
-      d["one_step"].push_back({{"seed", r.seed(i)}, {"softmax", o == &naive[i] ? "naive" : "guarded"}, {"loss", o->loss}, {"nan_gradients", g},
+      d["one_step"].push_back({{"seed", r.seed(i)}, {"softmax", o == &res.naive[i] ? "naive" : "guarded"}, {"loss", o->loss}, {"nan_gradients", g},
                                {"nan_logit_rows", o->nan_logit_rows}});
     }
-  d["anomaly"] = anomaly;
-  for (size_t k = 0; k < runs.size(); ++k)
-    d["runs"].push_back({{"seed", r.seed(static_cast<int>(k / per_seed))}, {"softmax", runs[k].softmax}, {"fix", runs[k].data},
-                         {"lr", runs[k].lr}, {"losses", runs[k].losses}, {"nan_params_after", runs[k].nan_params}});
+  d["anomaly"] = res.anomaly;
+  for (size_t k = 0; k < res.runs.size(); ++k)
+    d["runs"].push_back({{"seed", r.seed(static_cast<int>(k / per_seed))}, {"softmax", res.runs[k].softmax}, {"fix", res.runs[k].data},
+                         {"lr", res.runs[k].lr}, {"losses", res.runs[k].losses}, {"nan_params_after", res.runs[k].nan_params}});
   {
     // NaN share of the gradient, by module (the parameter name without its last part).
     ValueMap m{"share of NaN gradient entries by module (seed " + std::to_string(r.seed(0)) + ")", "softmax", "module", {}, {"naive", "guarded"},
                {}, false, "NaN share"};
     std::vector<std::string> groups;
     std::map<std::string, std::array<double, 3>> acc;  // naive NaN, guarded NaN, entries
-    for (size_t k = 0; k < naive[0].nan_grads.size(); ++k) {
-      std::string g = naive[0].nan_grads[k].first;
+    for (size_t k = 0; k < res.naive[0].nan_grads.size(); ++k) {
+      std::string g = res.naive[0].nan_grads[k].first;
       g = g.substr(0, g.rfind('.'));
       for (auto [from, to] : {std::pair<std::string, std::string>{"transformer.", ""}, {"encoder.layers.", "enc."}, {"decoder.layers.", "dec."},
                               {".out_proj", ""}, {"linear1", "ffn"}, {"linear2", "ffn"}, {"norm1", "norms"}, {"norm2", "norms"}, {"norm3", "norms"}})
         if (auto at = g.find(from); at != std::string::npos) g.replace(at, from.size(), to);
       if (!acc.count(g)) groups.push_back(g);
-      acc[g][0] += static_cast<double>(naive[0].nan_grads[k].second);
-      acc[g][1] += static_cast<double>(guarded[0].nan_grads[k].second);
-      acc[g][2] += static_cast<double>(naive[0].sizes[k]);
+      acc[g][0] += static_cast<double>(res.naive[0].nan_grads[k].second);
+      acc[g][1] += static_cast<double>(res.guarded[0].nan_grads[k].second);
+      acc[g][2] += static_cast<double>(res.naive[0].sizes[k]);
     }
     for (const auto& g : groups) {
       m.row_labels.push_back(g);
@@ -299,18 +302,21 @@ void run(Report& r) {
     ValueMap m{"loss per step, seed " + std::to_string(r.seed(0)) + " (grey: NaN)", "step (the empty source in step 2)", "", {}, {}, {},
                false, "loss"};
     for (size_t k = 0; k < per_seed; ++k) {
-      m.row_labels.push_back(runs[k].softmax + (runs[k].data == "none" ? "" : ", drop") + ", lr " + runs[k].lr);
-      m.values.push_back(runs[k].losses);
+      m.row_labels.push_back(res.runs[k].softmax + (res.runs[k].data == "none" ? "" : ", drop") + ", lr " + res.runs[k].lr);
+      m.values.push_back(res.runs[k].losses);
     }
     for (int64_t k = 1; k <= r.integer("steps"); ++k) m.col_labels.push_back(std::to_string(k));
     r.add_panel(m);
   }
+}
 
-  // ---- claims, from the numbers above ----
+void check_claims(Report& r, const Results& res) {
+  const int64_t rows = r.integer("batch");
+  const size_t per_seed = res.per_seed();
   bool spreads = true, guarded_ok = true, named = true, lr_useless = true, masks_fix = true;
   std::string ev_spread, ev_guard, ev_lr, ev_fix;
   for (int i = 0; i < r.seeds(); ++i) {
-    const OneStep &n = naive[i], &g = guarded[i];
+    const OneStep &n = res.naive[i], &g = res.guarded[i];
     int64_t matrices = 0, nan_matrices = 0, tensors_nan = 0, g_nan = 0;
     for (size_t k = 0; k < n.nan_grads.size(); ++k) {
       const std::string& name = n.nan_grads[k].first;
@@ -322,16 +328,16 @@ void run(Report& r) {
     spreads = spreads && std::isnan(n.loss) && n.nan_logit_rows == 1 && nan_matrices == matrices;
     guarded_ok = guarded_ok && std::isfinite(g.loss) && g_nan == 0 && g.nan_logit_rows == 0 && g.empty_row_weights_nan == 0 &&
                  g.empty_row_weights_max == 0.0 && g.other_rows_weight_sum_err < 1e-5;
-    const std::string& a = anomaly[static_cast<size_t>(i)];
-    named = named && a.rfind("anomaly: forward of", 0) == 0 && a.find("encoder.layers.0") != std::string::npos && anomaly_row[i] == rows - 1;
+    const std::string& a = res.anomaly[static_cast<size_t>(i)];
+    named = named && a.rfind("anomaly: forward of", 0) == 0 && a.find("encoder.layers.0") != std::string::npos && res.anomaly_row[i] == rows - 1;
     const std::string sep = i ? "; " : "";
     ev_spread += fmt::format("{}seed {}: loss {}, {} row(s) of logits NaN, {} of {} weight matrices and {} of {} tensors with NaN gradient", sep, r.seed(i),
                              n.loss, n.nan_logit_rows, nan_matrices, matrices, tensors_nan, n.nan_grads.size());
     ev_guard += fmt::format("{}seed {}: loss {:.4f}, {} NaN gradient entries, empty row's weights at most {:g}, other rows sum to 1 within {:.1g}", sep,
                             r.seed(i), g.loss, g_nan, g.empty_row_weights_max, g.other_rows_weight_sum_err);
   }
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const Run& run = runs[k];
+  for (size_t k = 0; k < res.runs.size(); ++k) {
+    const Run& run = res.runs[k];
     if (run.softmax == "naive" && run.data == "none") {
       // NaN from the step with the empty source (step 2) on, whatever the learning rate.
       bool nan_from_2 = std::isfinite(run.losses[0]) && run.nan_params > 0;
@@ -351,13 +357,27 @@ void run(Report& r) {
           "(in_proj, out_proj, linear1, linear2, out)",
           spreads, ev_spread);
   r.claim("anomaly mode stops at the first op that made a NaN: in the forward pass, in the first encoder layer, at the empty source's row", named,
-          fmt::format("seed {}: row {} of {}: {}", r.seed(0), anomaly_row[0], rows, anomaly[0]));
+          fmt::format("seed {}: row {} of {}: {}", r.seed(0), res.anomaly_row[0], rows, res.anomaly[0]));
   r.claim("gradflow's guarded softmax gives that row zero weights and everything finite, the other rows untouched", guarded_ok, ev_guard);
   r.claim("lowering the learning rate does not help: NaN from the step with the empty source on, at lr, lr/10 and lr/100 (every seed)",
           lr_useless, ev_lr);
   r.claim("checking the masks does: dropping the fully masked row, or the guarded softmax, keeps every loss and parameter finite at "
           "every learning rate",
           masks_fix, ev_fix + " (drop at lr, lr/10, lr/100, then guarded)");
+}
+
+void run(Report& r) {
+  const IdData data = builtin_corpus(r.integer("pairs"));
+  std::vector<train::EncodedPair> pairs = data.train;
+  pairs.push_back({{}, data.train.front().tgt});  // an empty source sentence with a real target
+  r.say(fmt::format("built-in corpus, {} training pairs plus one with an empty source; Post-LN, d_model {}, 2 heads, {} layers, float32; "
+                    "{} seeds (initialisation and batches)",
+                    data.train.size(), r.integer("d-model"), r.integer("layers"), r.seeds()));
+  Results res;
+  one_batch(r, data, pairs, res);
+  lr_runs(r, data, pairs, res);
+  add_figure(r, res);
+  check_claims(r, res);
 }
 
 }  // namespace

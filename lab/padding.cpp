@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "autograd/ops/arith.h"
@@ -80,7 +81,7 @@ struct Diff {
 Diff diff_row0(const Tensor& alone, const Tensor& batch) {
   Tensor b = batch.narrow(0, 0, 1);  // (1, ...)
   for (int d = 1; d < alone.ndim(); ++d) b = b.narrow(d, 0, alone.size(d));
-  Tensor a = alone.contiguous(), bc = b.contiguous();
+  Tensor a = alone.contiguous(), bc = b.contiguous();  // (1, ...) each, the same shape
   Diff r;
   double scale = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
@@ -141,7 +142,7 @@ PadGradient pad_gradient(nn::Seq2SeqTransformer& model, const train::Batch& b) {
   PadGradient g;
   auto split = [](const Tensor& ids, const Tensor& grad, double& at_pad, double& at_real) {
     const int64_t D = grad.size(2);
-    const Tensor gc = grad.contiguous();
+    const Tensor gc = grad.contiguous();  // (B, len, D)
     for (int64_t i = 0; i < ids.numel(); ++i) {
       double& slot = ids.flat_get(i) == train::Vocab::kPad ? at_pad : at_real;
       for (int64_t d = 0; d < D; ++d) slot = std::max(slot, std::abs(gc.flat_get(i * D + d)));
@@ -257,27 +258,32 @@ constexpr MaskSetting kSettings[] = {{"both padding masks", true, true},
                                      {"no target padding mask", true, false},
                                      {"no padding masks", false, false}};
 
-void run(Report& r) {
-  IdData data = builtin_corpus(r.integer("pairs"));
-  const int64_t D = r.integer("d-model");
-  r.say(fmt::format("built-in corpus: {} training pairs, vocabularies {} / {}; Post-LN, d_model {}, 2 heads, 2 layers, untrained "
-                    "(each seed its own initialisation); {} seeds",
-                    data.train.size(), data.src_vocab, data.tgt_vocab, D, r.seeds()));
+// Everything the lab measures, filled section by section, then drawn and checked.
+struct Results {
+  std::map<std::string, Comparison> worst_by;  // per mask setting, the worst over seeds
+  std::vector<Comparison> unmasked;            // "no padding masks", per seed
+  std::vector<PadGradient> pad_grads[4];       // per mask setting, per seed
+  PadGradient pg[4];                           // per mask setting, the worst over seeds
+  std::map<std::string, PadShare> shares;      // "untrained random", "trained bucketed", ...
+};
 
-  // The rows of the comparison: the i-th shortest pair (by source, then target), then the 7 longest.
-  std::vector<size_t> by_len(data.train.size());
+nn::Seq2SeqOptions lab_model(Report& r, const IdData& data) {
+  const int64_t D = r.integer("d-model");
+  return small_model(data, D, 2, 2, 2 * D, false);
+}
+
+// Section 1 (and the batches of section 2): per seed, the i-th shortest pair alone and with the 7 longest.
+void alone_vs_batch(Report& r, const IdData& data, Results& res) {
+  std::vector<size_t> by_len(data.train.size());  // shortest first, by source then target
   std::iota(by_len.begin(), by_len.end(), 0);
   std::stable_sort(by_len.begin(), by_len.end(), [&](size_t a, size_t b) {
     return std::pair(data.train[a].src.size(), data.train[a].tgt.size()) < std::pair(data.train[b].src.size(), data.train[b].tgt.size());
   });
-
   r.section("1. one sentence alone and as row 0 of a batch with the 7 longest (float64): largest |difference| / largest |value|");
   Table t1("alone_vs_batch", {"seed", "masks", "src/tgt len", "batch src/tgt len", "encoder out", "logits", "attention", "gradients",
                               "weight on PAD keys"});
-  std::map<std::string, Comparison> worst_by;  // per setting, the worst over seeds
-  std::vector<PadGradient> pad_grads[4];
   for (int i = 0; i < r.seeds(); ++i) {
-    nn::Seq2SeqTransformer model(small_model(data, D, 2, 2, 2 * D, false), r.seed(i));
+    nn::Seq2SeqTransformer model(lab_model(r, data), r.seed(i));
     model.to(DType::Float64);
     model.eval();
     std::vector<size_t> rows{by_len[static_cast<size_t>(i) % by_len.size()]};
@@ -292,38 +298,45 @@ void run(Report& r) {
       model.masks.source_padding = kSettings[s].source;
       model.masks.target_padding = kSettings[s].target;
       const Comparison c = compare(model, data.train, rows);
-      Comparison& w = worst_by[kSettings[s].name];
+      Comparison& w = res.worst_by[kSettings[s].name];
       w.memory = worst(w.memory, c.memory), w.logits = worst(w.logits, c.logits), w.weights = worst(w.weights, c.weights);
       w.grads = worst(w.grads, c.grads), w.pad_weight = std::max(w.pad_weight, c.pad_weight);
+      if (s == 3) res.unmasked.push_back(c);
       t1.row({static_cast<int64_t>(r.seed(i)), kSettings[s].name,
               fmt::format("{}/{}", data.train[rows[0]].src.size(), data.train[rows[0]].tgt.size() + 1),
               fmt::format("{}/{}", b.src_len, b.tgt_len - 1), c.memory.rel, c.logits.rel, c.weights.rel, c.grads.rel, c.pad_weight});
-      pad_grads[s].push_back(pad_gradient(model, random_batch));
+      res.pad_grads[s].push_back(pad_gradient(model, random_batch));
     }
   }
   r.print(t1);
-  r.say("attention: every attention map (encoder self, decoder self and cross, every layer), row 0's real queries and keys; gradients:");
-  r.say("every parameter's gradient of that sentence's loss (other rows' labels ignored), relative to the largest entry.");
-  r.say("weight on PAD keys: the largest attention weight a real query of row 0 gives a PAD key in the batch.");
+  r.say("src/tgt len: source and decoder-input lengths; attention: every attention map (encoder self, decoder self and cross, every");
+  r.say("layer), row 0's real queries and keys; gradients: every parameter's gradient of that sentence's loss (other rows' labels");
+  r.say("ignored), relative to the largest entry; weight on PAD keys: the largest attention weight a real query of row 0 gives a PAD key.");
+}
 
+// Section 2: the worst over seeds of the gradient at PAD and real input positions.
+void report_pad_gradient(Report& r, Results& res) {
   r.section("2. gradient of a batch's loss (8 random pairs) at PAD positions of the encoder and decoder input (largest |entry|, worst seed)");
   Table t2("pad_gradient", {"masks", "source PAD", "source real", "target PAD", "target real"});
-  PadGradient pg[4];
   for (int s = 0; s < 4; ++s) {
-    for (const auto& g : pad_grads[s]) {
-      pg[s].src_pad = std::max(pg[s].src_pad, g.src_pad), pg[s].src_real = std::max(pg[s].src_real, g.src_real);
-      pg[s].tgt_pad = std::max(pg[s].tgt_pad, g.tgt_pad), pg[s].tgt_real = std::max(pg[s].tgt_real, g.tgt_real);
+    PadGradient& pg = res.pg[s];
+    for (const auto& g : res.pad_grads[s]) {
+      pg.src_pad = std::max(pg.src_pad, g.src_pad), pg.src_real = std::max(pg.src_real, g.src_real);
+      pg.tgt_pad = std::max(pg.tgt_pad, g.tgt_pad), pg.tgt_real = std::max(pg.tgt_real, g.tgt_real);
     }
-    t2.row({kSettings[s].name, pg[s].src_pad, pg[s].src_real, pg[s].tgt_pad, pg[s].tgt_real});
+    t2.row({kSettings[s].name, pg.src_pad, pg.src_real, pg.tgt_pad, pg.tgt_real});
   }
   r.print(t2);
   r.say("Target PAD inputs come after the sentence: the causal mask already hides them from every real position, and their");
   r.say("own labels are PAD (ignored), so they get no gradient even without the target padding mask.");
+}
 
+// Section 3: PAD labels' share of loss and gradient, random against bucketed batches, untrained and trained.
+void pad_share_section(Report& r, const IdData& data, Results& res) {
   r.section("3. ignore_index off: the share PAD labels carry, random against length-bucketed batches (float32)");
   const int64_t max_tokens = r.integer("max-tokens");
   const size_t limit = static_cast<size_t>(r.integer("batches"));
-  nn::Seq2SeqTransformer model(small_model(data, D, 2, 2, 2 * D, false), r.seed(0));
+  nn::Seq2SeqTransformer model(lab_model(r, data), r.seed(0));
   FitOptions fo;
   fo.steps = r.integer("steps");
   fo.lr = 1e-3;
@@ -332,22 +345,20 @@ void run(Report& r) {
   std::vector<size_t> all(data.train.size());
   std::iota(all.begin(), all.end(), 0);
   Table t3("pad_share", {"model", "batching", "batches", "PAD labels", "PAD share of loss", "PAD share of gradient", "PAD part, ignore_index on"});
-  std::map<std::string, PadShare> shares;
   for (const char* stage : {"untrained", "trained"}) {
     if (std::string(stage) == "trained") fit(model, data.train, fo);
     model.eval();
     for (const char* kind : {"random", "bucketed"}) {
-      std::vector<std::vector<size_t>> plan = std::string(kind) == "random" ? random_batches(data.train, max_tokens, r.seed(0))
-                                                                             : train::bucket_by_length(data.train, all, max_tokens);
+      const std::vector<std::vector<size_t>> plan = std::string(kind) == "random" ? random_batches(data.train, max_tokens, r.seed(0))
+                                                                                   : train::bucket_by_length(data.train, all, max_tokens);
       // Bucketed batches come sorted by length: visit them in a shuffled order, as an epoch does.
       std::vector<size_t> order(plan.size());
       std::iota(order.begin(), order.end(), 0);
       train::seeded_shuffle(order, r.seed(0));
       std::vector<std::vector<size_t>> visited;
       for (size_t k : order) visited.push_back(plan[k]);
-      plan = std::move(visited);
-      const PadShare ps = pad_share(model, data.train, plan, limit);
-      shares[std::string(stage) + " " + kind] = ps;
+      const PadShare ps = pad_share(model, data.train, visited, limit);
+      res.shares[std::string(stage) + " " + kind] = ps;
       t3.row({stage, kind, static_cast<int64_t>(std::min(limit, plan.size())), static_cast<double>(ps.pad_labels) / ps.labels, ps.loss_share,
               ps.grad_share, ps.ignored_grad});
     }
@@ -357,78 +368,75 @@ void run(Report& r) {
   r.say("of the PAD labels' loss terms, g_real of the real labels' terms, summed over batches; trained: after the steps above with");
   r.say("ignore_index = PAD (as the trainer does), so the model has learnt never to predict PAD. Last column: with ignore_index = PAD,");
   r.say("how far loss and gradient are from those of the real labels alone.");
+}
 
-  // ---- raw numbers and figure ----
+void add_figure(Report& r, Results& res) {
   auto& d = r.data();
-  for (const auto& [name, c] : worst_by)
+  for (const auto& [name, c] : res.worst_by)
     d["alone_vs_batch"][name] = {{"encoder_out", c.memory.rel}, {"logits", c.logits.rel}, {"attention", c.weights.rel},
                                  {"gradients", c.grads.rel}, {"pad_key_weight", c.pad_weight}};
   for (int s = 0; s < 4; ++s)
-    d["pad_gradient"][kSettings[s].name] = {{"source_pad", pg[s].src_pad}, {"source_real", pg[s].src_real}, {"target_pad", pg[s].tgt_pad},
-                                            {"target_real", pg[s].tgt_real}};
-  for (const auto& [name, ps] : shares)
+    d["pad_gradient"][kSettings[s].name] = {{"source_pad", res.pg[s].src_pad}, {"source_real", res.pg[s].src_real},
+                                            {"target_pad", res.pg[s].tgt_pad}, {"target_real", res.pg[s].tgt_real}};
+  for (const auto& [name, ps] : res.shares)
     d["pad_share"][name] = {{"labels", ps.labels}, {"pad_labels", ps.pad_labels}, {"loss_share", ps.loss_share},
                             {"grad_share", ps.grad_share}, {"ignored", ps.ignored_grad}};
-  {
-    ValueMap m{"alone vs in a batch (grey: exactly 0)", "what is compared", "masks",
-               {}, {"encoder out", "logits", "attention", "gradients"}, {}, true, "relative difference"};
-    for (const auto& st : kSettings) {
-      const Comparison& c = worst_by[st.name];
-      m.row_labels.push_back(st.name);
-      m.values.push_back({c.memory.rel, c.logits.rel, c.weights.rel, c.grads.rel});
+  ValueMap diffs{"alone vs in a batch (grey: exactly 0)", "what is compared", "masks", {}, {"encoder out", "logits", "attention", "gradients"},
+                 {}, true, "relative difference"};
+  for (const auto& st : kSettings) {
+    const Comparison& c = res.worst_by[st.name];
+    diffs.row_labels.push_back(st.name);
+    diffs.values.push_back({c.memory.rel, c.logits.rel, c.weights.rel, c.grads.rel});
+  }
+  r.add_panel(diffs);
+  ValueMap shares{"PAD labels without ignore_index", "share", "model, batching", {}, {"of labels", "of loss", "of gradient"}, {}, false, "share"};
+  for (const char* stage : {"untrained", "trained"})
+    for (const char* kind : {"random", "bucketed"}) {
+      const PadShare& ps = res.shares[std::string(stage) + " " + kind];
+      shares.row_labels.push_back(std::string(stage) + ", " + kind);
+      shares.values.push_back({static_cast<double>(ps.pad_labels) / ps.labels, ps.loss_share, ps.grad_share});
     }
-    r.add_panel(m);
-  }
-  {
-    ValueMap m{"PAD labels without ignore_index", "share", "model, batching", {}, {"of labels", "of loss", "of gradient"}, {}, false, "share"};
-    for (const char* stage : {"untrained", "trained"})
-      for (const char* kind : {"random", "bucketed"}) {
-        const PadShare& ps = shares[std::string(stage) + " " + kind];
-        m.row_labels.push_back(std::string(stage) + ", " + kind);
-        m.values.push_back({static_cast<double>(ps.pad_labels) / ps.labels, ps.loss_share, ps.grad_share});
-      }
-    r.add_panel(m);
-  }
-  for (int s : {0, 3}) {
-    ValueMap m{fmt::format("{}: |d loss / d encoder input|", kSettings[s].name), "source position", "batch row (8 random pairs)", {}, {},
-               pad_grads[s][0].src_map, true, "grey: exactly 0"};
-    r.add_panel(m);
-  }
+  r.add_panel(shares);
+  for (int s : {0, 3})
+    r.add_panel(ValueMap{fmt::format("{}: |d loss / d encoder input|", kSettings[s].name), "source position", "batch row (8 random pairs)", {}, {},
+                         res.pad_grads[s][0].src_map, true, "grey: exactly 0"});
+}
 
-  // ---- claims, from the numbers above ----
+void check_claims(Report& r, Results& res) {
   const double rounding = 1e-12, large = 1e-3;  // float64 rounding is ~1e-16: a margin of 1e4 either way
   auto all_below = [&](const Comparison& c, double x) {
     return c.memory.rel <= x && c.logits.rel <= x && c.weights.rel <= x && c.grads.rel <= x;
   };
   auto ev = [&](const char* name) {
-    const Comparison& c = worst_by[name];
+    const Comparison& c = res.worst_by[name];
     return fmt::format("{}: encoder out {:.2g}, logits {:.2g}, attention {:.2g}, gradients {:.2g}, weight on PAD keys {:.2g}", name, c.memory.rel,
                        c.logits.rel, c.weights.rel, c.grads.rel, c.pad_weight);
   };
-  const Comparison& both = worst_by[kSettings[0].name];
+  const Comparison& both = res.worst_by[kSettings[0].name];
   r.claim(fmt::format("with the padding masks a sentence computes the same alone and in a batch (every relative difference <= {:g}, "
                       "float64, and zero weight on PAD keys)", rounding),
           all_below(both, rounding) && both.pad_weight == 0.0, ev(kSettings[0].name));
   bool differ = true;
   std::string ev_differ;
-  for (const auto& row : t1.rows)
-    if (row[1].text == kSettings[3].name) {
-      differ = differ && row[4].number >= large && row[5].number >= large && row[6].number >= large && row[7].number >= large;
-      ev_differ += fmt::format("{}seed {:g}: {:.2g}, {:.2g}, {:.2g}, {:.2g}", ev_differ.empty() ? "" : "; ", row[0].number, row[4].number,
-                               row[5].number, row[6].number, row[7].number);
-    }
+  for (size_t i = 0; i < res.unmasked.size(); ++i) {
+    const Comparison& c = res.unmasked[i];
+    differ = differ && c.memory.rel >= large && c.logits.rel >= large && c.weights.rel >= large && c.grads.rel >= large;
+    ev_differ += fmt::format("{}seed {}: {:.2g}, {:.2g}, {:.2g}, {:.2g}", i ? "; " : "", r.seed(static_cast<int>(i)), c.memory.rel, c.logits.rel,
+                             c.weights.rel, c.grads.rel);
+  }
   r.claim(fmt::format("without them it does not (encoder out, logits, attention, gradients each differ by >= {:g}, every seed)", large), differ,
           ev_differ);
   r.claim("the target padding mask alone changes nothing for the sentence's own positions: the causal mask already hides the PAD after it",
-          all_below(worst_by[kSettings[2].name], rounding), ev(kSettings[2].name));
+          all_below(res.worst_by[kSettings[2].name], rounding), ev(kSettings[2].name));
+  const PadGradient &on = res.pg[0], &off = res.pg[3];
   r.claim("the gradient reaching PAD positions is exactly 0 with the masks (source and target input) and not without the source mask",
-          pg[0].src_pad == 0.0 && pg[0].tgt_pad == 0.0 && pg[0].src_real > 0 && pg[0].tgt_real > 0 && pg[3].src_pad > 0,
+          on.src_pad == 0.0 && on.tgt_pad == 0.0 && on.src_real > 0 && on.tgt_real > 0 && off.src_pad > 0,
           fmt::format("largest |gradient| at source PAD {:g} (real {:.3g}), target PAD {:g} (real {:.3g}); without the masks source PAD {:.3g}",
-                      pg[0].src_pad, pg[0].src_real, pg[0].tgt_pad, pg[0].tgt_real, pg[3].src_pad));
+                      on.src_pad, on.src_real, on.tgt_pad, on.tgt_real, off.src_pad));
   bool ignored_zero = true, carried = true, cut = true, lower = true;
   std::string ev_share, ev_cut;
   for (const char* stage : {"untrained", "trained"}) {
-    const PadShare &rnd = shares[std::string(stage) + " random"], &bkt = shares[std::string(stage) + " bucketed"];
+    const PadShare &rnd = res.shares[std::string(stage) + " random"], &bkt = res.shares[std::string(stage) + " bucketed"];
     const double lab_r = static_cast<double>(rnd.pad_labels) / rnd.labels, lab_b = static_cast<double>(bkt.pad_labels) / bkt.labels;
     ignored_zero = ignored_zero && rnd.ignored_grad == 0.0 && bkt.ignored_grad == 0.0;
     carried = carried && rnd.loss_share > 0 && rnd.grad_share > 0 && bkt.loss_share > 0 && bkt.grad_share > 0;
@@ -444,6 +452,19 @@ void run(Report& r) {
   r.claim("length-bucketed batches cut the PAD share of labels and of the loss at least 2x against random batches, and lower its "
           "share of the gradient",
           cut && lower, ev_cut);
+}
+
+void run(Report& r) {
+  const IdData data = builtin_corpus(r.integer("pairs"));
+  r.say(fmt::format("built-in corpus: {} training pairs, vocabularies {} / {}; Post-LN, d_model {}, 2 heads, 2 layers, untrained "
+                    "(each seed its own initialisation); {} seeds",
+                    data.train.size(), data.src_vocab, data.tgt_vocab, r.integer("d-model"), r.seeds()));
+  Results res;
+  alone_vs_batch(r, data, res);
+  report_pad_gradient(r, res);
+  pad_share_section(r, data, res);
+  add_figure(r, res);
+  check_claims(r, res);
 }
 
 }  // namespace

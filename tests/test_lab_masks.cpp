@@ -96,7 +96,7 @@ TEST_CASE("masked keys get exactly zero gradient in attention, and non-zero with
   Tensor kpm = Tensor::zeros({2, 5}, DType::Bool);                   // (B, S)
   kpm.flat_set(3, 1), kpm.flat_set(4, 1), kpm.flat_set(5 + 4, 1);   // row 0: keys 3, 4; row 1: key 4
   auto key_grads = [&](const Tensor& mask) {
-    Variable k(kd.clone(), true), v(vd.clone(), true);
+    Variable k(kd.clone(), true), v(vd.clone(), true);  // (B, S, D) each, fresh leaves
     Variable out = mha.forward(q, k, v, mask).output;  // (B, L, D)
     sum(out * Variable(up)).backward();
     return std::pair(k.grad(), v.grad());  // (B, S, D) each
@@ -136,7 +136,7 @@ TEST_CASE("a translator's loss sends exactly zero gradient to PAD source positio
     cross_entropy(reshape(logits, {-1, logits.size(2)}), t.labels, 0).backward();
     return es.grad();  // (B, S, D)
   };
-  Tensor g = src_grad();
+  Tensor g = src_grad();  // (B, S, D)
   for (int64_t s = 0; s < 6; ++s) {
     CAPTURE(s);
     CHECK(lab::l2_norm(g.select(0, 0).select(0, s)) > 0);               // row 0 has no PAD
