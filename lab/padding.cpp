@@ -381,8 +381,9 @@ void add_figure(Report& r, Results& res) {
   for (const auto& [name, ps] : res.shares)
     d["pad_share"][name] = {{"labels", ps.labels}, {"pad_labels", ps.pad_labels}, {"loss_share", ps.loss_share},
                             {"grad_share", ps.grad_share}, {"ignored", ps.ignored_grad}};
-  ValueMap diffs{"alone vs in a batch (grey: exactly 0)", "what is compared", "masks", {}, {"encoder out", "logits", "attention", "gradients"},
-                 {}, true, "relative difference"};
+  // Short captions: the colour bar's caption would run over long tick labels such as 1.52e-08.
+  ValueMap diffs{"alone vs in a batch: relative difference, log (grey: 0)", "what is compared", "masks", {},
+                 {"encoder out", "logits", "attention", "gradients"}, {}, true, ""};
   for (const auto& st : kSettings) {
     const Comparison& c = res.worst_by[st.name];
     diffs.row_labels.push_back(st.name);
@@ -398,8 +399,8 @@ void add_figure(Report& r, Results& res) {
     }
   r.add_panel(shares);
   for (int s : {0, 3})
-    r.add_panel(ValueMap{fmt::format("{}: |d loss / d encoder input|", kSettings[s].name), "source position", "batch row (8 random pairs)", {}, {},
-                         res.pad_grads[s][0].src_map, true, "grey: exactly 0"});
+    r.add_panel(ValueMap{fmt::format("{}: |d loss / d encoder input|, log (grey: 0)", s ? "no masks" : "masks"), "source position",
+                         "batch row (8 random pairs)", {}, {}, res.pad_grads[s][0].src_map, true, ""});
 }
 
 void check_claims(Report& r, Results& res) {
