@@ -168,6 +168,15 @@ nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t head
   return o;
 }
 
+std::vector<nn::MultiheadAttention*> attention_modules(const nn::Module& model) {
+  std::vector<nn::MultiheadAttention*> out;
+  for (const auto& [name, child] : model.children()) {
+    if (auto* a = dynamic_cast<nn::MultiheadAttention*>(child.get())) out.push_back(a);
+    for (auto* a : attention_modules(*child)) out.push_back(a);
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- training
 
 std::vector<train::Batch> batches(const std::vector<train::EncodedPair>& data, int64_t max_tokens, uint64_t seed) {

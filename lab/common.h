@@ -55,6 +55,11 @@ IdData builtin_corpus(int64_t total, uint64_t seed = 1);
 nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t heads, int64_t layers, int64_t ff, bool pre_ln,
                                double dropout = 0.0);
 
+// Every attention module of a model, in registration order (for a translator: each encoder layer's
+// self_attn, then each decoder layer's self_attn and multihead_attn, the order forward calls them):
+// to flip a switch on all of them (naive_softmax, score_scale) or observe their weights.
+std::vector<nn::MultiheadAttention*> attention_modules(const nn::Module& model);
+
 // ---------------------------------------------------------------- training
 
 struct FitOptions {

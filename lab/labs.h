@@ -6,5 +6,8 @@ namespace gf::lab {
 
 Lab scale_lab();  // lab/scale.cpp: why 1/sqrt(d_k)
 Lab graph_lab();  // lab/graph.cpp: the autograd graph of a decoder layer
+Lab leak_lab();  // lab/leak.cpp: the causal mask
+Lab padding_lab();  // lab/padding.cpp: padding masks and ignore_index
+Lab nan_lab();  // lab/nan.cpp: a fully masked row
 
 }  // namespace gf::lab

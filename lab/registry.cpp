@@ -10,6 +10,9 @@ const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = {
       scale_lab(),
       graph_lab(),
+      leak_lab(),
+      padding_lab(),
+      nan_lab(),
   };
   return all;
 }
