@@ -4,6 +4,8 @@
 
 namespace gf::lab {
 
-Lab scale_lab();  // lab/scale.cpp: why 1/sqrt(d_k)
+Lab scale_lab();        // lab/scale.cpp: why 1/sqrt(d_k)
+Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
+Lab exposure_lab();     // lab/exposure.cpp: exposure bias
 
 }  // namespace gf::lab

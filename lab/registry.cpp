@@ -9,6 +9,8 @@ namespace gf::lab {
 const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = {
       scale_lab(),
+      attribution_lab(),
+      exposure_lab(),
   };
   return all;
 }
