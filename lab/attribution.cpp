@@ -207,6 +207,7 @@ Chart distribution_chart(const SeedResult& res, const std::vector<std::string>& 
 void run(Report& r) {
   const size_t n_want = static_cast<size_t>(r.integer("sentences"));
   const int seeds = r.text("model").empty() ? r.seeds() : 1;
+  if (seeds < r.seeds()) r.say("--model: one given model, so one run (--seeds applies to models trained here)");
   std::vector<SeedResult> results;
   TrainedModel first;
   for (int i = 0; i < seeds; ++i) {
@@ -287,8 +288,8 @@ void run(Report& r) {
   std::vector<std::string> shown;
   for (size_t k = 0; k < r0.names.size(); ++k)
     if (r0.head_of[k].first == static_cast<int64_t>(first.model->options().num_layers - 1)) shown.push_back(r0.names[k]);
-  for (const char* m : {"all-layer mean", "rollout", "|gradient| (norm)"}) shown.push_back(m);
-  shown.insert(shown.end() - 3, last_mean);
+  for (const char* m : {"all-layer mean", "rollout", "|gradient| (norm)", "blank-out"}) shown.push_back(m);
+  shown.insert(shown.end() - 4, last_mean);
   r.add_panel(distribution_chart(r0, shown));
   ValueMap heads{"median per-sentence Spearman of each head (seed " + std::to_string(r.seed(0)) + ")", "head", "decoder layer", {}, {}, {}, false,
                  "median rho"};

@@ -182,6 +182,7 @@ struct Example {
   std::vector<int64_t> src, clean, forced;
   std::vector<std::vector<double>> clean_rows, forced_rows;
   int64_t k = -1;
+  size_t index = 0;  // which test sentence
 };
 
 // One sentence's forced error at step k, added into the drift counts.
@@ -236,7 +237,7 @@ void force_one(const nn::Seq2SeqTransformer& model, const train::EncodedPair& pa
 struct SeedResult {
   PositionCounts pos;
   Drift drift{0};
-  Example example;
+  Example example, derailed;  // the --show sentence; the first from it on whose later tokens change
   double tf_accuracy = 0, fr_tokens = 0, fr_exact = 0;
 };
 
@@ -254,7 +255,13 @@ SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, 
   for (size_t i = 0; i < n; ++i) {
     const int64_t len = static_cast<int64_t>(tm.test[i].tgt.size());  // the step is in [0, len - 1]: a real token, not <eos>
     const int64_t k = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(len)));
-    force_one(model, tm.test[i], k, res.drift, i == show ? &res.example : nullptr);
+    Example ex;
+    const bool look = i >= show && res.derailed.k < 0;
+    force_one(model, tm.test[i], k, res.drift, i == show || look ? &ex : nullptr);
+    ex.index = i;
+    auto after_k = [k](const std::vector<int64_t>& v) { return std::vector<int64_t>(v.begin() + std::min<int64_t>(k + 1, std::ssize(v)), v.end()); };
+    if (look && after_k(ex.clean) != after_k(ex.forced)) res.derailed = ex;
+    if (i == show) res.example = std::move(ex);
   }
   return res;
 }
@@ -270,6 +277,7 @@ double pooled_gap(const PositionCounts& c, size_t from, size_t to) {
 
 void run(Report& r) {
   const int seeds = r.text("model").empty() ? r.seeds() : 1;
+  if (seeds < r.seeds()) r.say("--model: one given model, so one run (--seeds applies to models trained here)");
   const int64_t D = r.integer("offsets"), min_support = r.integer("min-support");
   std::vector<SeedResult> res;
   TrainedModel first;
@@ -387,12 +395,22 @@ void run(Report& r) {
     for (int64_t id : ids) w.push_back(v.token(id));
     return w;
   };
-  r.add_panel(ValueMap{fmt::format("example: clean continuation (forced step k = {})", ex.k), "source token", "output token",
-                       words(ex.clean, first.tgt_words), words(ex.src, first.src_words), ex.clean_rows, false, "attention"});
-  std::vector<std::string> forced_labels = words(ex.forced, first.tgt_words);
-  forced_labels[static_cast<size_t>(ex.k)] += " (forced)";
-  r.add_panel(ValueMap{"example: after the forced token", "source token", "output token", forced_labels, words(ex.src, first.src_words), ex.forced_rows,
-                       false, "attention"});
+  js["example"] = {{"source", words(ex.src, first.src_words)}, {"forced_step", ex.k}, {"clean", words(ex.clean, first.tgt_words)},
+                   {"forced", words(ex.forced, first.tgt_words)}, {"clean_cross_attention", ex.clean_rows}, {"forced_cross_attention", ex.forced_rows}};
+  auto example_panels = [&](const Example& e, const std::string& what) {
+    if (e.k < 0) return;
+    r.add_panel(ValueMap{fmt::format("{}: clean (k = {})", what, e.k), "source token", "output token", words(e.clean, first.tgt_words),
+                         words(e.src, first.src_words), e.clean_rows, false, "attention"});
+    std::vector<std::string> labels = words(e.forced, first.tgt_words);
+    labels[static_cast<size_t>(e.k)] += " (forced)";
+    r.add_panel(ValueMap{fmt::format("{}: after the forced token", what), "source token", "output token", labels, words(e.src, first.src_words),
+                         e.forced_rows, false, "attention"});
+  };
+  example_panels(ex, fmt::format("sentence {}", ex.index));
+  example_panels(res[0].derailed, fmt::format("sentence {} (first that changes)", res[0].derailed.index));
+  if (res[0].derailed.k >= 0)
+    js["example_changed"] = {{"source", words(res[0].derailed.src, first.src_words)}, {"forced_step", res[0].derailed.k},
+                             {"clean", words(res[0].derailed.clean, first.tgt_words)}, {"forced", words(res[0].derailed.forced, first.tgt_words)}};
 
   // ---- claims ----
   const size_t half = P / 2;
@@ -444,7 +462,7 @@ Lab exposure_lab() {
       "How does a translator trained with teacher forcing do on its own prefix, position by position, and how do its later tokens and "
       "cross-attention change after one wrong token?";
   l.default_seeds = 3;
-  l.options = trained_model_options(300);
+  l.options = trained_model_options(250);
   l.options.push_back({"sentences", Option::Int, "400", "test sentences per model"});
   l.options.push_back({"offsets", Option::Int, "8", "steps after the forced token to follow"});
   l.options.push_back({"min-support", Option::Int, "40", "positions shown need this many sentences"});
