@@ -418,10 +418,15 @@ void run(Report& r) {
   bool ok1 = true, ok2 = true, ok3 = true;
   for (size_t i = 0; i < res.size(); ++i) {
     const auto& s = res[i];
-    const double early = pooled_gap(s.pos, 0, half), late = pooled_gap(s.pos, half, P), all = pooled_gap(s.pos, 0, P);
-    ok1 = ok1 && all > 0 && late >= early + 0.05;
-    ev1 += fmt::format("{}seed {}: gap {:.3f} overall, {:.3f} at positions 0-{}, {:.3f} at {}-{}", i ? "; " : "", r.seed(static_cast<int>(i)), all, early,
-                       half - 1, late, half, P - 1);
+    if (P < 4) {  // nothing to compare: too few sentences for --min-support
+      ok1 = false;
+      ev1 += fmt::format("{}seed {}: only {} positions have {} sentences", i ? "; " : "", r.seed(static_cast<int>(i)), P, min_support);
+    } else {
+      const double early = pooled_gap(s.pos, 0, half), late = pooled_gap(s.pos, half, P), all = pooled_gap(s.pos, 0, P);
+      ok1 = ok1 && all > 0 && late >= early + 0.05;
+      ev1 += fmt::format("{}seed {}: gap {:.3f} overall, {:.3f} at positions 0-{}, {:.3f} at {}-{}", i ? "; " : "", r.seed(static_cast<int>(i)), all,
+                         early, half - 1, late, half, P - 1);
+    }
     int64_t ef = 0, ec = 0, n = 0;
     for (int64_t d = 0; d < std::min<int64_t>(3, D); ++d) ef += s.drift.err_forced[d], ec += s.drift.err_clean[d], n += s.drift.ref_steps[d];
     const double rf = ratio(ef, n), rc = ratio(ec, n);
@@ -434,9 +439,8 @@ void run(Report& r) {
                        r.seed(static_cast<int>(i)), xf, xc, xf / xc, 100 * ratio(s.drift.exact_forced, s.drift.sentences),
                        100 * ratio(s.drift.exact_clean, s.drift.sentences));
   }
-  r.claim(fmt::format("free-running accuracy falls below teacher-forced and the gap grows with position: gap > 0, and the gap pooled over positions "
-                      "{}-{} exceeds that over 0-{} by at least 0.05",
-                      half, P - 1, half - 1),
+  r.claim("free-running accuracy falls below teacher-forced and the gap grows with position: gap > 0, and the gap pooled over the later half of "
+          "the positions exceeds that over the earlier half by at least 0.05",
           ok1, ev1);
   r.claim("a wrong token fed back is amplified: in the 3 steps after a forced wrong token the error rate is at least 1.5x (and 0.05 above) that of "
           "decoding from the true prefix",

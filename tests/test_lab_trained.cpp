@@ -3,6 +3,7 @@
 // teacher-forced forward from given embeddings against the model's own, blank-out against a
 // direct computation, attention rollout's rows, the model cache, and the SVG panel.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -230,4 +231,49 @@ TEST_CASE("gradflow attention --grad adds the gradient x input panel to the SVG"
   CHECK(g.find("average of all layers and heads") != std::string::npos);
   CHECK(g.size() > a.size());
   fs::remove_all(dir);
+}
+
+namespace {
+
+// Runs `gradflow lab NAME` on a tiny model trained for a few steps (no cache) and returns its JSON.
+nlohmann::json run_tiny_lab(const std::string& name, const fs::path& out) {
+  std::vector<std::string> args{name,        "--out",  out.string(), "--cache", "",         "--seeds", "1",   "--corpus", "400",
+                                "--d-model", "16",     "--heads",    "2",       "--layers", "1",       "--train-steps", "4",
+                                "--warmup",  "2",      "--sentences", "10"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  const int rc = app::cmd_lab(static_cast<int>(argv.size()), argv.data());
+  CHECK((rc == 0 || rc == 3));  // the claims were computed (a 4-step model need not agree)
+  return nlohmann::json::parse(read(out / (name + ".json")));
+}
+
+}  // namespace
+
+TEST_CASE("the attribution lab runs end to end on a tiny model: one number per sentence and map") {
+  const fs::path out = fresh_dir("attribution_lab");
+  const nlohmann::json j = run_tiny_lab("attribution", out);
+  const auto& seed = j.at("data").at("seeds").at("1");
+  CHECK(seed.at("per_sentence_spearman_vs_grad_x_input").at("rollout").size() == 10);
+  CHECK(seed.at("per_sentence_spearman_vs_blank_out").at("L0 head 1").size() == 10);
+  for (const auto& share : seed.at("rollout_source_share")) {
+    CHECK(share.get<double>() > 0);
+    CHECK(share.get<double>() < 1);
+  }
+  CHECK(j.at("claims").size() == 3);
+  CHECK(fs::exists(out / "attribution.svg"));
+  fs::remove_all(out);
+}
+
+TEST_CASE("the exposure lab runs end to end on a tiny model: every sentence counted once per position and forced step") {
+  const fs::path out = fresh_dir("exposure_lab");
+  const nlohmann::json j = run_tiny_lab("exposure", out);
+  const auto& seed = j.at("data").at("seeds").at("1");
+  CHECK(seed.at("positions").at("total").at(0).get<int64_t>() == 10);
+  CHECK(seed.at("forced").at("sentences").get<int64_t>() == 10);
+  CHECK(seed.at("forced").at("steps").at(0).get<int64_t>() == 10);  // the forced run always has a token after k
+  const int64_t errors = seed.at("forced").at("errors_forced").at(0).get<int64_t>();
+  CHECK(errors <= seed.at("forced").at("reference_steps").at(0).get<int64_t>());
+  CHECK(j.at("claims").size() == 3);
+  CHECK(fs::exists(out / "exposure.svg"));
+  fs::remove_all(out);
 }
