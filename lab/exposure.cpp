@@ -1,9 +1,8 @@
 // Lab `exposure`: exposure bias (Bengio et al. 2015, arXiv:1506.03099, section 1).
 //
 // The paper: a model trained with teacher forcing always sees the true previous token, but at
-// inference it sees its own; "mistakes made early in the sequence generation process are fed as
-// input to the model and can be quickly amplified because the model might be in a part of the
-// state space it has never seen at training time".
+// inference it sees its own; an early mistake is fed back as input, the model may then be in a part
+// of its state space training never showed it, and errors accumulate quickly along the sequence.
 //
 // Here, on a small English -> Korean translator trained briefly enough that it still makes
 // mistakes (lab/trained_model.h; --model takes a `gradflow train` run):
