@@ -204,22 +204,7 @@ Chart distribution_chart(const SeedResult& res, const std::vector<std::string>& 
   return c;
 }
 
-void run(Report& r) {
-  const size_t n_want = static_cast<size_t>(r.integer("sentences"));
-  const int seeds = r.text("model").empty() ? r.seeds() : 1;
-  if (seeds < r.seeds()) r.say("--model: one given model, so one run (--seeds applies to models trained here)");
-  std::vector<SeedResult> results;
-  TrainedModel first;
-  for (int i = 0; i < seeds; ++i) {
-    TrainedModel tm = trained_model(r, i);
-    const size_t n = std::min(n_want, tm.test.size());
-    const size_t show = std::min<size_t>(static_cast<size_t>(r.integer("show")), n - 1);
-    results.push_back(run_seed(tm, n, show));
-    r.say(fmt::format("  {} test sentences; teacher-forced token accuracy {:.3f}", n, results.back().tf_accuracy));
-    if (i == 0) first = std::move(tm);
-  }
-  const SeedResult& r0 = results[0];
-
+void print_maps(Report& r, const std::vector<SeedResult>& results) {
   r.section("per-sentence Spearman rho of each map with |gradient x input| (and with |blank-out|) over the source tokens, mean over output tokens");
   Table t("maps", {"seed", "map", "median", "q25", "q75", "min", "max", "share < 0.5", "top-1 match", "median vs blank-out"});
   for (size_t si = 0; si < results.size(); ++si)
@@ -227,35 +212,39 @@ void run(Report& r) {
       const auto& v = results[si].per_map[k];
       const double low = static_cast<double>(std::count_if(v.begin(), v.end(), [](double x) { return x < 0.5; })) / static_cast<double>(v.size());
       t.row({static_cast<int64_t>(r.seed(static_cast<int>(si))), results[si].names[k], quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75),
-             quantile(v, 0), quantile(v, 1), std::isfinite(quantile(v, 0.5)) ? Cell(low) : Cell("-"), spread(results[si].top1[k]).mean, quantile(results[si].vs_blank[k], 0.5)});
+             quantile(v, 0), quantile(v, 1), std::isfinite(quantile(v, 0.5)) ? Cell(low) : Cell("-"), spread(results[si].top1[k]).mean,
+             quantile(results[si].vs_blank[k], 0.5)});
     }
   r.print(t);
   r.say("L<l> head <h>: one cross-attention head of decoder layer l; head mean: mean over that layer's heads; rollout: lab/attribution_maps.h;");
   r.say("|gradient| (norm): |d log p / d x_s| without the dot with x_s; blank-out: |log p(y_t) - log p(y_t) with x_s zeroed|: two more");
   r.say("attribution methods, to show how far attribution methods agree among themselves (nan: a map against itself).");
   r.say(fmt::format("top-1 match: share of output tokens whose highest-ranked source token is gradient x input's (by chance: {:.3f}).",
-                    r0.chance_top1));
+                    results[0].chance_top1));
+}
 
-  // ---- paired comparison: rollout against the last layer's raw attention ----
-  const std::string last_mean = fmt::format("L{} head mean", first.model->options().num_layers - 1);
-  struct Paired {
-    double median_diff, share_higher, median_rollout, median_raw, median_all;
-    double head_span, head_lo, head_hi;
-  };
-  std::vector<Paired> paired;
-  for (const auto& res : results) {
-    const auto& ro = column(res, "rollout");
-    const auto& raw = column(res, last_mean);
-    std::vector<double> diff;
-    int higher = 0;
-    for (size_t i = 0; i < ro.size(); ++i) diff.push_back(ro[i] - raw[i]), higher += ro[i] > raw[i];
-    std::vector<double> head_medians;
-    for (size_t k = 0; k < res.names.size(); ++k)
-      if (res.head_of[k].first >= 0) head_medians.push_back(quantile(res.per_map[k], 0.5));
-    const auto [lo, hi] = std::minmax_element(head_medians.begin(), head_medians.end());
-    paired.push_back({quantile(diff, 0.5), static_cast<double>(higher) / static_cast<double>(ro.size()), quantile(ro, 0.5), quantile(raw, 0.5),
-                      quantile(column(res, "all-layer mean"), 0.5), *hi - *lo, *lo, *hi});
-  }
+// One model's numbers behind the claims: rollout against the last layer's head mean, paired by
+// sentence, and the spread of the heads' medians.
+struct Paired {
+  double median_diff, share_higher, median_rollout, median_raw, median_all;
+  double head_span, head_lo, head_hi;
+};
+
+Paired pair_up(const SeedResult& res, const std::string& last_mean) {
+  const auto& ro = column(res, "rollout");
+  const auto& raw = column(res, last_mean);
+  std::vector<double> diff;
+  int higher = 0;
+  for (size_t i = 0; i < ro.size(); ++i) diff.push_back(ro[i] - raw[i]), higher += ro[i] > raw[i];
+  std::vector<double> head_medians;
+  for (size_t k = 0; k < res.names.size(); ++k)
+    if (res.head_of[k].first >= 0) head_medians.push_back(quantile(res.per_map[k], 0.5));
+  const auto [lo, hi] = std::minmax_element(head_medians.begin(), head_medians.end());
+  return {quantile(diff, 0.5), static_cast<double>(higher) / static_cast<double>(ro.size()), quantile(ro, 0.5), quantile(raw, 0.5),
+          quantile(column(res, "all-layer mean"), 0.5), *hi - *lo, *lo, *hi};
+}
+
+void print_paired(Report& r, const std::vector<SeedResult>& results, const std::vector<Paired>& paired, const std::string& last_mean) {
   r.section("rollout against the last layer's head mean (paired by sentence), and the spread over heads");
   Table p("paired", {"seed", "median rho rollout", "median rho " + last_mean, "median difference", "share rollout higher", "head medians min",
                      "head medians max", "mean rollout source share"});
@@ -263,33 +252,38 @@ void run(Report& r) {
     p.row({static_cast<int64_t>(r.seed(static_cast<int>(si))), paired[si].median_rollout, paired[si].median_raw, paired[si].median_diff,
            paired[si].share_higher, paired[si].head_lo, paired[si].head_hi, spread(results[si].source_share).mean});
   r.print(p);
+}
 
-  // ---- raw numbers ----
+void save_numbers(Report& r, const std::vector<SeedResult>& results, const TrainedModel& first) {
   auto& d = r.data();
   d["model"] = first.description;
   for (size_t si = 0; si < results.size(); ++si) {
+    const SeedResult& res = results[si];
     nlohmann::json j;
-    for (size_t k = 0; k < results[si].names.size(); ++k) {
-      j["per_sentence_spearman_vs_grad_x_input"][results[si].names[k]] = results[si].per_map[k];
-      j["per_sentence_spearman_vs_blank_out"][results[si].names[k]] = results[si].vs_blank[k];
+    for (size_t k = 0; k < res.names.size(); ++k) {
+      j["per_sentence_spearman_vs_grad_x_input"][res.names[k]] = res.per_map[k];
+      j["per_sentence_spearman_vs_blank_out"][res.names[k]] = res.vs_blank[k];
+      j["top1_match"][res.names[k]] = res.top1[k];
     }
-    j["rollout_source_share"] = results[si].source_share;
-    for (size_t k = 0; k < results[si].names.size(); ++k) j["top1_match"][results[si].names[k]] = results[si].top1[k];
-    j["teacher_forced_accuracy"] = results[si].tf_accuracy;
+    j["rollout_source_share"] = res.source_share;
+    j["teacher_forced_accuracy"] = res.tf_accuracy;
     d["seeds"][std::to_string(r.seed(static_cast<int>(si)))] = j;
   }
-  const Sentence& ex = r0.example;
+  const Sentence& ex = results[0].example;
   d["example"] = {{"source", words(first.src_words, ex.src)}, {"output", words(first.tgt_words, ex.out)}, {"grad_dot", ex.maps.grad_dot},
-                  {"grad_norm", ex.maps.grad_norm}, {"blank_out", ex.blank}, {"rollout", ex.rollout.source}, {"rollout_source_share", ex.rollout.source_share},
-                  {"cross", ex.maps.cross}, {"log_probs", ex.maps.log_probs}};
+                  {"grad_norm", ex.maps.grad_norm}, {"blank_out", ex.blank}, {"rollout", ex.rollout.source},
+                  {"rollout_source_share", ex.rollout.source_share}, {"cross", ex.maps.cross}, {"log_probs", ex.maps.log_probs}};
+}
 
-  // ---- figure: one sentence's maps, the distributions, the per-head medians ----
-  example_figure(r, first, ex);
+// One sentence's maps, the distributions of the correlations, and each head's median (first model).
+void figure(Report& r, const SeedResult& r0, const TrainedModel& first, const std::string& last_mean) {
+  example_figure(r, first, r0.example);
+  const int64_t last = first.model->options().num_layers - 1;
   std::vector<std::string> shown;
   for (size_t k = 0; k < r0.names.size(); ++k)
-    if (r0.head_of[k].first == static_cast<int64_t>(first.model->options().num_layers - 1)) shown.push_back(r0.names[k]);
-  for (const char* m : {"all-layer mean", "rollout", "|gradient| (norm)", "blank-out"}) shown.push_back(m);
-  shown.insert(shown.end() - 4, last_mean);
+    if (r0.head_of[k].first == last) shown.push_back(r0.names[k]);
+  for (const std::string m : {last_mean, std::string("all-layer mean"), std::string("rollout"), std::string("|gradient| (norm)"), std::string("blank-out")})
+    shown.push_back(m);
   r.add_panel(distribution_chart(r0, shown));
   ValueMap heads{"median per-sentence Spearman of each head (seed " + std::to_string(r.seed(0)) + ")", "head", "decoder layer", {}, {}, {}, false,
                  "median rho"};
@@ -301,8 +295,10 @@ void run(Report& r) {
   }
   for (size_t h = 0; h < heads.values[0].size(); ++h) heads.col_labels.push_back(std::to_string(h));
   r.add_panel(heads);
+}
 
-  // ---- claims ----
+// Each claim must hold for every model.
+void claims(Report& r, const std::vector<Paired>& paired, const std::string& last_mean) {
   auto all = [&](auto pred) { return std::all_of(paired.begin(), paired.end(), pred); };
   std::string ev1, ev2, ev3;
   for (size_t si = 0; si < paired.size(); ++si) {
@@ -321,6 +317,30 @@ void run(Report& r) {
   r.claim("rollout agrees with gradient attribution better than the last layer's raw attention: median paired difference at least +0.05 "
           "and rollout higher in more than half of the sentences (Abnar and Zuidema)",
           all([](const Paired& q) { return q.median_diff >= 0.05 && q.share_higher > 0.5; }), ev3);
+}
+
+void run(Report& r) {
+  const size_t n_want = static_cast<size_t>(r.integer("sentences"));
+  const int seeds = r.text("model").empty() ? r.seeds() : 1;
+  if (seeds < r.seeds()) r.say("--model: one given model, so one run (--seeds applies to models trained here)");
+  std::vector<SeedResult> results;
+  TrainedModel first;
+  for (int i = 0; i < seeds; ++i) {
+    TrainedModel tm = trained_model(r, i);
+    const size_t n = std::min(n_want, tm.test.size());
+    const size_t show = std::min<size_t>(static_cast<size_t>(r.integer("show")), n - 1);
+    results.push_back(run_seed(tm, n, show));
+    r.say(fmt::format("  {} test sentences; teacher-forced token accuracy {:.3f}", n, results.back().tf_accuracy));
+    if (i == 0) first = std::move(tm);
+  }
+  print_maps(r, results);
+  const std::string last_mean = fmt::format("L{} head mean", first.model->options().num_layers - 1);
+  std::vector<Paired> paired;
+  for (const auto& res : results) paired.push_back(pair_up(res, last_mean));
+  print_paired(r, results, paired, last_mean);
+  save_numbers(r, results, first);
+  figure(r, results[0], first, last_mean);
+  claims(r, paired, last_mean);
 }
 
 }  // namespace
