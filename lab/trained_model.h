@@ -4,7 +4,8 @@
 // here on the built-in English -> Korean corpus with lab/common.h's fit(). A model trained here is
 // kept as a run folder (config.json, vocab.*.txt, best.safetensors: what Translator::load reads)
 // under --cache, in a folder named by every setting that shapes it, so the second lab (and a
-// re-run) loads it instead of training again; --retrain trains anyway.
+// re-run) loads it instead of training again; --retrain trains anyway. The key holds the settings,
+// not the code: after a change to the training code (lab::fit, the model), use --retrain.
 #include <memory>
 #include <string>
 #include <vector>
