@@ -282,8 +282,7 @@ void figure(Report& r, const SeedResult& r0, const TrainedModel& first, const st
   std::vector<std::string> shown;
   for (size_t k = 0; k < r0.names.size(); ++k)
     if (r0.head_of[k].first == last) shown.push_back(r0.names[k]);
-  for (const std::string m : {last_mean, std::string("all-layer mean"), std::string("rollout"), std::string("|gradient| (norm)"), std::string("blank-out")})
-    shown.push_back(m);
+  shown.insert(shown.end(), {last_mean, "all-layer mean", "rollout", "|gradient| (norm)", "blank-out"});
   r.add_panel(distribution_chart(r0, shown));
   ValueMap heads{"median per-sentence Spearman of each head (seed " + std::to_string(r.seed(0)) + ")", "head", "decoder layer", {}, {}, {}, false,
                  "median rho"};
