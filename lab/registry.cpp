@@ -13,6 +13,8 @@ const std::vector<Lab>& labs() {
       leak_lab(),
       padding_lab(),
       nan_lab(),
+      attribution_lab(),
+      exposure_lab(),
   };
   return all;
 }
