@@ -28,9 +28,9 @@ int64_t first_nonfinite(const Tensor& t, bool inf_too) {
 // "div (inputs (2,) (2,), op #7, created in encoder.layers.0)".
 std::string describe(const Node& node) {
   std::string inputs;
-  for (const auto& sh : node.input_shapes) inputs += " " + shape_str(sh);
-  return fmt::format("{} (inputs{}, op #{}, {})", node.name(), inputs, node.sequence,
-                     node.created_in.empty() ? std::string("created at top level") : "created in " + node.created_in);
+  for (const auto& sh : node.input_shapes) inputs += fmt::format(" {}", shape_str(sh));
+  const char* where = node.created_in.empty() ? "created at top level" : "created in ";
+  return fmt::format("{} (inputs{}, op #{}, {}{})", node.name(), inputs, node.sequence, where, node.created_in);
 }
 
 }  // namespace

@@ -49,9 +49,10 @@ class AnomalyGuard {
 // A Node stores the current scope (Node::created_in) only when it is made in anomaly mode; anomaly
 // reports quote it as "created in ..." and graph_dot groups nodes by it (outside anomaly mode every
 // Node's scope is ""). Not every module opens one: TransformerEncoder::forward and
-// TransformerDecoder::forward open "encoder.layers.<i>" / "decoder.layers.<i>" around each layer (the decoder-only model runs
-// through the former), and the decoder layer one per block (self_attn, multihead_attn, ff_block,
-// norm1..norm3); every other op records the scope around it, or "".
+// TransformerDecoder::forward open "encoder.layers.<i>" / "decoder.layers.<i>" around each layer
+// (the decoder-only model runs through the former), and the decoder layer one per block
+// (self_attn, multihead_attn, ff_block, norm1..norm3); every other op records the scope around
+// it, or "".
 class NameScope {
  public:
   explicit NameScope(const std::string& name);
