@@ -13,6 +13,8 @@ const std::vector<Lab>& labs() {
       leak_lab(),
       padding_lab(),
       nan_lab(),
+      norm_lab(),
+      depth_lab(),
   };
   return all;
 }
