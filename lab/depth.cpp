@@ -270,12 +270,14 @@ Collapse collapse(Report& r) {
   for (int64_t l = 0; l <= L; ++l) x0.push_back(static_cast<double>(l));
   for (int64_t l = 1; l <= L; ++l) x1.push_back(static_cast<double>(l));
   r.add_panel(Chart{"(b) distance from rank 1, attention only", "layer", "res(X) (band: seeds)", false, true,
-                    {band_series("no skip", x0, c.res[0], kPostColor), band_series("with skip", x0, c.res[1], kPreColor)}, x0});
+                    {band_series("no skip", x0, c.res[0], kPostColor), band_series("with skip", x0, c.res[1], kPreColor)}, x0,
+                    Chart::Corner::TopRight});
   std::vector<Spread> res_in(c.res[0].begin(), c.res[0].end() - 1);  // each layer's input
-  ChartSeries input{"res of the layer's input, no skip", x1, {}, {}, {}, true, kPostColor};
+  ChartSeries input{"input's res, no skip", x1, {}, {}, {}, true, kPostColor};
   for (const auto& v : res_in) input.y.push_back(v.mean);
   r.add_panel(Chart{"(c) query/key against value gradients", "layer", "|g_QK| / |g_V| (band: seeds)", false, true,
-                    {band_series("no skip", x1, c.qk[0], kPostColor), band_series("with skip", x1, c.qk[1], kPreColor), input}, x1});
+                    {band_series("no skip", x1, c.qk[0], kPostColor), band_series("with skip", x1, c.qk[1], kPreColor), input}, x1,
+                    Chart::Corner::BottomLeft});
   auto& j = r.data()["attention_only"];
   j["layers"] = L;
   for (int skip = 0; skip < 2; ++skip)

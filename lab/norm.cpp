@@ -155,7 +155,7 @@ LayerResult layer_profile(Report& r, const IdData& data, const Settings& s) {
     r.add_panel(Chart{fmt::format("{}: |grad linear2.weight| at init", stacks[stack]), "layer", "norm (band: seeds min..max)", false, true,
                       {band_series("Post-LN", x, stack ? res.dec[0] : res.enc[0], kPostColor),
                        band_series("Pre-LN", x, stack ? res.dec[1] : res.enc[1], kPreColor)},
-                      x});
+                      x, stack ? Chart::Corner::TopRight : Chart::Corner::BottomLeft});
   auto& d = r.data()["layers"];
   for (int pre = 0; pre < 2; ++pre) {
     auto means = [](const std::vector<Spread>& v) {
@@ -206,7 +206,7 @@ DepthResult depth_sweep(Report& r, const IdData& data, const Settings& s) {
   r.add_panel(Chart{"last layer's |grad linear2.weight| against depth", "layers L", "norm (band: seeds min..max)", true, true,
                     {band_series("Post-LN decoder", x, res.dec[0], kPostColor), band_series("Pre-LN decoder", x, res.dec[1], kPreColor),
                      line_series("Post-LN encoder", x, res.enc[0], kPostColor), line_series("Pre-LN encoder", x, res.enc[1], kPreColor), ref},
-                    x});
+                    x, Chart::Corner::BottomLeft});
   auto& d = r.data()["depth"];
   d["depths"] = s.depths;
   for (int pre = 0; pre < 2; ++pre) {
@@ -263,7 +263,7 @@ TrainResult warmup_runs(Report& r, const IdData& data, const Settings& s) {
     }
   r.print(t);
   r.add_panel(Chart{fmt::format("training loss at lr {}", s.lr), "step", fmt::format("loss ({}-step average, mean of seeds)", window), false,
-                    false, curves, {}});
+                    false, curves, {}, Chart::Corner::TopRight});
   auto& d = r.data()["warmup"];
   for (int pre = 0; pre < 2; ++pre) d[ln_name(pre)] = {{"test_nll_no_warmup", res.nll[pre][0]}, {"test_nll_warmup", res.nll[pre][1]}};
   return res;
