@@ -22,19 +22,44 @@
 #include "lab/common.h"
 #include "lab/labs.h"
 #include "lab/report.h"
+#include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/shape.h"
+#include "nn/masks.h"
 #include "train/batch_loss.h"
 
 namespace gf::lab {
 
 LayerGradNorms linear2_grad_norms(nn::Seq2SeqTransformer& model, const train::Batch& batch) {
   model.zero_grad();
-  train::BatchTensors t = train::to_tensors(batch);
-  Variable loss = train::batch_loss(model, t, 0.0);  // ()
+  const train::BatchTensors t = train::to_tensors(batch);
+  const int64_t pad = model.options().pad;
+  const Tensor src_pad = nn::make_pad_mask(t.src, pad);                // (B, S)
+  const Tensor tgt_pad = nn::make_pad_mask(t.tgt_in, pad);             // (B, T)
+  const Tensor causal = nn::make_causal_mask(t.tgt_in.size(1));         // (T, T)
+  const nn::Transformer& tr = *model.transformer;
+  std::vector<Variable> enc, dec;  // each layer's output x_l, (B, S, D) and (B, T, D)
+  Variable x = model.embed_src(t.src);  // (B, S, D)
+  for (const auto& layer : *tr.encoder->layers) {
+    x = layer->forward(x, src_pad);  // (B, S, D)
+    x.retain_grad();
+    enc.push_back(x);
+  }
+  const Variable memory = tr.encoder->norm ? tr.encoder->norm->forward(x) : x;  // (B, S, D)
+  Variable y = model.embed_tgt(t.tgt_in);  // (B, T, D)
+  for (const auto& layer : *tr.decoder->layers) {
+    y = layer->forward(y, memory, causal, tgt_pad, src_pad).output;  // (B, T, D)
+    y.retain_grad();
+    dec.push_back(y);
+  }
+  const Variable logits = model.project(tr.decoder->norm ? tr.decoder->norm->forward(y) : y);  // (B, T, V)
+  const Variable loss = cross_entropy(reshape(logits, {-1, logits.size(2)}), t.labels, pad, 0.0);  // ()
   loss.backward();
   LayerGradNorms g;
   g.loss = loss.item();
-  for (const auto& layer : *model.transformer->encoder->layers) g.encoder.push_back(l2_norm(layer->linear2->weight.grad()));
-  for (const auto& layer : *model.transformer->decoder->layers) g.decoder.push_back(l2_norm(layer->linear2->weight.grad()));
+  for (const auto& layer : *tr.encoder->layers) g.encoder.push_back(l2_norm(layer->linear2->weight.grad()));
+  for (const auto& layer : *tr.decoder->layers) g.decoder.push_back(l2_norm(layer->linear2->weight.grad()));
+  for (const auto& v : enc) g.encoder_x.push_back(l2_norm(v.data())), g.encoder_dx.push_back(l2_norm(v.grad()));
+  for (const auto& v : dec) g.decoder_x.push_back(l2_norm(v.data())), g.decoder_dx.push_back(l2_norm(v.grad()));
   model.zero_grad();
   return g;
 }
@@ -73,19 +98,22 @@ struct Settings {
   int train_seeds;
 };
 
-// Mean over the first `n` batches of fit()'s order for `seed` of the per-layer gradient norms.
+// Mean over the first `n` batches of fit()'s order for `seed` of every per-layer number.
 LayerGradNorms mean_grads(const IdData& data, const Settings& s, int64_t layers, bool pre_ln, uint64_t seed) {
   nn::Seq2SeqTransformer model(small_model(data, s.d_model, s.heads, layers, s.ff, pre_ln), seed);
   model.train();
   const std::vector<train::Batch> bs = batches(data.train, s.max_tokens, seed);
   const size_t n = std::min(bs.size(), static_cast<size_t>(s.batches));
   LayerGradNorms mean;
-  mean.encoder.assign(static_cast<size_t>(layers), 0.0);
-  mean.decoder.assign(static_cast<size_t>(layers), 0.0);
+  auto add = [n](std::vector<double>& sum, const std::vector<double>& v) {
+    sum.resize(v.size(), 0.0);
+    for (size_t l = 0; l < v.size(); ++l) sum[l] += v[l] / static_cast<double>(n);
+  };
   for (size_t b = 0; b < n; ++b) {
-    LayerGradNorms g = linear2_grad_norms(model, bs[b]);
-    for (size_t l = 0; l < g.encoder.size(); ++l) mean.encoder[l] += g.encoder[l] / static_cast<double>(n);
-    for (size_t l = 0; l < g.decoder.size(); ++l) mean.decoder[l] += g.decoder[l] / static_cast<double>(n);
+    const LayerGradNorms g = linear2_grad_norms(model, bs[b]);
+    add(mean.encoder, g.encoder), add(mean.decoder, g.decoder);
+    add(mean.encoder_x, g.encoder_x), add(mean.decoder_x, g.decoder_x);
+    add(mean.encoder_dx, g.encoder_dx), add(mean.decoder_dx, g.decoder_dx);
     mean.loss += g.loss / static_cast<double>(n);
   }
   return mean;
@@ -123,19 +151,31 @@ const char* kPreColor = "#1f77b4";
 struct LayerResult {
   std::vector<Spread> enc[2], dec[2];       // [pre_ln] per layer, over seeds
   std::vector<double> ratio_enc[2], ratio_dec[2];  // [pre_ln] per seed: last layer / first layer
+  // [pre_ln] per layer, mean over seeds: |x_l| and |d loss / d x_l| of the residual stream
+  std::vector<double> x_enc[2], dx_enc[2], x_dec[2], dx_dec[2];
 };
+
+// The element-wise mean of equally long vectors.
+std::vector<double> mean_of(const std::vector<std::vector<double>>& v) {
+  std::vector<double> m(v.front().size(), 0.0);
+  for (const auto& row : v)
+    for (size_t k = 0; k < m.size(); ++k) m[k] += row[k] / static_cast<double>(v.size());
+  return m;
+}
 
 LayerResult layer_profile(Report& r, const IdData& data, const Settings& s) {
   LayerResult res;
   for (int pre = 0; pre < 2; ++pre) {
-    std::vector<std::vector<double>> enc, dec;
+    std::vector<std::vector<double>> enc, dec, xe, dxe, xd, dxd;
     for (int i = 0; i < r.seeds(); ++i) {
       LayerGradNorms g = mean_grads(data, s, s.layers, pre, r.seed(i));
       res.ratio_enc[pre].push_back(g.encoder.back() / g.encoder.front());
       res.ratio_dec[pre].push_back(g.decoder.back() / g.decoder.front());
       enc.push_back(g.encoder), dec.push_back(g.decoder);
+      xe.push_back(g.encoder_x), dxe.push_back(g.encoder_dx), xd.push_back(g.decoder_x), dxd.push_back(g.decoder_dx);
     }
     res.enc[pre] = per_layer(enc), res.dec[pre] = per_layer(dec);
+    res.x_enc[pre] = mean_of(xe), res.dx_enc[pre] = mean_of(dxe), res.x_dec[pre] = mean_of(xd), res.dx_dec[pre] = mean_of(dxd);
   }
   r.section(fmt::format("|d loss / d linear2.weight| per layer at initialisation ({} seeds x {} batches; mean [min, max] over seeds)",
                         r.seeds(), s.batches));
@@ -147,6 +187,16 @@ LayerResult layer_profile(Report& r, const IdData& data, const Settings& s) {
       t.row({stack ? "decoder" : "encoder", l + 1, po.mean, po.min, po.max, pr.mean, pr.min, pr.max});
     }
   r.print(t);
+  r.section("the residual stream x_l after each layer, and the gradient reaching it (means over seeds and batches)");
+  Table st("stream", {"stack", "layer", "Post-LN |x|", "Post-LN |dL/dx|", "Pre-LN |x|", "Pre-LN |dL/dx|", "Pre-LN |x| |dL/dx|"});
+  for (int stack = 0; stack < 2; ++stack)
+    for (size_t l = 0; l < static_cast<size_t>(s.layers); ++l) {
+      const auto& x = stack ? res.x_dec : res.x_enc;
+      const auto& dx = stack ? res.dx_dec : res.dx_enc;
+      st.row({stack ? "decoder" : "encoder", static_cast<int64_t>(l + 1), x[0][l], dx[0][l], x[1][l], dx[1][l], x[1][l] * dx[1][l]});
+    }
+  r.print(st);
+  r.say("|x|: Frobenius norm over the batch; Post-LN's is fixed by its LayerNorm, Pre-LN's grows with every layer it adds to.");
 
   std::vector<double> x;
   for (int64_t l = 1; l <= s.layers; ++l) x.push_back(static_cast<double>(l));
@@ -163,8 +213,10 @@ LayerResult layer_profile(Report& r, const IdData& data, const Settings& s) {
       for (const auto& s : v) m.push_back(s.mean);
       return m;
     };
-    d[ln_name(pre)] = {{"encoder_mean", means(res.enc[pre])}, {"decoder_mean", means(res.dec[pre])},
-                       {"encoder_last_over_first", res.ratio_enc[pre]}, {"decoder_last_over_first", res.ratio_dec[pre]}};
+    d[ln_name(pre)] = {{"encoder_mean", means(res.enc[pre])},          {"decoder_mean", means(res.dec[pre])},
+                       {"encoder_last_over_first", res.ratio_enc[pre]}, {"decoder_last_over_first", res.ratio_dec[pre]},
+                       {"encoder_stream_norm", res.x_enc[pre]},        {"encoder_stream_grad_norm", res.dx_enc[pre]},
+                       {"decoder_stream_norm", res.x_dec[pre]},        {"decoder_stream_grad_norm", res.dx_dec[pre]}};
   }
   return res;
 }

@@ -48,7 +48,7 @@ nlohmann::json run_lab(const std::string& name, std::map<std::string, std::strin
 
 }  // namespace
 
-TEST_CASE("linear2_grad_norms: one finite, positive norm per layer, equal to the gradient backward leaves") {
+TEST_CASE("linear2_grad_norms: finite per-layer norms, the residual stream, and the same loss and gradients as the model's own forward") {
   const IdData data = tiny_data();
   const train::Batch batch = tiny_batch(data);
   for (bool pre_ln : {false, true}) {
@@ -59,6 +59,16 @@ TEST_CASE("linear2_grad_norms: one finite, positive norm per layer, equal to the
     REQUIRE(g.decoder.size() == 3);
     for (double v : g.encoder) CHECK((std::isfinite(v) && v > 0));
     for (double v : g.decoder) CHECK((std::isfinite(v) && v > 0));
+    REQUIRE(g.encoder_x.size() == 3);
+    REQUIRE(g.decoder_dx.size() == 3);
+    for (double v : g.decoder_dx) CHECK((std::isfinite(v) && v > 0));
+    if (pre_ln) {
+      CHECK(g.encoder_x[2] > g.encoder_x[0]);  // every layer adds to the stream
+    } else {
+      // Post-LN's stream is a LayerNorm's output (weight 1, bias 0 at init): |x| = sqrt(B S D) in every layer.
+      const double expected = std::sqrt(static_cast<double>(batch.rows * batch.src_len * 16));
+      for (double v : g.encoder_x) CHECK(v == doctest::Approx(expected).epsilon(1e-3));
+    }
     // At initialisation the loss is near ln(vocabulary) (12 symbols).
     CHECK(g.loss > 0.5 * std::log(12.0));
     CHECK(g.loss < 2.0 * std::log(12.0));
