@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
@@ -62,9 +61,9 @@ double relative_output_change(nn::Seq2SeqTransformer& model, const train::Batch&
   std::vector<std::pair<Tensor, Tensor>> saved;  // (parameter, its original values)
   for (auto& [name, p] : model.named_parameters()) {
     if (name.rfind("transformer.", 0) != 0) continue;
-    Tensor w = p.data();  // shares storage with the parameter
+    Tensor w = p.data();  // the parameter's shape; shares its storage
     saved.emplace_back(w, w.clone());
-    const Tensor u = kernels::randn(w.shape(), gen, DType::Float64);  // a random direction
+    const Tensor u = kernels::randn(w.shape(), gen, DType::Float64);  // w's shape: a random direction
     const double scale = eps * l2_norm(w) / l2_norm(u);
     for (int64_t i = 0; i < w.numel(); ++i) w.flat_set(i, w.flat_get(i) + scale * u.flat_get(i));
   }
@@ -113,52 +112,6 @@ const char* ln_name(bool pre_ln) { return pre_ln ? "Pre-LN" : "Post-LN"; }
 const char* kPostColor = "#d62728";
 const char* kPreColor = "#1f77b4";
 
-std::vector<int64_t> parse_list(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size() || v < 1)
-      throw std::invalid_argument("lab depth: --" + flag + " expects positive integers separated by commas, got '" + text + "'");
-    if (!out.empty() && v <= out.back())
-      throw std::invalid_argument("lab depth: --" + flag + " must increase, got '" + text + "'");
-    out.push_back(v);
-  }
-  if (out.size() < 2) throw std::invalid_argument("lab depth: --" + flag + " needs at least two values, got '" + text + "'");
-  return out;
-}
-
-ChartSeries band_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color,
-                        bool dashed = false) {
-  ChartSeries c{name, x, {}, {}, {}, dashed, color};
-  for (const auto& v : s) c.y.push_back(v.mean), c.lo.push_back(v.min), c.hi.push_back(v.max);
-  return c;
-}
-
-// values[seed][k] -> one Spread per k.
-std::vector<Spread> over_seeds(const std::vector<std::vector<double>>& values) {
-  std::vector<Spread> out;
-  for (size_t k = 0; k < values.front().size(); ++k) {
-    std::vector<double> v;
-    for (const auto& seed : values) v.push_back(seed[k]);
-    out.push_back(spread(v));
-  }
-  return out;
-}
-
-std::vector<double> means(const std::vector<Spread>& s) {
-  std::vector<double> m;
-  for (const auto& v : s) m.push_back(v.mean);
-  return m;
-}
-
 // sum_{i <= N} 1/i for each N of `depths` (Admin's Pre-LN sum, ~ ln N + 0.58).
 std::vector<double> harmonic_numbers(const std::vector<int64_t>& depths) {
   std::vector<double> out;
@@ -176,36 +129,16 @@ struct Amplification {
   double slope_sq[2];             // [pre_ln] log-log slope of the mean squared change on N
 };
 
-Amplification amplification(Report& r, const std::vector<int64_t>& depths) {
-  const IdData data = builtin_corpus(r.integer("pairs"), 1);
+// Prints (a)'s table, draws its panel, keeps its numbers.
+void report_amplification(Report& r, const std::vector<int64_t>& depths, int64_t sentences, const Amplification& a) {
   const int64_t d = r.integer("d-model"), heads = r.integer("heads"), ff = r.integer("ff"), draws = r.integer("draws");
   const double eps = r.real("eps");
-  const train::Batch batch = batches(data.train, r.integer("max-tokens"), 1).front();
-  Amplification a;
   std::vector<double> x;
   for (int64_t N : depths) x.push_back(static_cast<double>(N));
-  for (int pre = 0; pre < 2; ++pre) {
-    std::vector<std::vector<double>> per_seed(static_cast<size_t>(r.seeds()));
-    for (int64_t N : depths)
-      for (int i = 0; i < r.seeds(); ++i) {
-        nn::Seq2SeqTransformer model(small_model(data, d, heads, N, ff, pre), r.seed(i));
-        model.eval();
-        double sq = 0;  // mean over draws of the squared relative change
-        for (int64_t k = 0; k < draws; ++k) {
-          const double c = relative_output_change(model, batch, eps, r.seed(i) * 7919 + static_cast<uint64_t>(k));
-          sq += c * c / static_cast<double>(draws);
-        }
-        per_seed[i].push_back(std::sqrt(sq));
-      }
-    a.change[pre] = over_seeds(per_seed);
-    std::vector<double> sq;
-    for (const auto& s : a.change[pre]) sq.push_back(s.mean * s.mean);
-    a.slope_sq[pre] = loglog_slope(x, sq);
-  }
   r.section(fmt::format("(a) |F(x, W + dW) - F(x, W)| / |F(x, W)| with each stack parameter moved by {} x |W| (rms over {} draws; mean [min, max] over seeds)",
                         eps, draws));
   r.say(fmt::format("translator on one batch of the built-in corpus ({} sentences), d_model {}, {} heads, FFN {}; N layers in each stack; F: the logits",
-                    batch.rows, d, heads, ff));
+                    sentences, d, heads, ff));
   Table t("amplification", {"N", "Post-LN", "Post-LN min", "Post-LN max", "Pre-LN", "Pre-LN min", "Pre-LN max", "Post/Pre"});
   for (size_t k = 0; k < depths.size(); ++k)
     t.row({depths[k], a.change[0][k].mean, a.change[0][k].min, a.change[0][k].max, a.change[1][k].mean, a.change[1][k].min,
@@ -229,6 +162,37 @@ Amplification amplification(Report& r, const std::vector<int64_t>& depths) {
   j["depths"] = depths;
   j["eps"] = eps;
   for (int pre = 0; pre < 2; ++pre) j[ln_name(pre)] = {{"relative_change_mean", means(a.change[pre])}, {"slope_squared", a.slope_sq[pre]}};
+}
+
+// The rms over `draws` random directions of the relative output change of an N-layer model.
+double rms_change(const IdData& data, const train::Batch& batch, Report& r, int64_t N, bool pre_ln, int i) {
+  nn::Seq2SeqTransformer model(small_model(data, r.integer("d-model"), r.integer("heads"), N, r.integer("ff"), pre_ln), r.seed(i));
+  model.eval();
+  const int64_t draws = r.integer("draws");
+  double sq = 0;
+  for (int64_t k = 0; k < draws; ++k) {
+    const double c = relative_output_change(model, batch, r.real("eps"), r.seed(i) * 7919 + static_cast<uint64_t>(k));
+    sq += c * c / static_cast<double>(draws);
+  }
+  return std::sqrt(sq);
+}
+
+Amplification amplification(Report& r, const std::vector<int64_t>& depths) {
+  const IdData data = builtin_corpus(r.integer("pairs"), 1);
+  const train::Batch batch = batches(data.train, r.integer("max-tokens"), 1).front();
+  Amplification a;
+  std::vector<double> x;
+  for (int64_t N : depths) x.push_back(static_cast<double>(N));
+  for (int pre = 0; pre < 2; ++pre) {
+    std::vector<std::vector<double>> per_seed(static_cast<size_t>(r.seeds()));
+    for (int64_t N : depths)
+      for (int i = 0; i < r.seeds(); ++i) per_seed[i].push_back(rms_change(data, batch, r, N, pre, i));
+    a.change[pre] = spread_per_column(per_seed);
+    std::vector<double> sq;
+    for (const auto& s : a.change[pre]) sq.push_back(s.mean * s.mean);
+    a.slope_sq[pre] = loglog_slope(x, sq);
+  }
+  report_amplification(r, depths, batch.rows, a);
   return a;
 }
 
@@ -239,21 +203,10 @@ struct Collapse {
   std::vector<Spread> q[2], k[2];
 };
 
-Collapse collapse(Report& r) {
+// Prints (b) and (c)'s table, draws their panels, keeps their numbers.
+void report_collapse(Report& r, const Collapse& c) {
   const int64_t L = r.integer("attn-layers"), d = r.integer("attn-d-model"), heads = r.integer("attn-heads");
   const int64_t n = r.integer("tokens"), B = r.integer("attn-batch");
-  Collapse c;
-  for (int skip = 0; skip < 2; ++skip) {
-    std::vector<std::vector<double>> res, qk, q, k;
-    for (int i = 0; i < r.seeds(); ++i) {
-      AttentionStack s = attention_stack(L, skip, d, heads, n, B, r.seed(i) * 104729 + 17);
-      res.push_back(s.res), q.push_back(s.q_over_v), k.push_back(s.k_over_v);
-      std::vector<double> both;
-      for (size_t l = 0; l < s.q_over_v.size(); ++l) both.push_back(std::sqrt(0.5 * (s.q_over_v[l] * s.q_over_v[l] + s.k_over_v[l] * s.k_over_v[l])));
-      qk.push_back(both);
-    }
-    c.res[skip] = over_seeds(res), c.qk[skip] = over_seeds(qk), c.q[skip] = over_seeds(q), c.k[skip] = over_seeds(k);
-  }
   r.section(fmt::format("(b) rank collapse and (c) query/key against value gradients through {} attention-only layers (d_model {}, {} heads, {} tokens, {} sequences, float64)",
                         L, d, heads, n, B));
   r.say("res: |X - 1 x^T| / |X| of the layer's output (layer 0: the input), mean [min, max] over seeds; QK/V: sqrt((|gW_Q|^2 + |gW_K|^2) / 2) / |gW_V|");
@@ -283,15 +236,30 @@ Collapse collapse(Report& r) {
   for (int skip = 0; skip < 2; ++skip)
     j[skip ? "skip" : "no_skip"] = {{"res_mean", means(c.res[skip])}, {"qk_over_v_mean", means(c.qk[skip])}, {"q_over_v_mean", means(c.q[skip])},
                                     {"k_over_v_mean", means(c.k[skip])}};
+}
+
+Collapse collapse(Report& r) {
+  const int64_t L = r.integer("attn-layers"), d = r.integer("attn-d-model"), heads = r.integer("attn-heads");
+  const int64_t n = r.integer("tokens"), B = r.integer("attn-batch");
+  Collapse c;
+  for (int skip = 0; skip < 2; ++skip) {
+    std::vector<std::vector<double>> res, qk, q, k;
+    for (int i = 0; i < r.seeds(); ++i) {
+      AttentionStack s = attention_stack(L, skip, d, heads, n, B, r.seed(i) * 104729 + 17);
+      res.push_back(s.res), q.push_back(s.q_over_v), k.push_back(s.k_over_v);
+      std::vector<double> both;
+      for (size_t l = 0; l < s.q_over_v.size(); ++l) both.push_back(std::sqrt(0.5 * (s.q_over_v[l] * s.q_over_v[l] + s.k_over_v[l] * s.k_over_v[l])));
+      qk.push_back(both);
+    }
+    c.res[skip] = spread_per_column(res), c.qk[skip] = spread_per_column(qk), c.q[skip] = spread_per_column(q), c.k[skip] = spread_per_column(k);
+  }
+  report_collapse(r, c);
   return c;
 }
 
-void run(Report& r) {
-  const std::vector<int64_t> depths = parse_list("depths", r.text("depths"));
-  const Amplification a = amplification(r, depths);
-  const Collapse c = collapse(r);
 
-  // ---- claims, from the numbers above ----
+// The claims, each from the numbers above.
+void check_claims(Report& r, const std::vector<int64_t>& depths, const Amplification& a, const Collapse& c) {
   // Admin's Theorem 2: Var[dF] ~ sum_i beta_i^2 with beta_i^2 ~ 1 (Post-LN: O(N)) or ~ 1/i (Pre-LN:
   // sum_{i <= N} 1/i, O(log N)). Over these depths those laws have log-log slopes 1 and s_log; a
   // measured slope is read as the nearer law.
@@ -314,6 +282,13 @@ void run(Report& r) {
           qk_last < 0.1 * qk_first && skip_last > 0.5 * skip_first && skip_last < 2 * skip_first,
           fmt::format("|g_QK| / |g_V|, first -> last layer: no skip {:.3g} -> {:.3g} ({:.3g}x), skip {:.3g} -> {:.3g} ({:.3g}x)", qk_first, qk_last,
                       qk_last / qk_first, skip_first, skip_last, skip_last / skip_first));
+}
+
+void run(Report& r) {
+  const std::vector<int64_t> depths = parse_increasing_ints(r.text("depths"), "lab depth: --depths");
+  const Amplification a = amplification(r, depths);
+  const Collapse c = collapse(r);
+  check_claims(r, depths, a, c);
 }
 
 }  // namespace

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 
 #include "lab/common.h"
@@ -68,34 +67,11 @@ namespace {
 
 const char* ln_name(bool pre_ln) { return pre_ln ? "Pre-LN" : "Post-LN"; }
 
-std::vector<int64_t> parse_depths(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size() || v < 1)
-      throw std::invalid_argument("lab norm: --depths expects positive integers separated by commas, got '" + text + "'");
-    if (!out.empty() && v <= out.back())
-      throw std::invalid_argument("lab norm: --depths must increase, got '" + text + "'");
-    out.push_back(v);
-  }
-  if (out.size() < 2) throw std::invalid_argument("lab norm: --depths needs at least two depths, got '" + text + "'");
-  return out;
-}
-
 struct Settings {
   int64_t d_model, heads, ff, layers, batches, max_tokens;
   std::vector<int64_t> depths;
   int64_t steps, warmup;
   double lr;
-  int train_seeds;
 };
 
 // Mean over the first `n` batches of fit()'s order for `seed` of every per-layer number.
@@ -119,24 +95,6 @@ LayerGradNorms mean_grads(const IdData& data, const Settings& s, int64_t layers,
   return mean;
 }
 
-// Per-layer spread over seeds: values[seed][layer] -> one Spread per layer.
-std::vector<Spread> per_layer(const std::vector<std::vector<double>>& values) {
-  std::vector<Spread> out;
-  for (size_t l = 0; l < values.front().size(); ++l) {
-    std::vector<double> v;
-    for (const auto& seed : values) v.push_back(seed[l]);
-    out.push_back(spread(v));
-  }
-  return out;
-}
-
-ChartSeries band_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color,
-                        bool dashed = false) {
-  ChartSeries c{name, x, {}, {}, {}, dashed, color};
-  for (const auto& v : s) c.y.push_back(v.mean), c.lo.push_back(v.min), c.hi.push_back(v.max);
-  return c;
-}
-
 // The same without the band, dashed: a second series of the same colour.
 ChartSeries line_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color) {
   ChartSeries c{name, x, {}, {}, {}, true, color};
@@ -155,28 +113,8 @@ struct LayerResult {
   std::vector<double> x_enc[2], dx_enc[2], x_dec[2], dx_dec[2];
 };
 
-// The element-wise mean of equally long vectors.
-std::vector<double> mean_of(const std::vector<std::vector<double>>& v) {
-  std::vector<double> m(v.front().size(), 0.0);
-  for (const auto& row : v)
-    for (size_t k = 0; k < m.size(); ++k) m[k] += row[k] / static_cast<double>(v.size());
-  return m;
-}
-
-LayerResult layer_profile(Report& r, const IdData& data, const Settings& s) {
-  LayerResult res;
-  for (int pre = 0; pre < 2; ++pre) {
-    std::vector<std::vector<double>> enc, dec, xe, dxe, xd, dxd;
-    for (int i = 0; i < r.seeds(); ++i) {
-      LayerGradNorms g = mean_grads(data, s, s.layers, pre, r.seed(i));
-      res.ratio_enc[pre].push_back(g.encoder.back() / g.encoder.front());
-      res.ratio_dec[pre].push_back(g.decoder.back() / g.decoder.front());
-      enc.push_back(g.encoder), dec.push_back(g.decoder);
-      xe.push_back(g.encoder_x), dxe.push_back(g.encoder_dx), xd.push_back(g.decoder_x), dxd.push_back(g.decoder_dx);
-    }
-    res.enc[pre] = per_layer(enc), res.dec[pre] = per_layer(dec);
-    res.x_enc[pre] = mean_of(xe), res.dx_enc[pre] = mean_of(dxe), res.x_dec[pre] = mean_of(xd), res.dx_dec[pre] = mean_of(dxd);
-  }
+// Prints part 1's tables, draws its panels, keeps its numbers.
+void report_layers(Report& r, const Settings& s, const LayerResult& res) {
   r.section(fmt::format("|d loss / d linear2.weight| per layer at initialisation ({} seeds x {} batches; mean [min, max] over seeds)",
                         r.seeds(), s.batches));
   Table t("layers", {"stack", "layer", "Post-LN", "Post-LN min", "Post-LN max", "Pre-LN", "Pre-LN min", "Pre-LN max"});
@@ -208,18 +146,32 @@ LayerResult layer_profile(Report& r, const IdData& data, const Settings& s) {
                       x, stack ? Chart::Corner::TopRight : Chart::Corner::BottomLeft});
   auto& d = r.data()["layers"];
   for (int pre = 0; pre < 2; ++pre) {
-    auto means = [](const std::vector<Spread>& v) {
-      std::vector<double> m;
-      for (const auto& s : v) m.push_back(s.mean);
-      return m;
-    };
     d[ln_name(pre)] = {{"encoder_mean", means(res.enc[pre])},          {"decoder_mean", means(res.dec[pre])},
                        {"encoder_last_over_first", res.ratio_enc[pre]}, {"decoder_last_over_first", res.ratio_dec[pre]},
                        {"encoder_stream_norm", res.x_enc[pre]},        {"encoder_stream_grad_norm", res.dx_enc[pre]},
                        {"decoder_stream_norm", res.x_dec[pre]},        {"decoder_stream_grad_norm", res.dx_dec[pre]}};
   }
+}
+
+LayerResult layer_profile(Report& r, const IdData& data, const Settings& s) {
+  LayerResult res;
+  for (int pre = 0; pre < 2; ++pre) {
+    std::vector<std::vector<double>> enc, dec, xe, dxe, xd, dxd;
+    for (int i = 0; i < r.seeds(); ++i) {
+      LayerGradNorms g = mean_grads(data, s, s.layers, pre, r.seed(i));
+      res.ratio_enc[pre].push_back(g.encoder.back() / g.encoder.front());
+      res.ratio_dec[pre].push_back(g.decoder.back() / g.decoder.front());
+      enc.push_back(g.encoder), dec.push_back(g.decoder);
+      xe.push_back(g.encoder_x), dxe.push_back(g.encoder_dx), xd.push_back(g.decoder_x), dxd.push_back(g.decoder_dx);
+    }
+    res.enc[pre] = spread_per_column(enc), res.dec[pre] = spread_per_column(dec);
+    res.x_enc[pre] = means(spread_per_column(xe)), res.dx_enc[pre] = means(spread_per_column(dxe));
+    res.x_dec[pre] = means(spread_per_column(xd)), res.dx_dec[pre] = means(spread_per_column(dxd));
+  }
+  report_layers(r, s, res);
   return res;
 }
+
 
 // ---- part 2: the last layer's gradient against depth ----
 struct DepthResult {
@@ -238,7 +190,7 @@ DepthResult depth_sweep(Report& r, const IdData& data, const Settings& s) {
         LayerGradNorms g = mean_grads(data, s, L, pre, r.seed(i));
         enc[i].push_back(g.encoder.back()), dec[i].push_back(g.decoder.back());
       }
-    res.enc[pre] = per_layer(enc), res.dec[pre] = per_layer(dec);
+    res.enc[pre] = spread_per_column(enc), res.dec[pre] = spread_per_column(dec);
     std::vector<double> me, md;
     for (size_t k = 0; k < x.size(); ++k) me.push_back(res.enc[pre][k].mean), md.push_back(res.dec[pre][k].mean);
     res.slope_enc[pre] = loglog_slope(x, me), res.slope_dec[pre] = loglog_slope(x, md);
@@ -276,37 +228,49 @@ struct TrainResult {
   int diverged[2][2] = {{0, 0}, {0, 0}};
 };
 
+// One training run: its losses (NaN after a divergence, so that every run has s.steps of them) and
+// its test NLL (NaN when it diverged).
+std::pair<std::vector<double>, double> train_once(const IdData& data, const Settings& s, bool pre_ln, bool warm, uint64_t seed, int* diverged) {
+  nn::Seq2SeqTransformer model(small_model(data, s.d_model, s.heads, s.layers, s.ff, pre_ln), seed);
+  FitOptions o;
+  o.steps = s.steps, o.lr = s.lr, o.warmup = warm ? s.warmup : 0, o.clip = 0, o.max_tokens = s.max_tokens, o.seed = seed;
+  FitResult f = fit(model, data.train, o);
+  *diverged += f.diverged;
+  model.eval();
+  f.losses.resize(static_cast<size_t>(s.steps), NAN);
+  return {f.losses, f.diverged ? NAN : teacher_forced(model, data.test).nll};
+}
+
+// The mean curve over seeds as a moving average of `window` steps, so that it reads through
+// batch-to-batch noise.
+ChartSeries smoothed(const std::string& name, const std::vector<std::vector<double>>& curves, int window, bool dashed, const char* color) {
+  const std::vector<double> mean = means(spread_per_column(curves));
+  ChartSeries c{name, {}, {}, {}, {}, dashed, color};
+  for (size_t k = static_cast<size_t>(window - 1); k < mean.size(); ++k) {
+    double m = 0;
+    for (int j = 0; j < window; ++j) m += mean[k - static_cast<size_t>(j)] / window;
+    c.x.push_back(static_cast<double>(k + 1)), c.y.push_back(m);
+  }
+  return c;
+}
+
 TrainResult warmup_runs(Report& r, const IdData& data, const Settings& s) {
   TrainResult res;
   std::vector<ChartSeries> curves;
   const int window = static_cast<int>(std::max<int64_t>(1, s.steps / 20));
   for (int pre = 0; pre < 2; ++pre)
     for (int warm = 0; warm < 2; ++warm) {
-      std::vector<double> mean_curve(static_cast<size_t>(s.steps), 0.0);
-      for (int i = 0; i < s.train_seeds; ++i) {
-        nn::Seq2SeqTransformer model(small_model(data, s.d_model, s.heads, s.layers, s.ff, pre), r.seed(i));
-        FitOptions o;
-        o.steps = s.steps, o.lr = s.lr, o.warmup = warm ? s.warmup : 0, o.clip = 0, o.max_tokens = s.max_tokens, o.seed = r.seed(i);
-        FitResult f = fit(model, data.train, o);
-        res.diverged[pre][warm] += f.diverged;
-        model.eval();
-        const double nll = f.diverged ? NAN : teacher_forced(model, data.test).nll;
+      std::vector<std::vector<double>> losses;
+      for (int i = 0; i < r.seeds(); ++i) {
+        auto [l, nll] = train_once(data, s, pre, warm, r.seed(i), &res.diverged[pre][warm]);
+        losses.push_back(std::move(l));
         res.nll[pre][warm].push_back(nll);
-        for (int64_t k = 0; k < s.steps; ++k)
-          mean_curve[k] += (k < static_cast<int64_t>(f.losses.size()) ? f.losses[k] : NAN) / s.train_seeds;
       }
-      // A moving average, so that the curves read through batch-to-batch noise.
-      std::vector<double> x, y;
-      for (int64_t k = window - 1; k < s.steps; ++k) {
-        double m = 0;
-        for (int j = 0; j < window; ++j) m += mean_curve[k - j] / window;
-        x.push_back(static_cast<double>(k + 1)), y.push_back(m);
-      }
-      curves.push_back({fmt::format("{} {}", ln_name(pre), warm ? fmt::format("warm-up {}", s.warmup) : "no warm-up"), x, y, {}, {}, !warm,
-                        pre ? kPreColor : kPostColor});
+      const std::string name = fmt::format("{} {}", ln_name(pre), warm ? fmt::format("warm-up {}", s.warmup) : "no warm-up");
+      curves.push_back(smoothed(name, losses, window, !warm, pre ? kPreColor : kPostColor));
     }
   r.section(fmt::format("training {} steps at lr {}, Adam, no clipping, with and without {} warm-up steps ({} seeds)", s.steps, s.lr,
-                        s.warmup, s.train_seeds));
+                        s.warmup, r.seeds()));
   Table t("warmup", {"model", "warm-up", "test NLL", "min", "max", "diverged"});
   for (int pre = 0; pre < 2; ++pre)
     for (int warm = 0; warm < 2; ++warm) {
@@ -321,23 +285,8 @@ TrainResult warmup_runs(Report& r, const IdData& data, const Settings& s) {
   return res;
 }
 
-void run(Report& r) {
-  Settings s{r.integer("d-model"), r.integer("heads"), r.integer("ff"), r.integer("layers"), r.integer("batches"), r.integer("max-tokens"),
-             parse_depths(r.text("depths")), r.integer("steps"), r.integer("warmup"), r.real("lr"),
-             r.seeds()};
-  if (s.layers < 2) throw std::invalid_argument("lab norm: --layers must be at least 2");
-  const IdData data = builtin_corpus(r.integer("pairs"), 1);
-  r.say(fmt::format("built-in English -> Korean corpus: {} training pairs, vocabularies {} / {}; d_model {}, {} heads, FFN {}, no dropout",
-                    data.train.size(), data.src_vocab, data.tgt_vocab, s.d_model, s.heads, s.ff));
-  r.say("gradients: teacher-forced cross-entropy (mean per target token, PAD ignored) of one batch at initialisation,");
-  r.say(fmt::format("averaged over the first {} batches ({} tokens at most) of each seed's order; the seed also draws the weights.",
-                    s.batches, s.max_tokens));
-
-  const LayerResult lr = layer_profile(r, data, s);
-  const DepthResult dr = depth_sweep(r, data, s);
-  const TrainResult tr = warmup_runs(r, data, s);
-
-  // ---- claims, from the numbers above ----
+// The claims, each from the numbers above.
+void check_claims(Report& r, const LayerResult& lr, const DepthResult& dr, const TrainResult& tr) {
   const Spread post_dec = spread(lr.ratio_dec[0]), post_enc = spread(lr.ratio_enc[0]);
   const Spread pre_dec = spread(lr.ratio_dec[1]), pre_enc = spread(lr.ratio_enc[1]);
   r.claim("Post-LN: the gradient grows toward the output: in the decoder (the stack the loss reads) the last layer's is at least 1.5x the first's, for every seed",
@@ -369,6 +318,23 @@ void run(Report& r) {
           post_nowarm_best > post_warm_worst + 0.2 && pre_gap < 0.5 * post_gap,
           fmt::format("test NLL without - with warm-up: Post-LN {:.3f} (best without {:.3f}, worst with {:.3f}), Pre-LN {:.3f}", post_gap,
                       post_nowarm_best, post_warm_worst, pre_gap));
+}
+
+void run(Report& r) {
+  Settings s{r.integer("d-model"), r.integer("heads"), r.integer("ff"), r.integer("layers"), r.integer("batches"), r.integer("max-tokens"),
+             parse_increasing_ints(r.text("depths"), "lab norm: --depths"), r.integer("steps"), r.integer("warmup"), r.real("lr")};
+  if (s.layers < 2) throw std::invalid_argument("lab norm: --layers must be at least 2");
+  const IdData data = builtin_corpus(r.integer("pairs"), 1);
+  r.say(fmt::format("built-in English -> Korean corpus: {} training pairs, vocabularies {} / {}; d_model {}, {} heads, FFN {}, no dropout",
+                    data.train.size(), data.src_vocab, data.tgt_vocab, s.d_model, s.heads, s.ff));
+  r.say("gradients: teacher-forced cross-entropy (mean per target token, PAD ignored) of one batch at initialisation,");
+  r.say(fmt::format("averaged over the first {} batches ({} tokens at most) of each seed's order; the seed also draws the weights.",
+                    s.batches, s.max_tokens));
+
+  const LayerResult lr = layer_profile(r, data, s);
+  const DepthResult dr = depth_sweep(r, data, s);
+  const TrainResult tr = warmup_runs(r, data, s);
+  check_claims(r, lr, dr, tr);
 }
 
 }  // namespace

@@ -174,3 +174,21 @@ TEST_CASE("labs norm and depth: a depth list that does not increase is an error 
   CHECK_THROWS_WITH_AS(run_lab("depth", {{"depths", "4,2"}}, &rc), doctest::Contains("--depths must increase"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(run_lab("norm", {{"depths", "2,x"}}, &rc), doctest::Contains("--depths"), std::invalid_argument);
 }
+
+TEST_CASE("common helpers: spread_per_column, means, band_series, parse_increasing_ints") {
+  const std::vector<Spread> s = spread_per_column({{1, 10}, {3, 30}});
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].mean == 2);
+  CHECK(s[1].min == 10);
+  CHECK(s[1].max == 30);
+  CHECK(means(s) == std::vector<double>{2, 20});
+  CHECK_THROWS_AS(spread_per_column({{1, 2}, {3}}), std::invalid_argument);
+  const ChartSeries b = band_series("b", {1, 2}, s, "#000000");
+  CHECK(b.y == std::vector<double>{2, 20});
+  CHECK(b.lo == std::vector<double>{1, 10});
+  CHECK(b.hi == std::vector<double>{3, 30});
+  CHECK(parse_increasing_ints("1,2,16", "x") == std::vector<int64_t>{1, 2, 16});
+  CHECK_THROWS_WITH_AS(parse_increasing_ints("2", "lab x: --d"), doctest::Contains("lab x: --d needs at least two"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_increasing_ints("2,0", "lab x: --d"), doctest::Contains("positive integers"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_increasing_ints("2,2", "lab x: --d"), doctest::Contains("must increase"), std::invalid_argument);
+}
