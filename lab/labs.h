@@ -9,7 +9,7 @@ Lab graph_lab();  // lab/graph.cpp: the autograd graph of a decoder layer
 Lab leak_lab();  // lab/leak.cpp: the causal mask
 Lab padding_lab();  // lab/padding.cpp: padding masks and ignore_index
 Lab nan_lab();  // lab/nan.cpp: a fully masked row
-Lab norm_lab();   // lab/norm.cpp: Post-LN vs Pre-LN gradients
+Lab norm_lab();  // lab/norm.cpp: Post-LN vs Pre-LN gradients
 Lab depth_lab();  // lab/depth.cpp: amplification and rank collapse
 
 }  // namespace gf::lab
