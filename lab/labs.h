@@ -12,5 +12,7 @@ Lab nan_lab();  // lab/nan.cpp: a fully masked row
 Lab scale_lab();        // lab/scale.cpp: why 1/sqrt(d_k)
 Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
 Lab exposure_lab();     // lab/exposure.cpp: exposure bias
+Lab norm_lab();  // lab/norm.cpp: Post-LN vs Pre-LN gradients
+Lab depth_lab();  // lab/depth.cpp: amplification and rank collapse
 
 }  // namespace gf::lab

@@ -15,6 +15,8 @@ const std::vector<Lab>& labs() {
       nan_lab(),
       attribution_lab(),
       exposure_lab(),
+      norm_lab(),
+      depth_lab(),
   };
   return all;
 }
