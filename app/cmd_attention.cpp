@@ -6,20 +6,43 @@
 #include "app/commands.h"
 #include "app/flags.h"
 #include "autograd/grad_mode.h"
+#include "lab/attribution_maps.h"
 #include "tensor/io/atomic_file.h"
 #include "train/svg_plot.h"
 #include "train/translator.h"
 #include "train/utf8.h"
 
 namespace gf::app {
+namespace {
+
+// Gradient-times-input of each output token (teacher-forced on the translation, <eos> last) to the
+// source tokens, |g_ts| with each row divided by its sum so that it reads on the attention's scale.
+Heatmap gradient_panel(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src_ids, std::vector<int64_t> out_ids,
+                       const std::vector<std::string>& rows, const std::vector<std::string>& cols) {
+  out_ids.push_back(train::Vocab::kEos);
+  const lab::Map g = lab::abs_map(lab::attribution_maps(model, src_ids, out_ids).grad_dot);  // (T, S)
+  Heatmap m{"gradient x input |dlog p/dx . x| (rows sum to 1)", {}, rows, cols};
+  for (const auto& row : g) {
+    double sum = 0;
+    for (double v : row) sum += v;
+    std::vector<float> w;
+    for (double v : row) w.push_back(sum > 0 ? static_cast<float>(v / sum) : 0.f);
+    m.weights.push_back(std::move(w));
+  }
+  return m;
+}
+
+}  // namespace
 
 int cmd_attention(int argc, char** argv) {
   Flags f("attention",
           "Translates one sentence and draws the cross-attention weights (target rows x source columns) of every decoder\n"
-          "layer and head, and their average, as an SVG to open in a browser.");
+          "layer and head, and their average, as an SVG to open in a browser. With --grad, also the gradient-times-input\n"
+          "attribution of each output token to the source tokens (lab/attribution_maps.h), for comparison.");
   f.add_string("model", "", "run folder or weights file");
   f.add_string("src", "", "the source sentence (whitespace-tokenised)");
   f.add_string("out", "attention.svg", "SVG file to write");
+  f.add_bool("grad", "add a panel: |d log p(y_t) / d x_s . x_s| per output token t and source token s, each row divided by its sum");
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty()) throw UsageError("attention: --model DIR is required");
   train::Translator t = train::Translator::load(f.str("model"));
@@ -69,10 +92,12 @@ int cmd_attention(int argc, char** argv) {
     }
   }
   maps.push_back({"average of all layers and heads", avg, rows, cols});
+  if (f.on("grad")) maps.push_back(gradient_panel(model, src_ids, out_ids, rows, cols));
   write_file_atomic(f.str("out"), attention_grid_svg(maps, static_cast<int>(H)));
   std::string translation;
   for (size_t i = 0; i + 1 < rows.size(); ++i) translation += (i ? " " : "") + rows[i];
-  fmt::print("{}\nwrote {} ({} layers x {} heads + average)\n", translation, f.str("out"), d.cross_weights.size(), H);
+  fmt::print("{}\nwrote {} ({} layers x {} heads + average{})\n", translation, f.str("out"), d.cross_weights.size(), H,
+             f.on("grad") ? " + gradient x input" : "");
   return 0;
 }
 

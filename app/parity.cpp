@@ -108,8 +108,8 @@ Runner make_embedding(const Case& c) {
   return {m, [m](const Case& c) { return Outputs{{"output", m->forward(c.in("input").data())}}; }};
 }
 
-// layer_norm, rms_norm: any norm of the registry over the last dim.
-Runner make_norm_case(const char* norm, const Case& c) {
+// layer_norm (the shared cases), and norm: any norm of nn/norm.h's list, named by config "norm".
+Runner make_norm_case(const std::string& norm, const Case& c) {
   return unary_module(nn::make_norm(norm, c.cfg<int64_t>("normalized_shape", 0), c.cfg<double>("eps", 1e-5)));
 }
 
@@ -199,7 +199,7 @@ const std::vector<ParityKind>& parity_kinds() {
       {"linear", make_linear},
       {"embedding", make_embedding},
       {"layer_norm", [](const Case& c) { return make_norm_case("layernorm", c); }},
-      {"rms_norm", [](const Case& c) { return make_norm_case("rmsnorm", c); }},
+      {"norm", [](const Case& c) { return make_norm_case(c.cfg<std::string>("norm", ""), c); }},
       {"softmax", [](const Case& c) { return make_softmax(c, false); }},
       {"log_softmax", [](const Case& c) { return make_softmax(c, true); }},
       {"ffn", make_ffn},

@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/variable.h"
+#include "tensor/check.h"
 #include "tensor/kernels/binary.h"
 #include "tensor/parallel.h"
 
@@ -24,12 +25,12 @@ int64_t first_nonfinite(const Tensor& t, bool inf_too) {
   });
 }
 
+// "div (inputs (2,) (2,), op #7, created in encoder.layers.0)".
 std::string describe(const Node& node) {
-  std::string s = std::string(node.name()) + " (inputs";
-  for (const auto& sh : node.input_shapes) s += " " + shape_str(sh);
-  s += ", op #" + std::to_string(node.sequence);
-  s += node.created_in.empty() ? ", created at top level)" : ", created in " + node.created_in + ")";
-  return s;
+  std::string inputs;
+  for (const auto& sh : node.input_shapes) inputs += fmt::format(" {}", shape_str(sh));
+  const char* where = node.created_in.empty() ? "created at top level" : "created in ";
+  return fmt::format("{} (inputs{}, op #{}, {}{})", node.name(), inputs, node.sequence, where, node.created_in);
 }
 
 }  // namespace
@@ -37,13 +38,12 @@ std::string describe(const Node& node) {
 void check_forward_anomaly(const Node& node, const Tensor& output) {
   // Forward outputs may hold -inf on purpose (masked scores), so forward checks NaN only.
   int64_t i = first_nonfinite(output, false);
-  if (i >= 0)
-    throw std::runtime_error("anomaly: forward of " + describe(node) + " produced NaN at element " + std::to_string(i) +
-                             " of its output " + shape_str(output.shape()));
+  GF_CHECK_AS(std::runtime_error, i < 0, "anomaly: forward of {} produced NaN at element {} of its output {}", describe(node),
+              i, shape_str(output.shape()));
 }
 
 void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, bool retain_graph) {
-  if (!root) throw std::invalid_argument("backward: tensor does not require grad");
+  GF_CHECK(root, "backward: tensor of shape {} does not require grad", shape_str(grad_output.shape()));
   // 1. Count, for every reachable Node, how many edges point at it (iterative DFS).
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack{root.get()};
@@ -51,9 +51,10 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, 
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    if (n->released)
-      throw std::runtime_error(std::string("backward: the graph through ") + n->name() +
-                               " was already freed by an earlier backward; pass retain_graph=true to backward twice");
+    GF_CHECK_AS(std::runtime_error, !n->released,
+                "backward: the graph through {} was already freed by an earlier backward; pass retain_graph=true to "
+                "backward twice",
+                n->name());
     for (const auto& e : n->next) {
       if (!e) continue;
       auto [it, fresh] = deps.try_emplace(e.get(), 0);
@@ -74,9 +75,8 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, 
     for (auto& [handle, hook] : node->hooks) {
       Tensor replaced = hook(grad);
       if (replaced.defined()) {
-        if (replaced.shape() != grad.shape())
-          throw std::invalid_argument("gradient hook returned " + shape_str(replaced.shape()) + " for a gradient of " +
-                                      shape_str(grad.shape()));
+        GF_CHECK(replaced.shape() == grad.shape(), "backward: a gradient hook on the output of {} returned {} for a gradient of {}",
+                 node->name(), shape_str(replaced.shape()), shape_str(grad.shape()));
         grad = replaced;
       }
     }
@@ -90,14 +90,13 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, 
       if (!target) continue;
       if (i < grads.size() && grads[i].defined()) {
         Tensor& g = grads[i];
-        if (i < node->input_shapes.size() && g.shape() != node->input_shapes[i])
-          throw std::logic_error(std::string("backward of ") + node->name() + " gave a gradient of " + shape_str(g.shape()) +
-                                 " for input " + std::to_string(i) + " of shape " + shape_str(node->input_shapes[i]));
+        GF_CHECK_AS(std::logic_error, i >= node->input_shapes.size() || g.shape() == node->input_shapes[i],
+                    "backward of {} gave a gradient of {} for input {} of shape {}", node->name(), shape_str(g.shape()), i,
+                    shape_str(node->input_shapes[i]));
         if (anomaly) {
           int64_t bad = first_nonfinite(g, true);
-          if (bad >= 0)
-            throw std::runtime_error("anomaly: backward of " + describe(*node) + " produced a non-finite gradient for input " +
-                                     std::to_string(i) + " at element " + std::to_string(bad));
+          GF_CHECK_AS(std::runtime_error, bad < 0, "anomaly: backward of {} produced a non-finite gradient for input {} at element {}",
+                      describe(*node), i, bad);
         }
         Tensor& slot = pending[target.get()];
         slot = slot.defined() ? kernels::add(slot, g) : std::move(g);

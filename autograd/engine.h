@@ -9,7 +9,8 @@ namespace gf {
 
 void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, bool retain_graph);
 
-// Anomaly mode checks; throw std::runtime_error naming the op, its shapes and where it was made.
+// Anomaly mode's forward check: throws std::runtime_error at the first NaN of output, naming the
+// op, its input shapes and the scope it was made in.
 void check_forward_anomaly(const Node& node, const Tensor& output);
 
 }  // namespace gf

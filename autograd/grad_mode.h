@@ -1,5 +1,6 @@
 #pragma once
-// Whether ops record a graph, and the anomaly mode that stops at the first NaN/Inf.
+// Whether ops record a graph, the anomaly mode that stops at the first NaN/Inf, and the name
+// scopes that anomaly reports and graph pictures quote. All three are per thread.
 #include <string>
 #include <vector>
 
@@ -23,8 +24,10 @@ class NoGradGuard {
   bool prev_;
 };
 
-// Anomaly mode: every op checks its forward output, and backward checks every gradient, for
-// NaN/Inf; the error names the op, its input shapes and the scope it was created in.
+// Anomaly mode: every op that records a Node checks its forward output for NaN (not Inf: masked
+// attention scores hold -inf on purpose), and backward checks every gradient for NaN and Inf. The
+// std::runtime_error names the op, its input shapes, its creation number and the NameScope it was
+// created in (recorded only while this mode is on).
 class AnomalyMode {
  public:
   static bool enabled();
@@ -42,15 +45,21 @@ class AnomalyGuard {
   bool prev_;
 };
 
-// A named scope ("decoder.layers.0.self_attn") that anomaly reports quote as "where it was
-// created". Modules open one around their forward.
+// A named scope, pushed while alive; nested scopes join with "/" ("decoder.layers.0/self_attn").
+// A Node stores the current scope (Node::created_in) only when it is made in anomaly mode; anomaly
+// reports quote it as "created in ..." and graph_dot groups nodes by it (outside anomaly mode every
+// Node's scope is ""). Not every module opens one: TransformerEncoder::forward and
+// TransformerDecoder::forward open "encoder.layers.<i>" / "decoder.layers.<i>" around each layer
+// (the decoder-only model runs through the former), and the decoder layer one per block
+// (self_attn, multihead_attn, ff_block, norm1..norm3); every other op records the scope around
+// it, or "".
 class NameScope {
  public:
   explicit NameScope(const std::string& name);
   ~NameScope();
   NameScope(const NameScope&) = delete;
   NameScope& operator=(const NameScope&) = delete;
-  static std::string current();  // "a/b/c" or ""
+  static std::string current();  // "a/b/c", or "" outside every scope
 };
 
 }  // namespace gf

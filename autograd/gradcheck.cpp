@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
+#include "tensor/check.h"
 
 namespace gf {
 namespace {
@@ -23,14 +24,14 @@ GradcheckResult gradcheck(const std::function<Variable(const std::vector<Variabl
                           const std::vector<Variable>& inputs, double eps, double atol, double rtol) {
   GradcheckResult r;
   for (const auto& in : inputs)
-    if (in.requires_grad() && in.dtype() != DType::Float64)
-      throw std::invalid_argument("gradcheck: inputs that require grad must be float64, got " +
-                                  std::string(dtype_name(in.dtype())) + " " + shape_str(in.shape()));
+    GF_CHECK(!in.requires_grad() || in.dtype() == DType::Float64,
+             "gradcheck: inputs that require grad must be float64, got {} {}", dtype_name(in.dtype()), shape_str(in.shape()));
   for (const auto& in : inputs)
     if (in.requires_grad()) const_cast<Variable&>(in).zero_grad();
 
   Variable out = fn(inputs);
-  if (out.dtype() != DType::Float64) throw std::invalid_argument("gradcheck: output must be float64");
+  GF_CHECK(out.dtype() == DType::Float64, "gradcheck: output must be float64, got {} {}", dtype_name(out.dtype()),
+           shape_str(out.shape()));
   Tensor v = Tensor::ones(out.shape(), DType::Float64);
   if (out.numel() > 1) {
     std::mt19937_64 rng(1234);

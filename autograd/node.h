@@ -46,7 +46,7 @@ struct Node {
   // For anomaly reports and graph pictures.
   std::vector<Shape> input_shapes;
   Shape output_shape;
-  std::string created_in;
+  std::string created_in;  // NameScope::current() when made; recorded only in anomaly mode
   uint64_t sequence = 0;
   bool released = false;
   bool persistent = false;  // leaf accumulators outlive every backward

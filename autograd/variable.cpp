@@ -5,6 +5,7 @@
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
+#include "tensor/check.h"
 #include "tensor/kernels/binary.h"
 
 namespace gf {
@@ -41,22 +42,21 @@ Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<Var
 }
 
 const Tensor& Variable::data() const {
-  if (!impl_) throw std::invalid_argument("Variable: undefined");
+  GF_CHECK(impl_, "Variable::data: the Variable is undefined (default-constructed)");
   return impl_->data;
 }
 
 void Variable::set_data(const Tensor& t) {
-  if (t.shape() != impl_->data.shape() || t.dtype() != impl_->data.dtype())
-    throw std::invalid_argument("Variable::set_data: " + std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) +
-                                " does not match " + dtype_name(impl_->data.dtype()) + " " + shape_str(impl_->data.shape()));
+  GF_CHECK(t.shape() == impl_->data.shape() && t.dtype() == impl_->data.dtype(), "Variable::set_data: {} {} does not match {} {}",
+           dtype_name(t.dtype()), shape_str(t.shape()), dtype_name(impl_->data.dtype()), shape_str(impl_->data.shape()));
   impl_->data = t;
 }
 
 Variable& Variable::requires_grad_(bool on) {
-  if (!is_leaf()) throw std::invalid_argument("requires_grad_: only leaf tensors can change requires_grad");
-  if (on && !is_floating(impl_->data.dtype()))
-    throw std::invalid_argument(std::string("requires_grad_: ") + dtype_name(impl_->data.dtype()) +
-                                " tensors cannot require grad");
+  GF_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad; this one of shape {} is the output of {}",
+           shape_str(shape()), impl_->grad_fn->name());
+  GF_CHECK(!on || is_floating(impl_->data.dtype()), "requires_grad_: {} tensors cannot require grad (shape {})",
+           dtype_name(impl_->data.dtype()), shape_str(shape()));
   impl_->requires_grad = on;
   if (!on) impl_->grad_accumulator.reset();
   return *this;
@@ -83,22 +83,22 @@ Variable Variable::from_op(Tensor data, std::shared_ptr<Node> node) {
 }
 
 void Variable::backward(bool retain_graph) const {
-  if (data().numel() != 1)
-    throw std::invalid_argument("backward: called without an upstream gradient on a tensor of shape " +
-                                shape_str(shape()) + "; only a one-element tensor gets the implicit gradient 1");
+  GF_CHECK(data().numel() == 1,
+           "backward: called without an upstream gradient on a tensor of shape {}; only a one-element tensor gets the "
+           "implicit gradient 1",
+           shape_str(shape()));
   backward(Tensor::ones(shape(), dtype()), retain_graph);
 }
 
 void Variable::backward(const Tensor& grad_output, bool retain_graph) const {
-  if (!requires_grad()) throw std::invalid_argument("backward: tensor of shape " + shape_str(shape()) + " does not require grad");
-  if (grad_output.shape() != shape())
-    throw std::invalid_argument("backward: upstream gradient " + shape_str(grad_output.shape()) +
-                                " does not match the tensor's shape " + shape_str(shape()));
+  GF_CHECK(requires_grad(), "backward: tensor of shape {} does not require grad", shape_str(shape()));
+  GF_CHECK(grad_output.shape() == shape(), "backward: upstream gradient {} does not match the tensor's shape {}",
+           shape_str(grad_output.shape()), shape_str(shape()));
   run_backward(gradient_edge(), grad_output.to(dtype()), retain_graph);
 }
 
 void Variable::retain_grad() const {
-  if (!requires_grad()) throw std::invalid_argument("retain_grad: tensor of shape " + shape_str(shape()) + " does not require grad");
+  GF_CHECK(requires_grad(), "retain_grad: tensor of shape {} does not require grad", shape_str(shape()));
   if (is_leaf()) return;  // leaves keep their gradient anyway
   impl_->grad_fn->retained = impl_;
 }
@@ -109,7 +109,7 @@ int g_next_hook = 1;
 
 int Variable::register_hook(GradHook hook) const {
   auto edge = gradient_edge();
-  if (!edge) throw std::invalid_argument("register_hook: tensor of shape " + shape_str(shape()) + " does not require grad");
+  GF_CHECK(edge, "register_hook: tensor of shape {} does not require grad", shape_str(shape()));
   int handle = g_next_hook++;
   edge->hooks.emplace_back(handle, std::move(hook));
   return handle;

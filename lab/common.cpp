@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
@@ -54,6 +55,56 @@ Spread spread(const std::vector<double>& v) {
     s.sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
   }
   return s;
+}
+
+std::vector<Spread> spread_per_column(const std::vector<std::vector<double>>& rows) {
+  if (rows.empty()) throw std::invalid_argument("spread_per_column: no rows");
+  std::vector<Spread> out;
+  for (size_t k = 0; k < rows.front().size(); ++k) {
+    std::vector<double> column;
+    for (const auto& row : rows) {
+      if (row.size() != rows.front().size())
+        throw std::invalid_argument("spread_per_column: rows of " + std::to_string(rows.front().size()) + " and " + std::to_string(row.size()) +
+                                    " values");
+      column.push_back(row[k]);
+    }
+    out.push_back(spread(column));
+  }
+  return out;
+}
+
+std::vector<double> means(const std::vector<Spread>& s) {
+  std::vector<double> m;
+  for (const auto& v : s) m.push_back(v.mean);
+  return m;
+}
+
+ChartSeries band_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color,
+                        bool dashed) {
+  ChartSeries c{name, x, {}, {}, {}, dashed, color};
+  for (const auto& v : s) c.y.push_back(v.mean), c.lo.push_back(v.min), c.hi.push_back(v.max);
+  return c;
+}
+
+std::vector<int64_t> parse_increasing_ints(const std::string& text, const std::string& what) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size() || v < 1)
+      throw std::invalid_argument(what + " expects positive integers separated by commas, got '" + text + "'");
+    if (!out.empty() && v <= out.back()) throw std::invalid_argument(what + " must increase, got '" + text + "'");
+    out.push_back(v);
+  }
+  if (out.size() < 2) throw std::invalid_argument(what + " needs at least two values, got '" + text + "'");
+  return out;
 }
 
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
@@ -166,6 +217,15 @@ nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t head
   o.pad = train::Vocab::kPad;
   o.max_len = 256;
   return o;
+}
+
+std::vector<nn::MultiheadAttention*> attention_modules(const nn::Module& model) {
+  std::vector<nn::MultiheadAttention*> out;
+  for (const auto& [name, child] : model.children()) {
+    if (auto* a = dynamic_cast<nn::MultiheadAttention*>(child.get())) out.push_back(a);
+    for (auto* a : attention_modules(*child)) out.push_back(a);
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- training

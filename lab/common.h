@@ -9,6 +9,7 @@
 
 #include "nn/seq2seq.h"
 #include "train/batching.h"
+#include "train/svg_chart.h"
 #include "train/vocab.h"
 
 namespace gf::lab {
@@ -23,6 +24,19 @@ struct Spread {
   double mean = 0, sd = 0, min = 0, max = 0;  // sd: sample standard deviation (0 for one value)
 };
 Spread spread(const std::vector<double>& v);
+
+// One Spread per column: rows[run][k] -> the spread of column k over the runs (e.g. per layer over
+// seeds). Throws std::invalid_argument for no rows or rows of different lengths.
+std::vector<Spread> spread_per_column(const std::vector<std::vector<double>>& rows);
+std::vector<double> means(const std::vector<Spread>& s);  // each one's mean, e.g. for the JSON
+
+// A chart series of the means with a shaded band from min to max (the spread over seeds).
+ChartSeries band_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color = "",
+                        bool dashed = false);
+
+// A flag's list of positive integers separated by commas, strictly increasing (the depths of a
+// sweep), at least two. Throws std::invalid_argument naming `what` ("lab depth: --depths").
+std::vector<int64_t> parse_increasing_ints(const std::string& text, const std::string& what);
 
 // Least-squares slope of log(y) on log(x) (points with x or y <= 0 are skipped).
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
@@ -54,6 +68,11 @@ IdData builtin_corpus(int64_t total, uint64_t seed = 1);
 // no dropout unless given.
 nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t heads, int64_t layers, int64_t ff, bool pre_ln,
                                double dropout = 0.0);
+
+// Every attention module of a model, in registration order (for a translator: each encoder layer's
+// self_attn, then each decoder layer's self_attn and multihead_attn, the order forward calls them):
+// to flip a switch on all of them (naive_softmax, score_scale) or observe their weights.
+std::vector<nn::MultiheadAttention*> attention_modules(const nn::Module& model);
 
 // ---------------------------------------------------------------- training
 

@@ -11,6 +11,13 @@ const std::vector<Lab>& labs() {
       scale_lab(),
       entropy_lab(),
       graph_lab(),
+      leak_lab(),
+      padding_lab(),
+      nan_lab(),
+      attribution_lab(),
+      exposure_lab(),
+      norm_lab(),
+      depth_lab(),
   };
   return all;
 }

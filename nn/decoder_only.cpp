@@ -7,11 +7,12 @@
 #include "autograd/ops/arith.h"
 #include "nn/init.h"
 #include "nn/masks.h"
+#include "tensor/check.h"
 
 namespace gf::nn {
 
 DecoderOnlyTransformer::DecoderOnlyTransformer(const DecoderOnlyOptions& opt, uint64_t init_seed) : options_(opt) {
-  if (opt.vocab <= 0) throw std::invalid_argument("DecoderOnlyTransformer: the vocabulary size must be positive, got " + std::to_string(opt.vocab));
+  GF_CHECK(opt.vocab > 0, "DecoderOnlyTransformer: the vocabulary size must be positive, got {}", opt.vocab);
   opt.layer.validate();
   Generator gen(init_seed);  // every initialiser draws from it: the same seed gives the same weights
   const int64_t D = opt.layer.d_model;
@@ -39,7 +40,7 @@ Variable DecoderOnlyTransformer::embed(const Tensor& ids, int64_t offset) const 
 }
 
 Variable DecoderOnlyTransformer::forward(const Tensor& ids) const {
-  if (ids.ndim() != 2) throw std::invalid_argument("DecoderOnlyTransformer: ids must be (B, T), got " + shape_str(ids.shape()));
+  GF_CHECK(ids.ndim() == 2, "DecoderOnlyTransformer: ids must be (B, T), got {}", shape_str(ids.shape()));
   Tensor pad = make_pad_mask(ids, options_.pad);    // (B, T)
   Tensor causal = make_causal_mask(ids.size(1));     // (T, T)
   Variable h = transformer->forward(embed(ids), pad, causal);  // (B, T, D), after the final norm
@@ -54,9 +55,8 @@ std::vector<KVCache> DecoderOnlyTransformer::start_cache(int64_t batch, int64_t 
 
 Variable DecoderOnlyTransformer::forward_cached(const Tensor& ids, std::vector<KVCache>& caches) const {
   NoGradGuard ng;
-  if (caches.size() != transformer->layers->size())
-    throw std::invalid_argument("DecoderOnlyTransformer::forward_cached: " + std::to_string(caches.size()) + " caches for " +
-                                std::to_string(transformer->layers->size()) + " layers");
+  GF_CHECK(caches.size() == transformer->layers->size(), "DecoderOnlyTransformer::forward_cached: {} caches for {} layers",
+           caches.size(), transformer->layers->size());
   Variable x = embed(ids, caches.empty() ? 0 : caches[0].length);  // (B, t, D)
   for (size_t i = 0; i < caches.size(); ++i) x = (*transformer->layers)[i].forward_cached(x, caches[i]);
   if (transformer->norm) x = transformer->norm->forward(x);

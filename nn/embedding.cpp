@@ -3,12 +3,13 @@
 #include <stdexcept>
 
 #include "autograd/ops/indexing.h"
+#include "tensor/check.h"
 
 namespace gf::nn {
 
 Embedding::Embedding(int64_t num, int64_t dim, int64_t pad, Generator& gen)
     : num_embeddings(num), embedding_dim(dim), padding_idx(pad) {
-  if (pad >= num) throw std::invalid_argument("Embedding: padding_idx " + std::to_string(pad) + " >= num_embeddings " + std::to_string(num));
+  GF_CHECK(pad < num, "Embedding: padding_idx {} >= num_embeddings {}", pad, num);
   Tensor w = kernels::randn({num, dim}, gen);  // (num, dim)
   if (pad >= 0) w.select(0, pad).zero_();
   weight = register_parameter("weight", w);

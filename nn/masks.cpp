@@ -3,11 +3,13 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "tensor/check.h"
+
 namespace gf::nn {
 
 Tensor make_pad_mask(const Tensor& ids, int64_t pad) {
   check_dtype(ids, DType::Int64, "make_pad_mask");
-  if (ids.ndim() != 2) throw std::invalid_argument("make_pad_mask: expected ids (B, S), got " + shape_str(ids.shape()));
+  GF_CHECK(ids.ndim() == 2, "make_pad_mask: expected ids (B, S), got {}", shape_str(ids.shape()));
   Tensor c = ids.contiguous();
   Tensor mask = Tensor::empty(ids.shape(), DType::Bool);  // (B, S)
   const int64_t* p = c.data<int64_t>();
@@ -20,7 +22,7 @@ Tensor make_causal_mask(int64_t n) {
   static std::mutex mu;
   static Tensor cached;  // (N, N) for the longest N so far
   std::lock_guard<std::mutex> lock(mu);
-  if (n < 0) throw std::invalid_argument("make_causal_mask: negative size " + std::to_string(n));
+  GF_CHECK(n >= 0, "make_causal_mask: negative size {}", n);
   if (!cached.defined() || cached.size(0) < n) {
     int64_t N = std::max<int64_t>(n, 64);
     Tensor t = Tensor::empty({N, N}, DType::Bool);

@@ -3,11 +3,13 @@
 #include <set>
 #include <stdexcept>
 
+#include "tensor/check.h"
+
 namespace gf::nn {
 
 Variable Module::register_parameter(const std::string& name, const Tensor& value, bool requires_grad) {
   for (auto& [n, p] : params_)
-    if (n == name) throw std::invalid_argument("register_parameter: '" + name + "' registered twice");
+    GF_CHECK(n != name, "register_parameter: '{}' registered twice", name);
   Variable v(value, requires_grad);
   v.set_name(name);
   params_.emplace_back(name, v);
@@ -19,13 +21,12 @@ void Module::register_shared_parameter(const std::string& name, const Variable& 
 void Module::set_parameter(const std::string& name, const Variable& param) {
   for (auto& [n, p] : params_)
     if (n == name) {
-      if (p.shape() != param.shape())
-        throw std::invalid_argument("set_parameter: '" + name + "' is " + shape_str(p.shape()) + ", the replacement " +
-                                    shape_str(param.shape()));
+      GF_CHECK(p.shape() == param.shape(), "set_parameter: '{}' is {}, the replacement {}", name, shape_str(p.shape()),
+               shape_str(param.shape()));
       p = param;
       return;
     }
-  throw std::invalid_argument("set_parameter: no parameter named '" + name + "'");
+  GF_FAIL("set_parameter: no parameter named '{}'", name);
 }
 
 Variable Module::parameter(const std::string& name) const {
@@ -34,7 +35,7 @@ Variable Module::parameter(const std::string& name) const {
     if (n == name) return p;
     names += (names.empty() ? "" : ", ") + n;
   }
-  throw std::invalid_argument("parameter: no parameter named '" + name + "' (this module has: " + (names.empty() ? "none" : names) + ")");
+  GF_FAIL("parameter: no parameter named '{}' (this module has: {})", name, names.empty() ? "none" : names);
 }
 
 void Module::register_buffer(const std::string& name, const Tensor& value, bool persistent) {
@@ -44,7 +45,7 @@ void Module::register_buffer(const std::string& name, const Tensor& value, bool 
 Tensor& Module::buffer(const std::string& name) {
   for (auto& b : buffers_)
     if (b.name == name) return b.value;
-  throw std::invalid_argument("buffer: no buffer named '" + name + "'");
+  GF_FAIL("buffer: no buffer named '{}'", name);
 }
 const Tensor& Module::buffer(const std::string& name) const { return const_cast<Module*>(this)->buffer(name); }
 
@@ -93,12 +94,11 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   auto load_into = [&](const std::string& key, Tensor& dst, bool required) {
     auto it = state.find(key);
     if (it == state.end()) {
-      if (strict && required) throw std::invalid_argument("load_state_dict: missing key '" + key + "' " + shape_str(dst.shape()));
+      GF_CHECK(!strict || !required, "load_state_dict: missing key '{}' {}", key, shape_str(dst.shape()));
       return;
     }
-    if (it->second.shape() != dst.shape())
-      throw std::invalid_argument("load_state_dict: '" + key + "' has shape " + shape_str(it->second.shape()) +
-                                  " in the checkpoint but " + shape_str(dst.shape()) + " in the model");
+    GF_CHECK(it->second.shape() == dst.shape(), "load_state_dict: '{}' has shape {} in the checkpoint but {} in the model",
+             key, shape_str(it->second.shape()), shape_str(dst.shape()));
     dst.copy_(it->second);
     used.insert(key);
   };
@@ -116,8 +116,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   }
   if (strict)
     for (auto& [k, v] : state)
-      if (!used.count(k))
-        throw std::invalid_argument("load_state_dict: unexpected key '" + k + "' " + shape_str(v.shape()) + " in the checkpoint");
+      GF_CHECK(used.count(k), "load_state_dict: unexpected key '{}' {} in the checkpoint", k, shape_str(v.shape()));
 }
 
 void Module::train(bool on) {

@@ -26,7 +26,8 @@ class Module {
   // Parameters and persistent buffers by dotted name; tensors share storage with the module.
   std::map<std::string, Tensor> state_dict() const;
   // Copies values in. strict: a missing or unexpected key is an error; a shape mismatch always
-  // is. Errors name the key and both shapes. Values are converted to the parameter's dtype.
+  // is. Errors name the key and its shape (both shapes for a mismatch). Values are converted to
+  // the parameter's dtype.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
   void train(bool on = true);

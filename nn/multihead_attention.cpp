@@ -12,6 +12,7 @@
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "nn/init.h"
+#include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 
 namespace gf::nn {
@@ -22,10 +23,8 @@ MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, boo
       kv_heads(kv > 0 ? kv : h),
       head_dim(h > 0 ? d / h : 0),
       score_scale(h > 0 && d >= h ? 1.0 / std::sqrt(static_cast<double>(d / h)) : 1.0) {
-  if (h <= 0 || d % h != 0)
-    throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(d) + " is not divisible by num_heads " + std::to_string(h));
-  if (kv < 0 || h % kv_heads != 0)
-    throw std::invalid_argument("MultiheadAttention: kv_heads " + std::to_string(kv) + " does not divide num_heads " + std::to_string(h));
+  GF_CHECK(h > 0 && d % h == 0, "MultiheadAttention: embed_dim {} is not divisible by num_heads {}", d, h);
+  GF_CHECK(kv >= 0 && h % kv_heads == 0, "MultiheadAttention: kv_heads {} does not divide num_heads {}", kv, h);
   if (!grouped()) {
     Tensor w = Tensor::empty({3 * d, d});  // (3D, D)
     init::xavier_uniform_(w, gen);
@@ -76,15 +75,13 @@ namespace {
 // Only bool (blocked) and floating (added) masks have a meaning; an int64 0/1 mask would be added
 // as a +1 bias where it meant "blocked", so it is refused.
 void check_mask_dtype(const Tensor& m, const char* what) {
-  if (m.defined() && m.dtype() != DType::Bool && !is_floating(m.dtype()))
-    throw std::invalid_argument(std::string("MultiheadAttention: ") + what + " must be bool or floating, got " + dtype_name(m.dtype()) +
-                                " " + shape_str(m.shape()));
+  GF_CHECK(!m.defined() || m.dtype() == DType::Bool || is_floating(m.dtype()),
+           "MultiheadAttention: {} must be bool or floating, got {} {}", what, dtype_name(m.dtype()), shape_str(m.shape()));
 }
 
 void check_input(const Variable& x, int64_t D, const char* what) {
-  if (x.ndim() != 3 || x.size(2) != D)
-    throw std::invalid_argument(std::string("MultiheadAttention: ") + what + " must be (B, len, " + std::to_string(D) +
-                                "), got " + shape_str(x.shape()));
+  GF_CHECK(x.ndim() == 3 && x.size(2) == D, "MultiheadAttention: {} must be (B, len, {}), got {}", what, D,
+           shape_str(x.shape()));
 }
 
 // OR of the boolean masks as one (B, 1, L, S) or (B, H, L, S) tensor; undefined if none is bool.
@@ -119,23 +116,19 @@ Variable unguarded_softmax(const Variable& s) {
 AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
                                            const Tensor& attn_mask, bool need_weights) const {
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1);
-  if (KV != kv_heads || v.size(1) != KV || H != num_heads)
-    throw std::invalid_argument("MultiheadAttention::attend: q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " +
-                                shape_str(v.shape()) + " for " + std::to_string(num_heads) + " query and " + std::to_string(kv_heads) +
-                                " key/value heads");
+  GF_CHECK(KV == kv_heads && v.size(1) == KV && H == num_heads,
+           "MultiheadAttention::attend: q {}, k {}, v {} for {} query and {} key/value heads", shape_str(q.shape()),
+           shape_str(k.shape()), shape_str(v.shape()), num_heads, kv_heads);
   const int64_t G = H / KV;  // query heads per key/value head
   check_mask_dtype(kpm, "key_padding_mask");
   check_mask_dtype(attn_mask, "attn_mask");
-  if (kpm.defined() && (kpm.ndim() != 2 || kpm.size(0) != B || kpm.size(1) != S))
-    throw std::invalid_argument("MultiheadAttention: key_padding_mask must be (" + std::to_string(B) + ", " + std::to_string(S) +
-                                "), got " + shape_str(kpm.shape()));
+  GF_CHECK(!kpm.defined() || (kpm.ndim() == 2 && kpm.size(0) == B && kpm.size(1) == S),
+           "MultiheadAttention: key_padding_mask must be ({}, {}), got {}", B, S, shape_str(kpm.shape()));
   if (attn_mask.defined()) {
     bool ok2 = attn_mask.ndim() == 2 && attn_mask.size(0) == L && attn_mask.size(1) == S;
     bool ok3 = attn_mask.ndim() == 3 && attn_mask.size(0) == B * H && attn_mask.size(1) == L && attn_mask.size(2) == S;
-    if (!ok2 && !ok3)
-      throw std::invalid_argument("MultiheadAttention: attn_mask must be (" + std::to_string(L) + ", " + std::to_string(S) + ") or (" +
-                                  std::to_string(B * H) + ", " + std::to_string(L) + ", " + std::to_string(S) + "), got " +
-                                  shape_str(attn_mask.shape()));
+    GF_CHECK(ok2 || ok3, "MultiheadAttention: attn_mask must be ({}, {}) or ({}, {}, {}), got {}", L, S, B * H, L, S,
+             shape_str(attn_mask.shape()));
   }
   // A group's G query heads are consecutive, so (B, H, L, d_k) is (B, KV, G*L, d_k) with no copy, and
   // each key/value head meets its group's queries in one product: K and V are never repeated.
@@ -182,11 +175,12 @@ AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& c
   NoGradGuard ng;
   check_input(x, embed_dim, "x");
   const int64_t t = x.size(1), past = cache.length;
-  if (!cache.k.defined() || cache.k.size(0) != x.size(0))
-    throw std::invalid_argument("MultiheadAttention::forward_cached: the cache was not started for " + shape_str(x.shape()));
-  if (past + t > cache.capacity())
-    throw std::length_error("MultiheadAttention::forward_cached: the cache holds " + std::to_string(cache.capacity()) + " positions, " +
-                            std::to_string(past) + " are used and " + std::to_string(t) + " more were given");
+  GF_CHECK(cache.k.defined() && cache.k.size(0) == x.size(0),
+           "MultiheadAttention::forward_cached: the cache was not started for {} (cache keys {})", shape_str(x.shape()),
+           shape_str(cache.k.shape()));
+  GF_CHECK_AS(std::length_error, past + t <= cache.capacity(),
+              "MultiheadAttention::forward_cached: the cache holds {} positions, {} are used and {} more were given",
+              cache.capacity(), past, t);
   Variable q = project_q(x);           // (B, H, t, d_k)
   auto [k_new, v_new] = project_kv(x);  // (B, KV, t, d_k)
   cache.k.narrow(2, past, t).copy_(k_new.data());
@@ -209,9 +203,9 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
   check_input(query, D, "query");
   check_input(key, D, "key");
   check_input(value, D, "value");
-  if (key.size(0) != query.size(0) || value.size(0) != query.size(0) || key.size(1) != value.size(1))
-    throw std::invalid_argument("MultiheadAttention: query " + shape_str(query.shape()) + ", key " + shape_str(key.shape()) +
-                                " and value " + shape_str(value.shape()) + " disagree in batch or key length");
+  GF_CHECK(key.size(0) == query.size(0) && value.size(0) == query.size(0) && key.size(1) == value.size(1),
+           "MultiheadAttention: query {}, key {} and value {} disagree in batch or key length", shape_str(query.shape()),
+           shape_str(key.shape()), shape_str(value.shape()));
   Variable q, k, v;
   if (!grouped() && query.impl() == key.impl() && key.impl() == value.impl()) {
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3D): one GEMM for self-attention

@@ -3,6 +3,7 @@
 #include "nn/layer_norm.h"
 #include "nn/registry.h"
 #include "nn/rms_norm.h"
+#include "nn/scale_norm.h"
 
 namespace gf::nn {
 
@@ -12,6 +13,8 @@ const std::vector<NormKind>& norm_kinds() {
        [](int64_t d, double eps) -> std::shared_ptr<Norm> { return std::make_shared<LayerNorm>(d, eps); }},
       {"rmsnorm", "RMSNorm: x / sqrt(mean(x^2) + eps) * weight (Zhang and Sennrich 2019)",
        [](int64_t d, double eps) -> std::shared_ptr<Norm> { return std::make_shared<RMSNorm>(d, eps); }},
+      {"scalenorm", "ScaleNorm: x * scale / sqrt(sum(x^2) + eps), one learned scalar (Nguyen and Salazar 2019)",
+       [](int64_t d, double eps) -> std::shared_ptr<Norm> { return std::make_shared<ScaleNorm>(d, eps); }},
   };
   return kinds;
 }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "autograd/ops/arith.h"
+#include "tensor/check.h"
 
 namespace gf::nn {
 
@@ -23,15 +24,14 @@ PositionalEncoding::PositionalEncoding(int64_t d, int64_t max_len_) : d_model(d)
 
 Tensor PositionalEncoding::table(int64_t offset, int64_t length, DType dtype) const {
   const Tensor& pe = dtype == DType::Float64 ? pe64_ : buffer("pe");
-  if (offset + length > pe.size(0))
-    throw std::invalid_argument("PositionalEncoding: positions up to " + std::to_string(offset + length) +
-                                " requested, but the table holds " + std::to_string(pe.size(0)));
+  GF_CHECK(offset + length <= pe.size(0), "PositionalEncoding: positions up to {} requested, but the table holds {}",
+           offset + length, pe.size(0));
   return pe.narrow(0, offset, length).to(dtype);  // (length, D)
 }
 
 Variable PositionalEncoding::forward(const Variable& x, int64_t offset) const {
-  if (x.ndim() != 3 || x.size(2) != d_model)
-    throw std::invalid_argument("PositionalEncoding: expected (B, L, " + std::to_string(d_model) + "), got " + shape_str(x.shape()));
+  GF_CHECK(x.ndim() == 3 && x.size(2) == d_model, "PositionalEncoding: expected (B, L, {}), got {}", d_model,
+           shape_str(x.shape()));
   return x + Variable(table(offset, x.size(1), x.dtype()));  // (B, L, D)
 }
 

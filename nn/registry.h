@@ -2,9 +2,10 @@
 // Choosing a layer kind by name: norms (nn/norm.h) and activations (nn/activation.h) each keep a
 // list of entries {name, help, ...}; these two functions look one up and list the names, so the
 // CLI's help, the run config's validation and the error messages all read the same list.
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "tensor/check.h"
 
 namespace gf::nn {
 
@@ -21,7 +22,7 @@ template <class Entry>
 const Entry& registry_find(const std::vector<Entry>& entries, const std::string& name, const char* what) {
   for (const auto& e : entries)
     if (name == e.name) return e;
-  throw std::invalid_argument(std::string(what) + " '" + name + "' is unknown (known: " + registry_names(entries) + ")");
+  GF_FAIL("{} '{}' is unknown (known: {})", what, name, registry_names(entries));
 }
 
 }  // namespace gf::nn

@@ -6,6 +6,7 @@
 #include "autograd/ops/arith.h"
 #include "nn/init.h"
 #include "nn/masks.h"
+#include "tensor/check.h"
 
 namespace gf::nn {
 
@@ -15,9 +16,8 @@ Transformer::Transformer(const TransformerLayerOptions& opt, int64_t n_enc, int6
 }
 
 Seq2SeqTransformer::Seq2SeqTransformer(const Seq2SeqOptions& opt, uint64_t init_seed) : options_(opt) {
-  if (opt.src_vocab <= 0 || opt.tgt_vocab <= 0)
-    throw std::invalid_argument("Seq2SeqTransformer: vocabulary sizes must be positive, got " + std::to_string(opt.src_vocab) + " and " +
-                                std::to_string(opt.tgt_vocab));
+  GF_CHECK(opt.src_vocab > 0 && opt.tgt_vocab > 0, "Seq2SeqTransformer: vocabulary sizes must be positive, got {} and {}",
+           opt.src_vocab, opt.tgt_vocab);
   // Every initialiser below draws from this one generator, so the same seed gives the same weights.
   Generator gen(init_seed);
   opt.layer.validate();
@@ -61,9 +61,9 @@ Variable Seq2SeqTransformer::encode(const Tensor& src, const Tensor& src_pad_mas
 Variable Seq2SeqTransformer::project(const Variable& h) const { return out->forward(h); }
 
 DecoderOutput Seq2SeqTransformer::run(const Tensor& src, const Tensor& tgt_in, bool need_weights) const {
-  if (src.ndim() != 2 || tgt_in.ndim() != 2 || src.size(0) != tgt_in.size(0))
-    throw std::invalid_argument("Seq2SeqTransformer: src " + shape_str(src.shape()) + " and tgt " + shape_str(tgt_in.shape()) +
-                                " must be (B, S) and (B, T) with the same B");
+  GF_CHECK(src.ndim() == 2 && tgt_in.ndim() == 2 && src.size(0) == tgt_in.size(0),
+           "Seq2SeqTransformer: src {} and tgt {} must be (B, S) and (B, T) with the same B", shape_str(src.shape()),
+           shape_str(tgt_in.shape()));
   Tensor src_pad = masks.source_padding ? make_pad_mask(src, options_.pad) : Tensor();     // (B, S)
   Tensor tgt_pad = masks.target_padding ? make_pad_mask(tgt_in, options_.pad) : Tensor();  // (B, T)
   Tensor causal = masks.causal ? make_causal_mask(tgt_in.size(1)) : Tensor();            // (T, T)

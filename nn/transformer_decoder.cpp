@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
 #include "nn/ffn.h"
+#include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 
 namespace gf::nn {
@@ -90,11 +91,10 @@ void TransformerDecoderLayer::start_cache(DecoderLayerCache& cache, const Variab
 DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, DecoderLayerCache& cache, const Tensor& memory_kpm,
                                                          bool need_weights) const {
   NoGradGuard ng;
-  if (x.ndim() != 3 || x.size(1) != 1)
-    throw std::invalid_argument("TransformerDecoderLayer::forward_step: expected (B, 1, D), got " + shape_str(x.shape()));
-  if (cache.self.length >= cache.self.capacity())
-    throw std::length_error("TransformerDecoderLayer::forward_step: the cache holds " + std::to_string(cache.self.capacity()) +
-                            " positions and is full");
+  GF_CHECK(x.ndim() == 3 && x.size(1) == 1, "TransformerDecoderLayer::forward_step: expected (B, 1, D), got {}",
+           shape_str(x.shape()));
+  GF_CHECK_AS(std::length_error, cache.self.length < cache.self.capacity(),
+              "TransformerDecoderLayer::forward_step: the cache holds {} positions and is full", cache.self.capacity());
   DecoderLayerOutput r;
   auto self_block = [&](const Variable& h) { return self_attn->forward_cached(h, cache.self).output; };  // (B, 1, D)
   auto cross_block = [&](const Variable& h) {
@@ -136,9 +136,8 @@ std::vector<DecoderLayerCache> TransformerDecoder::start_cache(const Variable& m
 
 DecoderOutput TransformerDecoder::forward_step(const Variable& x_in, std::vector<DecoderLayerCache>& caches, const Tensor& memory_kpm,
                                                bool need_weights) const {
-  if (caches.size() != layers->size())
-    throw std::invalid_argument("TransformerDecoder::forward_step: " + std::to_string(caches.size()) + " caches for " +
-                                std::to_string(layers->size()) + " layers");
+  GF_CHECK(caches.size() == layers->size(), "TransformerDecoder::forward_step: {} caches for {} layers", caches.size(),
+           layers->size());
   DecoderOutput r;
   Variable x = x_in;  // (B, 1, D)
   for (size_t i = 0; i < layers->size(); ++i) {

@@ -4,6 +4,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::optim {
@@ -24,7 +25,8 @@ void Adam::step() {
     const Tensor& g = s.param.grad();
     if (!g.defined()) continue;
     Tensor w = s.param.data();
-    if (!w.is_contiguous()) throw std::logic_error("Adam: parameter " + s.name + " is not contiguous");
+    GF_CHECK_AS(std::logic_error, w.is_contiguous(), "Adam::step: parameter '{}' {} is not contiguous", s.name,
+                shape_str(w.shape()));
     Tensor gc = g.contiguous();
     dispatch_float(w.dtype(), "Adam", [&]<class T>() {
       T* pw = w.data<T>();
@@ -65,10 +67,9 @@ std::map<std::string, Tensor> Adam::state_dict() const {
 void Adam::load_state_dict(const std::map<std::string, Tensor>& st) {
   auto get = [&](const std::string& key, const Tensor& like) {
     auto it = st.find(key);
-    if (it == st.end()) throw std::invalid_argument("Adam::load_state_dict: missing '" + key + "'");
-    if (it->second.shape() != like.shape())
-      throw std::invalid_argument("Adam::load_state_dict: '" + key + "' is " + shape_str(it->second.shape()) + ", expected " +
-                                  shape_str(like.shape()));
+    GF_CHECK(it != st.end(), "Adam::load_state_dict: missing '{}' {}", key, shape_str(like.shape()));
+    GF_CHECK(it->second.shape() == like.shape(), "Adam::load_state_dict: '{}' is {}, expected {}", key,
+             shape_str(it->second.shape()), shape_str(like.shape()));
     return it->second;
   };
   for (auto& s : slots_) {
@@ -76,7 +77,7 @@ void Adam::load_state_dict(const std::map<std::string, Tensor>& st) {
     s.v.copy_(get("exp_avg_sq." + s.name, s.v));
   }
   auto it = st.find("step");
-  if (it == st.end()) throw std::invalid_argument("Adam::load_state_dict: missing 'step'");
+  GF_CHECK(it != st.end(), "Adam::load_state_dict: missing 'step'");
   step_ = static_cast<int64_t>(it->second.item());
 }
 

@@ -36,6 +36,16 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+class ScaleNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((1,), math.sqrt(d)))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * self.scale * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + self.eps)
+
+
 def make_norm(kind, d):
     return RMSNorm(d) if kind == "rmsnorm" else nn.LayerNorm(d, eps=1e-5)
 
@@ -177,7 +187,7 @@ def make_cases(out, seed):
     m = RMSNorm(D)
     with torch.no_grad():
         m.weight.copy_(1 + mp.f32(D, scale=0.1, g=g))
-    mp.run_case("rms_norm", "rms_norm", {"normalized_shape": D, "eps": 1e-5}, m,
+    mp.run_case("rms_norm", "norm", {"norm": "rmsnorm", "normalized_shape": D, "eps": 1e-5}, m,
                 {"input": mp.f32(B, L, D, scale=3.0, g=g) + 1.5}, lambda m, i: {"output": m(i["input"])}, out, g)
 
     # Grouped-query self-attention (causal + padding, 2 key/value heads) and multi-query
@@ -237,6 +247,13 @@ def make_cases(out, seed):
                 {"src_vocab": nsrc, "tgt_vocab": ntgt, "d_model": D, "nhead": H, "kv_heads": kv, "num_layers": n,
                  "dim_feedforward": ff, "activation": "gelu", "norm": "rmsnorm", "norm_first": True, "pad": 0,
                  "label_smoothing": 0.1}, m, {"src": src, "tgt": tgt}, loss_fn, out, g)
+
+    # Added later, last, so that the cases above keep their random draws.
+    m = ScaleNorm(D)
+    with torch.no_grad():
+        m.scale.copy_(torch.tensor([3.25]))
+    mp.run_case("scale_norm", "norm", {"norm": "scalenorm", "normalized_shape": D, "eps": 1e-5}, m,
+                {"input": mp.f32(B, L, D, scale=3.0, g=g) + 1.5}, lambda m, i: {"output": m(i["input"])}, out, g)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 // int64 holds token ids and bool holds masks (true = blocked).
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
+
+#include "tensor/check.h"
 
 namespace gf {
 
@@ -44,7 +44,7 @@ decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
     case DType::Float32: return f.template operator()<float>();
     case DType::Float64: return f.template operator()<double>();
-    default: throw std::invalid_argument(std::string(op) + ": expected a float32 or float64 tensor, got " + dtype_name(t));
+    default: GF_FAIL("{}: expected a float32 or float64 tensor, got {}", op, dtype_name(t));
   }
 }
 
@@ -57,7 +57,7 @@ decltype(auto) dispatch_all(DType t, F&& f) {
     case DType::Int64: return f.template operator()<int64_t>();
     case DType::Bool: return f.template operator()<bool>();
   }
-  throw std::logic_error("dispatch_all: bad dtype");
+  GF_FAIL_AS(std::logic_error, "dispatch_all: bad dtype {}", static_cast<int>(t));
 }
 
 }  // namespace gf

@@ -60,9 +60,10 @@ std::string blas_config() {
 void init_runtime(int argc, char** argv) {
   (void)argc;
   const char* forced = std::getenv("GRADFLOW_BLAS_CORE");
+  if (forced && !*forced) forced = nullptr;  // set but empty: as if unset, not "force the preferred kernel"
   if (forced && std::strcmp(forced, "native") == 0) return;
   if (std::getenv("GRADFLOW_BLAS_REEXEC")) return;  // already re-executed once: never loop
-  std::string want = forced && *forced ? forced : preferred_blas_core();
+  std::string want = forced ? forced : preferred_blas_core();
   if (want.empty()) return;
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   if (env_core && !forced) return;  // the user chose a kernel explicitly

@@ -12,10 +12,14 @@ namespace gf {
 // when the CPU has no AVX2 (then OpenBLAS's own choice stands).
 std::string preferred_blas_core();
 
-// Call first thing in main(). If OpenBLAS chose a weaker kernel than the CPU supports and neither
-// OPENBLAS_CORETYPE nor GRADFLOW_BLAS_CORE=auto-off says otherwise, sets OPENBLAS_CORETYPE and
-// re-executes /proc/self/exe with the same arguments (at most once). GRADFLOW_BLAS_CORE=NAME
-// forces a kernel; GRADFLOW_BLAS_CORE=native keeps OpenBLAS's own detection.
+// Call first thing in main(). If OpenBLAS chose a weaker kernel than preferred_blas_core(), sets
+// OPENBLAS_CORETYPE to it and re-executes /proc/self/exe with the same arguments, at most once
+// (GRADFLOW_BLAS_REEXEC marks the second run). The environment can say otherwise:
+//   OPENBLAS_CORETYPE set by the user     respected: no re-execution;
+//   GRADFLOW_BLAS_CORE=native             OpenBLAS's own detection stands;
+//   GRADFLOW_BLAS_CORE=NAME (any other)   forces kernel NAME (case-insensitive), over OPENBLAS_CORETYPE
+//                                         too, re-executing unless NAME is already in use.
+// There is no other switch: any value but "native" is taken as a kernel name. Empty is unset.
 void init_runtime(int argc, char** argv);
 
 // The kernel OpenBLAS runs now (openblas_get_corename()).

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "tensor/check.h"
+
 namespace gf {
 
 std::string shape_str(const Shape& shape) {
@@ -36,10 +38,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (da != db && da != 1 && db != 1)
-      throw std::invalid_argument(std::string(op) + ": " + shape_str(a) + " and " + shape_str(b) +
-                                  " cannot be broadcast: dim " + std::to_string(i) + " is " +
-                                  std::to_string(da) + " vs " + std::to_string(db));
+    GF_CHECK(da == db || da == 1 || db == 1, "{}: {} and {} cannot be broadcast: dim {} is {} vs {}", op, shape_str(a),
+             shape_str(b), i, da, db);
     out[i] = da == 1 ? db : da;
   }
   return out;
@@ -48,9 +48,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 int normalize_dim(int64_t dim, size_t ndim, const char* op, const Shape& shape) {
   int64_t n = static_cast<int64_t>(ndim);
   int64_t d = dim < 0 ? dim + n : dim;
-  if (d < 0 || d >= n)
-    throw std::out_of_range(std::string(op) + ": dim " + std::to_string(dim) + " is out of range for shape " +
-                            shape_str(shape));
+  GF_CHECK_AS(std::out_of_range, d >= 0 && d < n, "{}: dim {} is out of range for shape {}", op, dim, shape_str(shape));
   return static_cast<int>(d);
 }
 
@@ -59,21 +57,18 @@ Shape infer_shape(Shape shape, int64_t numel, const char* op, const Shape& from)
   int infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      if (infer >= 0) throw std::invalid_argument(std::string(op) + ": only one -1 allowed in " + shape_str(shape));
+      GF_CHECK(infer < 0, "{}: only one -1 allowed in {} (viewing {})", op, shape_str(shape), shape_str(from));
       infer = static_cast<int>(i);
-    } else if (shape[i] < 0) {
-      throw std::invalid_argument(std::string(op) + ": negative size in " + shape_str(shape));
     } else {
+      GF_CHECK(shape[i] >= 0, "{}: negative size in {} (viewing {})", op, shape_str(shape), shape_str(from));
       known *= shape[i];
     }
   }
   if (infer >= 0) {
-    if (known == 0 || numel % known != 0)
-      throw std::invalid_argument(std::string(op) + ": cannot view " + shape_str(from) + " as " + shape_str(shape));
+    GF_CHECK(known != 0 && numel % known == 0, "{}: cannot view {} as {}", op, shape_str(from), shape_str(shape));
     shape[infer] = numel / known;
-  } else if (known != numel) {
-    throw std::invalid_argument(std::string(op) + ": cannot view " + shape_str(from) + " (" + std::to_string(numel) +
-                                " elements) as " + shape_str(shape));
+  } else {
+    GF_CHECK(known == numel, "{}: cannot view {} ({} elements) as {}", op, shape_str(from), numel, shape_str(shape));
   }
   return shape;
 }

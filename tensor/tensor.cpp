@@ -13,7 +13,7 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Sh
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   for (int64_t d : shape)
-    if (d < 0) throw std::invalid_argument("Tensor::empty: negative size in " + shape_str(shape));
+    GF_CHECK(d >= 0, "Tensor::empty: negative size in {}", shape_str(shape));
   auto st = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
   return Tensor(std::move(st), 0, shape, contiguous_strides(shape), dtype);
 }
@@ -36,9 +36,8 @@ Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype)
 
 template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
-  if (static_cast<int64_t>(values.size()) != shape_numel(shape))
-    throw std::invalid_argument("Tensor::from_vector: " + std::to_string(values.size()) +
-                                " values do not fill shape " + shape_str(shape));
+  GF_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "Tensor::from_vector: {} values do not fill shape {}",
+           values.size(), shape_str(shape));
   Tensor t = empty(shape, dtype_of<T>());
   std::copy(values.begin(), values.end(), t.data<T>());
   return t;
@@ -48,9 +47,8 @@ template Tensor Tensor::from_vector<double>(const std::vector<double>&, const Sh
 template Tensor Tensor::from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
 template <>
 Tensor Tensor::from_vector<bool>(const std::vector<bool>& values, const Shape& shape) {
-  if (static_cast<int64_t>(values.size()) != shape_numel(shape))
-    throw std::invalid_argument("Tensor::from_vector: " + std::to_string(values.size()) +
-                                " values do not fill shape " + shape_str(shape));
+  GF_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "Tensor::from_vector: {} values do not fill shape {}",
+           values.size(), shape_str(shape));
   Tensor t = empty(shape, DType::Bool);
   bool* p = t.data<bool>();
   for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
@@ -58,9 +56,8 @@ Tensor Tensor::from_vector<bool>(const std::vector<bool>& values, const Shape& s
 }
 
 Tensor Tensor::of(std::initializer_list<double> values, const Shape& shape, DType dtype) {
-  if (static_cast<int64_t>(values.size()) != shape_numel(shape))
-    throw std::invalid_argument("Tensor::of: " + std::to_string(values.size()) + " values do not fill shape " +
-                                shape_str(shape));
+  GF_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "Tensor::of: {} values do not fill shape {}",
+           values.size(), shape_str(shape));
   Tensor t = empty(shape, dtype);
   int64_t i = 0;
   for (double v : values) t.flat_set(i++, v);
@@ -151,9 +148,8 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::copy_(const Tensor& src) {
-  if (src.shape() != shape_)
-    throw std::invalid_argument("copy_: source " + shape_str(src.shape()) + " and destination " + shape_str(shape_) +
-                                " differ in shape");
+  GF_CHECK(src.shape() == shape_, "copy_: source {} and destination {} differ in shape", shape_str(src.shape()),
+           shape_str(shape_));
   if (src.dtype() != dtype_) {
     Tensor conv = src.to(dtype_);
     dispatch_all(dtype_, [&]<class T>() { strided_copy<T>(conv, *this); });
@@ -163,9 +159,7 @@ void Tensor::copy_(const Tensor& src) {
 }
 
 Tensor Tensor::view(const Shape& shape) const {
-  if (!is_contiguous())
-    throw std::invalid_argument("view: tensor of shape " + shape_str(shape_) +
-                                " is not contiguous; call contiguous() or reshape()");
+  GF_CHECK(is_contiguous(), "view: tensor of shape {} is not contiguous; call contiguous() or reshape()", shape_str(shape_));
   Shape s = infer_shape(shape, numel(), "view", shape_);
   return Tensor(storage_, offset_, s, contiguous_strides(s), dtype_);
 }
@@ -187,13 +181,12 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  if (dims.size() != shape_.size())
-    throw std::invalid_argument("permute: " + std::to_string(dims.size()) + " dims given for shape " + shape_str(shape_));
+  GF_CHECK(dims.size() == shape_.size(), "permute: {} dims given for shape {}", dims.size(), shape_str(shape_));
   Shape sh(dims.size()), st(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
     int d = normalize_dim(dims[i], shape_.size(), "permute", shape_);
-    if (seen[d]) throw std::invalid_argument("permute: dim " + std::to_string(d) + " repeated");
+    GF_CHECK(!seen[d], "permute: dim {} repeated for shape {}", d, shape_str(shape_));
     seen[d] = true;
     sh[i] = shape_[d];
     st[i] = strides_[d];
@@ -204,9 +197,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   int d = normalize_dim(dim, shape_.size(), "narrow", shape_);
   if (start < 0) start += shape_[d];
-  if (start < 0 || length < 0 || start + length > shape_[d])
-    throw std::out_of_range("narrow: [" + std::to_string(start) + ", " + std::to_string(start + length) +
-                            ") is outside dim " + std::to_string(d) + " of shape " + shape_str(shape_));
+  GF_CHECK_AS(std::out_of_range, start >= 0 && length >= 0 && start + length <= shape_[d],
+              "narrow: [{}, {}) is outside dim {} of shape {}", start, start + length, d, shape_str(shape_));
   Shape sh = shape_;
   sh[d] = length;
   return Tensor(storage_, offset_ + start * strides_[d], sh, strides_, dtype_);
@@ -215,9 +207,8 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
 Tensor Tensor::select(int64_t dim, int64_t index) const {
   int d = normalize_dim(dim, shape_.size(), "select", shape_);
   if (index < 0) index += shape_[d];
-  if (index < 0 || index >= shape_[d])
-    throw std::out_of_range("select: index " + std::to_string(index) + " is outside dim " + std::to_string(d) +
-                            " of shape " + shape_str(shape_));
+  GF_CHECK_AS(std::out_of_range, index >= 0 && index < shape_[d], "select: index {} is outside dim {} of shape {}", index,
+              d, shape_str(shape_));
   Shape sh = shape_, st = strides_;
   sh.erase(sh.begin() + d);
   st.erase(st.begin() + d);
@@ -235,8 +226,7 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
 
 Tensor Tensor::squeeze(int64_t dim) const {
   int d = normalize_dim(dim, shape_.size(), "squeeze", shape_);
-  if (shape_[d] != 1)
-    throw std::invalid_argument("squeeze: dim " + std::to_string(d) + " of shape " + shape_str(shape_) + " is not 1");
+  GF_CHECK(shape_[d] == 1, "squeeze: dim {} of shape {} is not 1", d, shape_str(shape_));
   Shape sh = shape_, st = strides_;
   sh.erase(sh.begin() + d);
   st.erase(st.begin() + d);
@@ -244,16 +234,13 @@ Tensor Tensor::squeeze(int64_t dim) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
-  if (shape.size() < shape_.size())
-    throw std::invalid_argument("expand: cannot expand " + shape_str(shape_) + " to " + shape_str(shape));
+  GF_CHECK(shape.size() >= shape_.size(), "expand: cannot expand {} to {}", shape_str(shape_), shape_str(shape));
   size_t lead = shape.size() - shape_.size();
   Shape st(shape.size(), 0);
   for (size_t i = 0; i < shape_.size(); ++i) {
-    if (shape_[i] == shape[lead + i]) {
-      st[lead + i] = strides_[i];
-    } else if (shape_[i] != 1) {
-      throw std::invalid_argument("expand: cannot expand " + shape_str(shape_) + " to " + shape_str(shape));
-    }
+    GF_CHECK(shape_[i] == shape[lead + i] || shape_[i] == 1, "expand: cannot expand {} to {}", shape_str(shape_),
+             shape_str(shape));
+    if (shape_[i] == shape[lead + i]) st[lead + i] = strides_[i];
   }
   return Tensor(storage_, offset_, shape, st, dtype_);
 }
@@ -288,17 +275,17 @@ void Tensor::flat_set(int64_t i, double v) {
 
 double Tensor::item() const {
   check_defined(*this, "item");
-  if (numel() != 1) throw std::invalid_argument("item: tensor of shape " + shape_str(shape_) + " is not one element");
+  GF_CHECK(numel() == 1, "item: tensor of shape {} is not one element", shape_str(shape_));
   return flat_get(0);
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const {
-  if (index.size() != shape_.size())
-    throw std::invalid_argument("at: " + std::to_string(index.size()) + " indices for shape " + shape_str(shape_));
+  GF_CHECK(index.size() == shape_.size(), "at: {} indices for shape {}", index.size(), shape_str(shape_));
   int64_t si = offset_;
   size_t k = 0;
   for (int64_t i : index) {
-    if (i < 0 || i >= shape_[k]) throw std::out_of_range("at: index out of range for shape " + shape_str(shape_));
+    GF_CHECK_AS(std::out_of_range, i >= 0 && i < shape_[k], "at: index {} is outside dim {} of shape {}", i, k,
+                shape_str(shape_));
     si += i * strides_[k++];
   }
   return dispatch_all(dtype_, [&]<class T>() -> double {
@@ -347,22 +334,20 @@ std::string Tensor::str(int max_elems) const {
 }
 
 void check_defined(const Tensor& t, const char* op) {
-  if (!t.defined()) throw std::invalid_argument(std::string(op) + ": tensor is undefined");
+  GF_CHECK(t.defined(), "{}: tensor is undefined", op);
 }
 
 void check_dtype(const Tensor& t, DType dtype, const char* op) {
   check_defined(t, op);
-  if (t.dtype() != dtype)
-    throw std::invalid_argument(std::string(op) + ": expected " + dtype_name(dtype) + ", got " + dtype_name(t.dtype()) +
-                                " for shape " + shape_str(t.shape()));
+  GF_CHECK(t.dtype() == dtype, "{}: expected {}, got {} for shape {}", op, dtype_name(dtype), dtype_name(t.dtype()),
+           shape_str(t.shape()));
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   check_defined(a, op);
   check_defined(b, op);
-  if (a.dtype() != b.dtype())
-    throw std::invalid_argument(std::string(op) + ": dtypes differ: " + dtype_name(a.dtype()) + " " +
-                                shape_str(a.shape()) + " and " + dtype_name(b.dtype()) + " " + shape_str(b.shape()));
+  GF_CHECK(a.dtype() == b.dtype(), "{}: dtypes differ: {} {} and {} {}", op, dtype_name(a.dtype()), shape_str(a.shape()),
+           dtype_name(b.dtype()), shape_str(b.shape()));
 }
 
 }  // namespace gf

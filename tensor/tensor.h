@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/check.h"
 #include "tensor/dtype.h"
 #include "tensor/shape.h"
 #include "tensor/storage.h"
@@ -87,16 +88,16 @@ class Tensor {
   DType dtype_ = DType::Float32;
 };
 
-// Throws "<op>: expected dtype X, got Y for shape S".
+// Throw "<op>: expected float32, got int64 for shape (2, 3)", "<op>: dtypes differ: ..." and
+// "<op>: tensor is undefined".
 void check_dtype(const Tensor& t, DType dtype, const char* op);
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
 void check_defined(const Tensor& t, const char* op);
 
 template <class T>
 T* Tensor::data() const {
-  if (dtype_of<T>() != dtype_)
-    throw std::invalid_argument(std::string("Tensor::data: requested ") + dtype_name(dtype_of<T>()) +
-                                " from a " + dtype_name(dtype_) + " tensor of shape " + shape_str(shape_));
+  GF_CHECK(dtype_of<T>() == dtype_, "Tensor::data: requested {} from a {} tensor of shape {}", dtype_name(dtype_of<T>()),
+           dtype_name(dtype_), shape_str(shape_));
   return static_cast<T*>(storage_->data()) + offset_;
 }
 

@@ -140,6 +140,25 @@ TEST_CASE("anomaly mode names the op that first produced NaN in forward, and whe
   CHECK_THROWS_WITH(x / x, doctest::Contains("encoder.layers.0"));
 }
 
+TEST_CASE("anomaly reports name the scalar op that ran and the nested scope it ran in") {
+  Variable x(Tensor::of({std::nan("")}, {1}, DType::Float64), true);
+  AnomalyGuard ag;
+  NameScope outer("decoder.layers.0");
+  NameScope inner("self_attn");
+  CHECK_THROWS_WITH_AS(x + 1.0, doctest::Contains("anomaly: forward of add_scalar (inputs (1,), op #"), std::runtime_error);
+  CHECK_THROWS_WITH(x + 1.0, doctest::Contains("created in decoder.layers.0/self_attn) produced NaN at element 0"));
+  CHECK_THROWS_WITH(x * 2.0, doctest::Contains("anomaly: forward of mul_scalar"));
+}
+
+TEST_CASE("add_scalar records an add_scalar Node that passes the gradient through") {
+  Variable x(Tensor::of({1, 2}, {2}, DType::Float64), true);
+  Variable y = x + 3.0;
+  CHECK(std::string(y.grad_fn()->name()) == "add_scalar");
+  y.backward(Tensor::of({5, 7}, {2}, DType::Float64));
+  CHECK(x.grad().at({0}) == 5);
+  CHECK(x.grad().at({1}) == 7);
+}
+
 TEST_CASE("anomaly mode stops at a non-finite gradient in backward") {
   Variable x(Tensor::of({0.0, 1.0}, {2}, DType::Float64), true);
   Variable one(Tensor::of({1.0, 1.0}, {2}, DType::Float64));

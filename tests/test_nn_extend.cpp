@@ -14,6 +14,7 @@
 #include "nn/multihead_attention.h"
 #include "nn/norm.h"
 #include "nn/rms_norm.h"
+#include "nn/scale_norm.h"
 #include "nn/seq2seq.h"
 #include "nn_test_util.h"
 #include "tensor/kernels/random.h"
@@ -67,11 +68,25 @@ TEST_CASE("gradcheck: RMSNorm in float64, w.r.t. the input and the weight") {
   GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({3, 5}, 4)), n.weight}));
 }
 
+TEST_CASE("ScaleNorm: x * scale / sqrt(sum(x^2) + eps), one scalar parameter started at sqrt(d); gradcheck") {
+  nn::ScaleNorm n(4, 1e-5);
+  n.to(DType::Float64);
+  CHECK(shapes_of(n) == std::map<std::string, std::string>{{"scale", "(1,)"}});
+  CHECK(n.scale.data().item() == doctest::Approx(2.0));
+  Tensor x = Tensor::of({1, 2, 3, 4, -2, 0, 0, 2}, {2, 4}, DType::Float64);
+  Tensor y = n.forward(Variable(x)).data();
+  CHECK(y.at({0, 3}) == doctest::Approx(4 * 2.0 / std::sqrt(30 + 1e-5)).epsilon(1e-12));
+  CHECK(y.at({1, 0}) == doctest::Approx(-2 * 2.0 / std::sqrt(8 + 1e-5)).epsilon(1e-12));
+  Tensor(n.scale.data()).fill_(0.7);
+  auto fn = [&](const std::vector<Variable>& in) { return n.forward(in[0]) * in[0]; };
+  GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({3, 4}, 5)), n.scale}));
+}
+
 TEST_CASE("norms by name: make_norm, the registry's names, and a clear error") {
-  CHECK(nn::norm_names() == "layernorm, rmsnorm");
+  CHECK(nn::norm_names() == "layernorm, rmsnorm, scalenorm");
   CHECK(dynamic_cast<nn::LayerNorm*>(nn::make_norm("layernorm", 3, 1e-5).get()) != nullptr);
   CHECK(dynamic_cast<nn::RMSNorm*>(nn::make_norm("rmsnorm", 3, 1e-5).get()) != nullptr);
-  GF_CHECK_CONTAINS(error_of([] { nn::make_norm("batchnorm", 3, 1e-5); }), "norm 'batchnorm' is unknown (known: layernorm, rmsnorm)");
+  GF_CHECK_CONTAINS(error_of([] { nn::make_norm("batchnorm", 3, 1e-5); }), "norm 'batchnorm' is unknown (known: layernorm, rmsnorm, scalenorm)");
   nn::TransformerLayerOptions o;
   o.norm = "rmsnorm";
   o.d_model = 8, o.nhead = 2, o.dim_feedforward = 16;

@@ -227,3 +227,31 @@ TEST_CASE("figure_svg: explicit ticks a log axis cannot show are left out, not d
   CHECK(bad_coordinate(svg) == "");
   CHECK(tick_texts(svg) == std::vector<std::string>{"1", "10", "100"});
 }
+
+TEST_CASE("chart_svg: the legend sits 6 px inside the corner the chart names (top left unless told)") {
+  // The plot frame, <rect ... fill="none" stroke="#555555"/>, and the legend box, the rect with fill-opacity 0.85.
+  auto rect = [](const std::string& svg, const std::string& marker) {
+    const size_t at = svg.find(marker);
+    REQUIRE(at != std::string::npos);
+    const std::string tag = svg.substr(svg.rfind("<rect", at), svg.find("/>", at) - svg.rfind("<rect", at));
+    std::vector<double> v;
+    for (const char* name : {"x", "y", "width", "height"}) {
+      std::smatch m;
+      REQUIRE(std::regex_search(tag, m, std::regex(std::string(" ") + name + "=\"([^\"]+)\"")));
+      v.push_back(std::stod(m[1]));
+    }
+    return v;  // x, y, width, height
+  };
+  Chart c = chart(false, false, {series("a", {1, 2, 3}, {1, 2, 3}), series("b", {1, 2, 3}, {3, 2, 1})});
+  for (auto corner : {Chart::Corner::TopLeft, Chart::Corner::TopRight, Chart::Corner::BottomLeft, Chart::Corner::BottomRight}) {
+    c.legend = corner;
+    const std::string svg = chart_svg(c);
+    CHECK(xml_problem(svg) == "");
+    const std::vector<double> f = rect(svg, "stroke=\"#555555\""), l = rect(svg, "fill-opacity=\"0.85\"");
+    const bool right = corner == Chart::Corner::TopRight || corner == Chart::Corner::BottomRight;
+    const bool bottom = corner == Chart::Corner::BottomLeft || corner == Chart::Corner::BottomRight;
+    CHECK((right ? l[0] + l[2] : l[0]) == doctest::Approx(right ? f[0] + f[2] - 6 : f[0] + 6));
+    CHECK((bottom ? l[1] + l[3] : l[1]) == doctest::Approx(bottom ? f[1] + f[3] - 6 : f[1] + 6));
+  }
+  CHECK(Chart{}.legend == Chart::Corner::TopLeft);
+}

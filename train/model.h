@@ -5,6 +5,7 @@
 //   "decoder-only":    nn::DecoderOnlyTransformer over one sequence "source <sep> target <eos>",
 //                      with the loss on the target part only (the source positions are PAD-labelled).
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "nn/decoder_only.h"
@@ -28,6 +29,7 @@ class TranslationModel {
   virtual DecodeOptions decode_options() const = 0;  // the right bos (or <sep>), eos and pad
   // The encoder-decoder itself (attention maps need it); nullptr for another architecture.
   virtual const nn::Seq2SeqTransformer* seq2seq() const { return nullptr; }
+  nn::Seq2SeqTransformer* seq2seq() { return const_cast<nn::Seq2SeqTransformer*>(std::as_const(*this).seq2seq()); }
 };
 
 // A new model for the config's architecture; the decoder-only model needs <sep> in the (joint)

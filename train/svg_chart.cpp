@@ -180,12 +180,15 @@ void draw_chart(std::string& out, const Chart& c, double ox, double oy) {
                              number(X(s.x[i])), number(Y(s.y[i])), color, xml_escape(s.name), s.x[i], s.y[i]);
     out += "</g>\n";
   }
-  // Legend, top left inside the plot.
+  // Legend, inside the plot in the chart's corner.
   double lw = 0;
   for (const auto& s : c.series) lw = std::max(lw, svg::label_width_em(s.name) * 10.5);
   if (!c.series.empty()) {
     lw += 40;
-    const double lh = 6 + 14 * static_cast<double>(c.series.size()), lx = ax.p0 + 6, ly = ay.p1 + 6;
+    const bool right = c.legend == Chart::Corner::TopRight || c.legend == Chart::Corner::BottomRight;
+    const bool bottom = c.legend == Chart::Corner::BottomLeft || c.legend == Chart::Corner::BottomRight;
+    const double lh = 6 + 14 * static_cast<double>(c.series.size());
+    const double lx = right ? ax.p1 - 6 - lw : ax.p0 + 6, ly = bottom ? ay.p0 - 6 - lh : ay.p1 + 6;
     out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#ffffff\" fill-opacity=\"0.85\" stroke=\"#bbbbbb\" stroke-width=\"0.6\"/>\n",
                        number(lx), number(ly), number(lw), number(lh));
     for (size_t k = 0; k < c.series.size(); ++k) {

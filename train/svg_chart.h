@@ -23,6 +23,8 @@ struct Chart {
   bool log_x = false, log_y = false;
   std::vector<ChartSeries> series;
   std::vector<double> x_ticks;  // optional: ticks exactly here (e.g. the depths of a sweep)
+  // The corner of the plot the legend sits in: one the data leave free.
+  enum class Corner { TopLeft, TopRight, BottomLeft, BottomRight } legend = Corner::TopLeft;
 };
 
 // A grid of values coloured on one scale (viridis): rows x columns, e.g. layers x steps.

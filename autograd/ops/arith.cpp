@@ -85,6 +85,7 @@ Variable div(const Variable& a, const Variable& b) {
 }
 
 // ---- neg and scalar arithmetic: d(s*a) = s*g, d(a+s) = g ----
+// neg is mul_scalar by -1, so its Node reports "mul_scalar".
 struct ScaleBackward : Node {
   double scale = 1.0;
   const char* name() const override { return "mul_scalar"; }
@@ -100,9 +101,15 @@ Variable mul_scalar(const Variable& a, double s) {
 
 Variable neg(const Variable& a) { return mul_scalar(a, -1.0); }
 
+// Its own Node so that anomaly reports and graph pictures name the op that ran.
+struct AddScalarBackward : Node {
+  const char* name() const override { return "add_scalar"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {g}; }  // the gradient passes through
+};
+
 Variable add_scalar(const Variable& a, double s) {
   Tensor out = kernels::add_scalar(a.data(), s);
-  auto node = make_node<ScaleBackward>({&a});  // scale 1: the gradient passes through
+  auto node = make_node<AddScalarBackward>({&a});
   return Variable::from_op(std::move(out), node);
 }
 

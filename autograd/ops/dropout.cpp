@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/function.h"
+#include "tensor/check.h"
 
 namespace gf {
 
@@ -18,11 +19,9 @@ struct DropoutBackward : Node {
 };
 
 Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
-  if (!(p >= 0.0 && p <= 1.0))
-    throw std::invalid_argument("dropout: probability " + std::to_string(p) + " is outside [0, 1] (input " +
-                                shape_str(x.shape()) + ")");
-  if (!is_floating(x.dtype()))
-    throw std::invalid_argument(std::string("dropout: expected a float32 or float64 tensor, got ") + dtype_name(x.dtype()));
+  GF_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
+  GF_CHECK(is_floating(x.dtype()), "dropout: expected a float32 or float64 tensor, got {} {}", dtype_name(x.dtype()),
+           shape_str(x.shape()));
   if (!training || p == 0.0) return x;
   // p == 1 drops everything: scale 0 instead of 1 / 0.
   const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);

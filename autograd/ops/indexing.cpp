@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/function.h"
+#include "tensor/check.h"
 #include "tensor/kernels/binary.h"
 #include "tensor/kernels/indexing.h"
 
@@ -26,9 +27,9 @@ struct IndexSelectBackward : Node {
 };
 
 Variable index_select(const Variable& weight, const Tensor& indices, int64_t padding_idx) {
-  if (weight.ndim() >= 1 && padding_idx >= weight.shape()[0])
-    throw std::out_of_range("index_select: padding_idx " + std::to_string(padding_idx) + " is outside a table of " +
-                            std::to_string(weight.shape()[0]) + " rows (weight " + shape_str(weight.shape()) + ")");
+  GF_CHECK_AS(std::out_of_range, weight.ndim() < 1 || padding_idx < weight.shape()[0],
+              "index_select: padding_idx {} is outside a table of {} rows (weight {})", padding_idx, weight.shape()[0],
+              shape_str(weight.shape()));
   Tensor out = kernels::index_select(weight.data(), indices);  // (I..., D...); checks the indices
   auto node = make_node<IndexSelectBackward>({&weight});
   if (node) node->indices = indices, node->weight_shape = weight.shape(), node->padding_idx = padding_idx;

@@ -11,13 +11,16 @@
 #include <stdexcept>
 #include <vector>
 
+#include "tensor/check.h"
+
 namespace gf {
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err); }
-
-[[noreturn]] void fail(const std::string& path, const std::string& step, int err) {
-  throw std::runtime_error("write_file_atomic: '" + path + "': " + step + ": " + errno_text(err));
+// std::runtime_error "write_file_atomic: '<path>': <step>: <strerror(err)>".
+template <class... Args>
+[[noreturn]] void fail(const std::string& path, int err, fmt::format_string<Args...> step, Args&&... args) {
+  GF_FAIL_AS(std::runtime_error, "write_file_atomic: '{}': {}: {}", path, fmt::format(step, std::forward<Args>(args)...),
+             std::strerror(err));
 }
 
 // The directory that will hold the file: the rename must stay within one filesystem, and that
@@ -35,17 +38,17 @@ class TempFile {
     std::filesystem::path p(target);
     std::string dir = p.parent_path().string();
     std::string base = p.filename().string();
-    if (base.empty() || base == "." || base == "..") fail(target, "not a file name", EINVAL);
+    if (base.empty() || base == "." || base == "..") fail(target, EINVAL, "not a file name");
     // A hidden name in the same directory, unique per process and call; O_EXCL guarantees we never
     // reuse a name someone else holds, so a clash just moves on to the next counter value.
     for (int attempt = 0; attempt < 100; ++attempt) {
-      std::string name = "." + base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+      std::string name = fmt::format(".{}.tmp-{}-{}", base, ::getpid(), counter++);
       path_ = dir.empty() ? name : (std::filesystem::path(dir) / name).string();
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ >= 0) return;
-      if (errno != EEXIST) fail(target, "cannot create temporary file '" + path_ + "'", errno);
+      if (errno != EEXIST) fail(target, errno, "cannot create temporary file '{}'", path_);
     }
-    fail(target, "cannot find a free temporary file name", EEXIST);
+    fail(target, EEXIST, "cannot find a free temporary file name");
   }
   ~TempFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -71,7 +74,7 @@ void write_all(int fd, const char* p, size_t n, const std::string& target, const
     ssize_t w = ::write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      fail(target, "cannot write temporary file '" + tmp + "'", errno);
+      fail(target, errno, "cannot write temporary file '{}'", tmp);
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -81,13 +84,13 @@ void write_all(int fd, const char* p, size_t n, const std::string& target, const
 void fsync_directory(const std::string& target) {
   std::string dir = directory_of(target);
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail(target, "cannot open directory '" + dir + "' to fsync it", errno);
+  if (dfd < 0) fail(target, errno, "cannot open directory '{}' to fsync it", dir);
   int rc = ::fsync(dfd);
   int err = errno;
   ::close(dfd);
   // Some filesystems cannot fsync a directory at all; the rename is still done, only its
   // durability is up to them, so that is not an error.
-  if (rc != 0 && err != EINVAL && err != ENOTSUP) fail(target, "cannot fsync directory '" + dir + "'", err);
+  if (rc != 0 && err != EINVAL && err != ENOTSUP) fail(target, err, "cannot fsync directory '{}'", dir);
 }
 
 }  // namespace
@@ -118,12 +121,12 @@ void write_file_atomic_with(const std::string& path, const std::function<void(co
 
   // The data must be on disk before the rename makes it visible, or a crash could leave the new
   // name pointing at an empty or partial file.
-  if (::fsync(tmp.fd()) != 0) fail(path, "cannot fsync temporary file '" + tmp.path() + "'", errno);
+  if (::fsync(tmp.fd()) != 0) fail(path, errno, "cannot fsync temporary file '{}'", tmp.path());
   int rc = ::close(tmp.fd());
   tmp.closed();
-  if (rc != 0) fail(path, "cannot close temporary file '" + tmp.path() + "'", errno);
+  if (rc != 0) fail(path, errno, "cannot close temporary file '{}'", tmp.path());
   if (::rename(tmp.path().c_str(), path.c_str()) != 0)
-    fail(path, "cannot rename temporary file '" + tmp.path() + "' over it", errno);
+    fail(path, errno, "cannot rename temporary file '{}' over it", tmp.path());
   tmp.committed();
   fsync_directory(path);
 }

@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 
 namespace gf {
@@ -32,8 +33,10 @@ constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t
 // building huge nested structures.
 constexpr int kMaxJsonDepth = 16;
 
-[[noreturn]] void bad(const std::string& what, const std::string& problem) {
-  throw std::runtime_error("safetensors: '" + what + "': " + problem);
+// Every problem with a file's contents: std::runtime_error "safetensors: '<file>': <problem>".
+template <class... Args>
+[[noreturn]] void bad(const std::string& what, fmt::format_string<Args...> problem, Args&&... args) {
+  GF_FAIL_AS(std::runtime_error, "safetensors: '{}': {}", what, fmt::format(problem, std::forward<Args>(args)...));
 }
 
 const char* st_dtype_name(DType t) {
@@ -98,7 +101,7 @@ json parse_json(const std::string& text, const std::string& what) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
         if (depth >= kMaxJsonDepth)
-          bad(what, "header JSON is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
+          bad(what, "header JSON is nested more than {} levels deep", kMaxJsonDepth);
         if (event == json::parse_event_t::object_start) keys_per_object.emplace_back();
         break;
       case json::parse_event_t::object_end:
@@ -107,7 +110,7 @@ json parse_json(const std::string& text, const std::string& what) {
       case json::parse_event_t::key: {
         const std::string& key = parsed.get_ref<const std::string&>();
         if (!keys_per_object.back().insert(key).second)
-          bad(what, "header has duplicate key '" + brief(key) + "'");
+          bad(what, "header has duplicate key '{}'", brief(key));
         break;
       }
       default: break;
@@ -117,34 +120,34 @@ json parse_json(const std::string& text, const std::string& what) {
   try {
     return json::parse(text, cb);
   } catch (const json::exception& e) {
-    bad(what, std::string("header is not valid JSON: ") + e.what());
+    bad(what, "header is not valid JSON: {}", e.what());
   }
 }
 
 Entry parse_entry(const std::string& name, const json& v, uint64_t data_size, const std::string& what) {
-  const std::string t = "tensor '" + brief(name) + "': ";
-  if (!v.is_object()) bad(what, t + "entry is " + brief(v) + " (a " + v.type_name() + "), not an object");
+  const std::string t = fmt::format("tensor '{}': ", brief(name));
+  if (!v.is_object()) bad(what, "{}entry is {} (a {}), not an object", t, brief(v), v.type_name());
   for (auto it = v.begin(); it != v.end(); ++it)
     if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
-      bad(what, t + "unexpected field '" + brief(it.key()) + "' (allowed: dtype, shape, data_offsets)");
+      bad(what, "{}unexpected field '{}' (allowed: dtype, shape, data_offsets)", t, brief(it.key()));
   for (const char* field : {"dtype", "shape", "data_offsets"})
-    if (!v.contains(field)) bad(what, t + "missing field '" + field + "'");
+    if (!v.contains(field)) bad(what, "{}missing field '{}'", t, field);
 
   Entry e;
   e.name = name;
 
   const json& dt = v["dtype"];
-  if (!dt.is_string()) bad(what, t + "dtype is " + brief(dt) + ", not a string");
+  if (!dt.is_string()) bad(what, "{}dtype is {}, not a string", t, brief(dt));
   if (!st_dtype_from_name(dt.get_ref<const std::string&>(), e.dtype))
-    bad(what, t + "unsupported dtype " + brief(dt) + " (gradflow reads F32, F64, I64, BOOL)");
+    bad(what, "{}unsupported dtype {} (gradflow reads F32, F64, I64, BOOL)", t, brief(dt));
 
   const json& sh = v["shape"];
-  if (!sh.is_array()) bad(what, t + "shape is " + brief(sh) + ", not an array");
+  if (!sh.is_array()) bad(what, "{}shape is {}, not an array", t, brief(sh));
   for (size_t i = 0; i < sh.size(); ++i) {
     uint64_t d;
     if (!as_uint(sh[i], d))
-      bad(what, t + "shape dim " + std::to_string(i) + " is " + brief(sh[i]) + ", not a non-negative integer");
-    if (d > kInt64Max) bad(what, t + "shape dim " + std::to_string(i) + " is " + std::to_string(d) + ", too large");
+      bad(what, "{}shape dim {} is {}, not a non-negative integer", t, i, brief(sh[i]));
+    if (d > kInt64Max) bad(what, "{}shape dim {} is {}, too large", t, i, d);
     e.shape.push_back(static_cast<int64_t>(d));
   }
   // Zero-size dims are skipped in the product so that row-major strides, which multiply the
@@ -152,26 +155,25 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_size, co
   int64_t stride_product = 1, nbytes = 0;
   for (int64_t d : e.shape)
     if (__builtin_mul_overflow(stride_product, std::max<int64_t>(d, 1), &stride_product))
-      bad(what, t + "element count of shape " + shape_str(e.shape) + " overflows 64 bits");
+      bad(what, "{}element count of shape {} overflows 64 bits", t, shape_str(e.shape));
   if (__builtin_mul_overflow(shape_numel(e.shape), static_cast<int64_t>(dtype_size(e.dtype)), &nbytes))
-    bad(what, t + "byte size of shape " + shape_str(e.shape) + " overflows 64 bits");
+    bad(what, "{}byte size of shape {} overflows 64 bits", t, shape_str(e.shape));
 
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2)
-    bad(what, t + "data_offsets is " + brief(off) + ", not an array of two integers [begin, end]");
+    bad(what, "{}data_offsets is {}, not an array of two integers [begin, end]", t, brief(off));
   for (int k = 0; k < 2; ++k) {
     uint64_t x;
     if (!as_uint(off[k], x))
-      bad(what, t + "data_offsets[" + std::to_string(k) + "] is " + brief(off[k]) + ", not a non-negative integer");
+      bad(what, "{}data_offsets[{}] is {}, not a non-negative integer", t, k, brief(off[k]));
     (k == 0 ? e.begin : e.end) = x;
   }
-  const std::string range = "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
-  if (e.begin > e.end) bad(what, t + range + " are out of order (begin > end)");
-  if (e.end > data_size)
-    bad(what, t + range + " run past the end of the data section (" + std::to_string(data_size) + " bytes)");
+  const std::string range = fmt::format("data_offsets [{}, {}]", e.begin, e.end);
+  if (e.begin > e.end) bad(what, "{}{} are out of order (begin > end)", t, range);
+  if (e.end > data_size) bad(what, "{}{} run past the end of the data section ({} bytes)", t, range, data_size);
   if (e.end - e.begin != static_cast<uint64_t>(nbytes))
-    bad(what, t + range + " span " + std::to_string(e.end - e.begin) + " bytes but " + st_dtype_name(e.dtype) +
-                  " shape " + shape_str(e.shape) + " needs " + std::to_string(nbytes) + " bytes");
+    bad(what, "{}{} span {} bytes but {} shape {} needs {} bytes", t, range, e.end - e.begin, st_dtype_name(e.dtype),
+        shape_str(e.shape), nbytes);
   return e;
 }
 
@@ -185,37 +187,28 @@ void check_layout(std::vector<Entry>& entries, uint64_t data_size, const std::st
   });
   uint64_t pos = 0;
   const Entry* prev = nullptr;
-  auto span = [](const Entry* e) {
-    // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on the equivalent chain of operator+.
-    std::string s = "'";
-    s += brief(e->name);
-    s += "' [" + std::to_string(e->begin) + ", " + std::to_string(e->end) + "]";
-    return s;
-  };
+  auto span = [](const Entry* e) { return fmt::format("'{}' [{}, {}]", brief(e->name), e->begin, e->end); };
   for (const Entry* e : order) {
-    if (e->begin < pos) bad(what, "tensors " + span(prev) + " and " + span(e) + " overlap");
+    if (e->begin < pos) bad(what, "tensors {} and {} overlap", span(prev), span(e));
     if (e->begin > pos)
-      bad(what, "hole in the data section: bytes [" + std::to_string(pos) + ", " + std::to_string(e->begin) +
-                    ") before tensor " + span(e) + " belong to no tensor");
+      bad(what, "hole in the data section: bytes [{}, {}) before tensor {} belong to no tensor", pos, e->begin, span(e));
     pos = e->end;
     prev = e;
   }
-  if (pos != data_size)
-    bad(what, "hole in the data section: the last " + std::to_string(data_size - pos) +
-                  " bytes belong to no tensor");
+  if (pos != data_size) bad(what, "hole in the data section: the last {} bytes belong to no tensor", data_size - pos);
 }
 
 Header parse_header(const std::string& text, uint64_t data_size, const std::string& what) {
   json root = parse_json(text, what);
-  if (!root.is_object()) bad(what, std::string("header is a JSON ") + root.type_name() + ", not an object");
+  if (!root.is_object()) bad(what, "header is a JSON {}, not an object", root.type_name());
   Header h;
   for (auto it = root.begin(); it != root.end(); ++it) {
     if (it.key() == "__metadata__") {
       const json& m = it.value();
-      if (!m.is_object()) bad(what, "__metadata__ is " + brief(m) + ", not an object of strings");
+      if (!m.is_object()) bad(what, "__metadata__ is {}, not an object of strings", brief(m));
       for (auto mt = m.begin(); mt != m.end(); ++mt) {
         if (!mt.value().is_string())
-          bad(what, "__metadata__ value for '" + brief(mt.key()) + "' is " + brief(mt.value()) + ", not a string");
+          bad(what, "__metadata__ value for '{}' is {}, not a string", brief(mt.key()), brief(mt.value()));
         h.metadata[mt.key()] = mt.value().get<std::string>();
       }
       continue;
@@ -232,16 +225,14 @@ using ReadFn = std::function<void(uint64_t offset, void* dst, size_t n)>;
 
 SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string& what) {
   if (file_size < 8)
-    bad(what, "file is " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
+    bad(what, "file is {} bytes, too short for the 8-byte header length", file_size);
   unsigned char len_bytes[8];
   read(0, len_bytes, 8);
   const uint64_t n = read_le64(len_bytes);
   if (n > kSafetensorsMaxHeader)
-    bad(what, "header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kSafetensorsMaxHeader) +
-                  " bytes");
+    bad(what, "header length {} exceeds the limit of {} bytes", n, kSafetensorsMaxHeader);
   if (n > file_size - 8)
-    bad(what, "header length " + std::to_string(n) + " runs past the end of the file (only " +
-                  std::to_string(file_size - 8) + " bytes follow the length)");
+    bad(what, "header length {} runs past the end of the file (only {} bytes follow the length)", n, file_size - 8);
   std::string text(n, '\0');
   read(8, text.data(), n);
   const uint64_t data_start = 8 + n, data_size = file_size - data_start;
@@ -259,8 +250,7 @@ SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string
       const unsigned char* b = static_cast<const unsigned char*>(t.raw_data());
       for (size_t i = 0; i < nbytes; ++i)
         if (b[i] > 1)
-          bad(what, "tensor '" + brief(e.name) + "': BOOL element " + std::to_string(i) + " is byte " +
-                        std::to_string(b[i]) + ", not 0 or 1");
+          bad(what, "tensor '{}': BOOL element {} is byte {}, not 0 or 1", brief(e.name), i, b[i]);
     }
     out.tensors.emplace(e.name, std::move(t));
   }
@@ -292,7 +282,7 @@ void encode(const std::map<std::string, Tensor>& tensors, const std::map<std::st
   try {
     text = header.dump();
   } catch (const json::exception&) {
-    throw std::invalid_argument("save_safetensors: a tensor name or metadata string is not valid UTF-8");
+    GF_FAIL("save_safetensors: a tensor name or metadata string is not valid UTF-8");
   }
   // Padding keeps the data section 8-byte aligned in the file, as the reference writer does.
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -308,9 +298,8 @@ void encode(const std::map<std::string, Tensor>& tensors, const std::map<std::st
 
 void check_savable(const std::map<std::string, Tensor>& tensors) {
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__")
-      throw std::invalid_argument("save_safetensors: '__metadata__' is reserved and cannot name a tensor");
-    if (!t.defined()) throw std::invalid_argument("save_safetensors: tensor '" + name + "' is undefined");
+    GF_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot name a tensor");
+    GF_CHECK(t.defined(), "save_safetensors: tensor '{}' is undefined", name);
   }
 }
 
@@ -318,8 +307,9 @@ void check_savable(const std::map<std::string, Tensor>& tensors) {
 
 SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std::string& what) {
   auto read = [&](uint64_t offset, void* dst, size_t n) {
-    if (offset > bytes.size() || n > bytes.size() - offset)
-      throw std::logic_error("load_safetensors_from_bytes: unchecked read past the end of '" + what + "'");
+    GF_CHECK_AS(std::logic_error, offset <= bytes.size() && n <= bytes.size() - offset,
+                "load_safetensors_from_bytes: unchecked read of {} bytes at {} past the end of '{}' ({} bytes)", n, offset,
+                what, bytes.size());
     std::memcpy(dst, bytes.data() + offset, n);
   };
   return decode(bytes.size(), read, what);
@@ -327,9 +317,9 @@ SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std:
 
 SafetensorsFile load_safetensors(const std::string& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
+  if (f.fd < 0) bad(path, "cannot open: {}", std::strerror(errno));
   struct stat st;
-  if (::fstat(f.fd, &st) != 0) bad(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0) bad(path, "cannot stat: {}", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
   auto read = [&](uint64_t offset, void* dst, size_t n) {
     char* p = static_cast<char*>(dst);
@@ -337,7 +327,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
       ssize_t r = ::pread(f.fd, p, n, static_cast<off_t>(offset));
       if (r < 0) {
         if (errno == EINTR) continue;
-        bad(path, std::string("read failed: ") + std::strerror(errno));
+        bad(path, "read failed: {}", std::strerror(errno));
       }
       if (r == 0) bad(path, "file ended early (did it shrink while being read?)");
       p += r;

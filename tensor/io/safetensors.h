@@ -31,8 +31,8 @@ SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std:
 
 // Writes tensors (in name order, each made contiguous) and metadata to `path`, atomically (see
 // tensor/io/atomic_file.h): a crash or error mid-write leaves any previous file intact.
-// Throws std::invalid_argument for an undefined tensor or the reserved name "__metadata__", and
-// std::runtime_error if the file cannot be written.
+// Throws std::invalid_argument for an undefined tensor, the reserved name "__metadata__" or a name
+// or metadata string that is not valid UTF-8, and std::runtime_error if the file cannot be written.
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 // The exact bytes save_safetensors writes.

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "tensor/kernels/reduce.h"
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -87,9 +88,8 @@ Tensor axpby(double alpha, const Tensor& a, double beta, const Tensor& b) {
 
 void add_(Tensor& dst, const Tensor& src) {
   check_same_dtype(dst, src, "add_");
-  if (dst.shape() != src.shape())
-    throw std::invalid_argument("add_: " + shape_str(dst.shape()) + " += " + shape_str(src.shape()) + ": shapes differ");
-  if (!dst.is_contiguous()) throw std::invalid_argument("add_: destination " + shape_str(dst.shape()) + " is not contiguous");
+  GF_CHECK(dst.shape() == src.shape(), "add_: {} += {}: shapes differ", shape_str(dst.shape()), shape_str(src.shape()));
+  GF_CHECK(dst.is_contiguous(), "add_: destination {} is not contiguous", shape_str(dst.shape()));
   Tensor s = src.contiguous();
   dispatch_float(dst.dtype(), "add_", [&]<class T>() {
     T* d = dst.data<T>();
@@ -101,7 +101,7 @@ void add_(Tensor& dst, const Tensor& src) {
 }
 
 void scale_(Tensor& dst, double s) {
-  if (!dst.is_contiguous()) throw std::invalid_argument("scale_: destination " + shape_str(dst.shape()) + " is not contiguous");
+  GF_CHECK(dst.is_contiguous(), "scale_: destination {} is not contiguous", shape_str(dst.shape()));
   dispatch_float(dst.dtype(), "scale_", [&]<class T>() {
     T* d = dst.data<T>();
     const T sv = static_cast<T>(s);
@@ -128,8 +128,7 @@ Tensor mul_scalar(const Tensor& a, double s) {
 Tensor sum_to(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
   const Shape& from = t.shape();
-  if (shape.size() > from.size())
-    throw std::invalid_argument("sum_to: cannot reduce " + shape_str(from) + " to " + shape_str(shape));
+  GF_CHECK(shape.size() <= from.size(), "sum_to: cannot reduce {} to {}", shape_str(from), shape_str(shape));
   size_t lead = from.size() - shape.size();
   std::vector<int64_t> dims;
   for (size_t i = 0; i < from.size(); ++i) {
@@ -137,8 +136,8 @@ Tensor sum_to(const Tensor& t, const Shape& shape) {
       dims.push_back(static_cast<int64_t>(i));
     } else if (shape[i - lead] == 1 && from[i] != 1) {
       dims.push_back(static_cast<int64_t>(i));
-    } else if (shape[i - lead] != from[i]) {
-      throw std::invalid_argument("sum_to: cannot reduce " + shape_str(from) + " to " + shape_str(shape));
+    } else {
+      GF_CHECK(shape[i - lead] == from[i], "sum_to: cannot reduce {} to {}", shape_str(from), shape_str(shape));
     }
   }
   Tensor s = sum(t, dims, true);

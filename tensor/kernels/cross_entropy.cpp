@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tensor/kernels/softmax.h"  // fast_exp, row_max, lane_sum
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -15,27 +16,24 @@ namespace {
 int64_t check_inputs(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing) {
   check_defined(logits, "cross_entropy");
   check_defined(target, "cross_entropy");
-  if (!is_floating(logits.dtype()))
-    throw std::invalid_argument(std::string("cross_entropy: logits must be float32 or float64, got ") +
-                                dtype_name(logits.dtype()));
-  if (target.dtype() != DType::Int64)
-    throw std::invalid_argument(std::string("cross_entropy: target must be int64 class indices, got ") +
-                                dtype_name(target.dtype()) + " " + shape_str(target.shape()));
-  if (logits.ndim() != 2 || target.ndim() != 1 || target.shape()[0] != logits.shape()[0])
-    throw std::invalid_argument("cross_entropy: logits " + shape_str(logits.shape()) + " and target " +
-                                shape_str(target.shape()) + ": expected logits (N, C) and target (N,)");
-  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
-    throw std::invalid_argument("cross_entropy: label_smoothing " + std::to_string(label_smoothing) + " is outside [0, 1]");
+  GF_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be float32 or float64, got {} {}",
+           dtype_name(logits.dtype()), shape_str(logits.shape()));
+  GF_CHECK(target.dtype() == DType::Int64, "cross_entropy: target must be int64 class indices, got {} {}",
+           dtype_name(target.dtype()), shape_str(target.shape()));
+  GF_CHECK(logits.ndim() == 2 && target.ndim() == 1 && target.shape()[0] == logits.shape()[0],
+           "cross_entropy: logits {} and target {}: expected logits (N, C) and target (N,)", shape_str(logits.shape()),
+           shape_str(target.shape()));
+  GF_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label_smoothing {} is outside [0, 1]",
+           label_smoothing);
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   Tensor tc = target.contiguous();  // (N,)
   const int64_t* t = tc.data<int64_t>();
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (t[i] == ignore_index) continue;
-    if (t[i] < 0 || t[i] >= c)
-      throw std::out_of_range("cross_entropy: target " + std::to_string(t[i]) + " at row " + std::to_string(i) +
-                              " is out of range for " + std::to_string(c) + " classes (logits " +
-                              shape_str(logits.shape()) + ", ignore_index " + std::to_string(ignore_index) + ")");
+    GF_CHECK_AS(std::out_of_range, t[i] >= 0 && t[i] < c,
+                "cross_entropy: target {} at row {} is out of range for {} classes (logits {}, ignore_index {})", t[i], i, c,
+                shape_str(logits.shape()), ignore_index);
     ++count;
   }
   return count;
@@ -48,7 +46,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
   CrossEntropyResult r;
   r.count = check_inputs(logits, target, ignore_index, label_smoothing);
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
-  if (c == 0 && r.count > 0) throw std::invalid_argument("cross_entropy: logits " + shape_str(logits.shape()) + " have no classes");
+  GF_CHECK(c != 0 || r.count == 0, "cross_entropy: logits {} have no classes", shape_str(logits.shape()));
   Tensor xc = logits.contiguous(), tc = target.contiguous();  // (N, C), (N,)
   r.lse = Tensor::empty({n}, logits.dtype());                  // (N,)
   std::vector<double> row_loss(static_cast<size_t>(n), 0.0);

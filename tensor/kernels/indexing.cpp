@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -14,13 +15,12 @@ namespace {
 void check_indices(const Tensor& indices, int64_t limit, const char* op, const std::string& what) {
   const int64_t* ix = indices.data<int64_t>();  // contiguous
   for (int64_t i = 0; i < indices.numel(); ++i)
-    if (ix[i] < 0 || ix[i] >= limit)
-      throw std::out_of_range(std::string(op) + ": index " + std::to_string(ix[i]) + " at position " + std::to_string(i) +
-                              " is out of range for " + what);
+    GF_CHECK_AS(std::out_of_range, ix[i] >= 0 && ix[i] < limit, "{}: index {} at position {} is out of range for {}", op,
+                ix[i], i, what);
 }
 
 std::string table_of(int64_t rows, const char* name, const Shape& shape) {
-  return "a table of " + std::to_string(rows) + " rows (" + name + " " + shape_str(shape) + ")";
+  return fmt::format("a table of {} rows ({} {})", rows, name, shape_str(shape));
 }
 
 // Shape of one row of a table (N, D...): (D...), and its element count.
@@ -31,7 +31,8 @@ Shape row_shape(const Shape& table) { return Shape(table.begin() + 1, table.end(
 Tensor index_select(const Tensor& weight_in, const Tensor& indices_in) {
   check_defined(weight_in, "index_select");
   check_dtype(indices_in, DType::Int64, "index_select (indices)");
-  if (weight_in.ndim() < 1) throw std::invalid_argument("index_select: weight must have at least 1 dim, got shape ()");
+  GF_CHECK(weight_in.ndim() >= 1, "index_select: weight must have at least 1 dim, got shape {} (indices {})",
+           shape_str(weight_in.shape()), shape_str(indices_in.shape()));
   Tensor weight = weight_in.contiguous();    // (N, D...)
   Tensor indices = indices_in.contiguous();  // (I...)
   const int64_t rows = weight.size(0);
@@ -56,16 +57,14 @@ Tensor index_select(const Tensor& weight_in, const Tensor& indices_in) {
 void index_add_(Tensor& dst, const Tensor& indices_in, const Tensor& src_in, int64_t skip_index) {
   check_same_dtype(dst, src_in, "index_add_");
   check_dtype(indices_in, DType::Int64, "index_add_ (indices)");
-  if (dst.ndim() < 1) throw std::invalid_argument("index_add_: destination must have at least 1 dim, got shape ()");
-  if (!dst.is_contiguous())
-    throw std::invalid_argument("index_add_: destination " + shape_str(dst.shape()) + " is not contiguous");
+  GF_CHECK(dst.ndim() >= 1, "index_add_: destination must have at least 1 dim, got shape {} (source {})",
+           shape_str(dst.shape()), shape_str(src_in.shape()));
+  GF_CHECK(dst.is_contiguous(), "index_add_: destination {} is not contiguous", shape_str(dst.shape()));
   const Shape row = row_shape(dst.shape());
   Shape want = indices_in.shape();
   want.insert(want.end(), row.begin(), row.end());
-  if (src_in.shape() != want)
-    throw std::invalid_argument("index_add_: source " + shape_str(src_in.shape()) + " should be indices " +
-                                shape_str(indices_in.shape()) + " + destination rows " + shape_str(row) + " = " +
-                                shape_str(want));
+  GF_CHECK(src_in.shape() == want, "index_add_: source {} should be indices {} + destination rows {} = {}",
+           shape_str(src_in.shape()), shape_str(indices_in.shape()), shape_str(row), shape_str(want));
   Tensor indices = indices_in.contiguous();  // (I...)
   Tensor src = src_in.contiguous();          // (I..., D...)
   const int64_t rows = dst.size(0), width = shape_numel(row), n = indices.numel();
@@ -95,18 +94,16 @@ Tensor scatter_add_along(const Shape& shape, int64_t dim, const Tensor& index_in
   const int d = normalize_dim(dim, shape.size(), "scatter_add_along", shape);
   Shape expect = shape;
   expect[d] = index_in.shape().size() == shape.size() ? index_in.shape()[d] : -1;
-  if (index_in.shape() != expect || src_in.shape() != index_in.shape())
-    throw std::invalid_argument("scatter_add_along: index " + shape_str(index_in.shape()) + " and source " +
-                                shape_str(src_in.shape()) + " must match output " + shape_str(shape) +
-                                " in every dim but " + std::to_string(d));
+  GF_CHECK(index_in.shape() == expect && src_in.shape() == index_in.shape(),
+           "scatter_add_along: index {} and source {} must match output {} in every dim but {}", shape_str(index_in.shape()),
+           shape_str(src_in.shape()), shape_str(shape), d);
   Tensor index = index_in.contiguous();  // (outer, k, inner)
   Tensor src = src_in.contiguous();      // (outer, k, inner)
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < d; ++i) outer *= shape[i];
   for (size_t i = d + 1; i < shape.size(); ++i) inner *= shape[i];
   const int64_t n = shape[d], k = index.shape()[d];
-  check_indices(index, n, "scatter_add_along",
-                "dim " + std::to_string(d) + " of size " + std::to_string(n) + " (output " + shape_str(shape) + ")");
+  check_indices(index, n, "scatter_add_along", fmt::format("dim {} of size {} (output {})", d, n, shape_str(shape)));
 
   Tensor out = Tensor::zeros(shape, src.dtype());  // (outer, n, inner)
   const int64_t* ix = index.data<int64_t>();
@@ -133,8 +130,8 @@ Tensor where(const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in) {
   try {
     out_shape = broadcast_shapes(broadcast_shapes(cond_in.shape(), a_in.shape(), "where"), b_in.shape(), "where");
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("where: condition " + shape_str(cond_in.shape()) + ", a " + shape_str(a_in.shape()) +
-                                " and b " + shape_str(b_in.shape()) + " cannot be broadcast together");
+    GF_FAIL("where: condition {}, a {} and b {} cannot be broadcast together", shape_str(cond_in.shape()),
+            shape_str(a_in.shape()), shape_str(b_in.shape()));
   }
   Tensor out = Tensor::empty(out_shape, a_in.dtype());
   const int64_t numel = out.numel();
@@ -185,14 +182,12 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
     const int64_t m = mask.shape()[mask.ndim() - i];
     fits = m == 1 || m == x.shape()[x.ndim() - i];
   }
-  if (!fits)
-    throw std::invalid_argument("masked_fill: mask " + shape_str(mask.shape()) + " cannot be broadcast to input " +
-                                shape_str(x.shape()));
+  GF_CHECK(fits, "masked_fill: mask {} cannot be broadcast to input {}", shape_str(mask.shape()), shape_str(x.shape()));
   return where(mask, Tensor::scalar(value, x.dtype()), x);
 }
 
 Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
-  if (tensors.empty()) throw std::invalid_argument("concat: no tensors given");
+  GF_CHECK(!tensors.empty(), "concat: no tensors given");
   const Tensor& first = tensors[0];
   check_defined(first, "concat");
   const int d = normalize_dim(dim, first.shape().size(), "concat", first.shape());
@@ -203,9 +198,8 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
     check_same_dtype(first, x, "concat");
     bool ok = x.ndim() == first.ndim();
     for (int i = 0; ok && i < x.ndim(); ++i) ok = i == d || x.shape()[i] == first.shape()[i];
-    if (!ok)
-      throw std::invalid_argument("concat: tensor " + std::to_string(t) + " " + shape_str(x.shape()) + " and tensor 0 " +
-                                  shape_str(first.shape()) + " differ outside dim " + std::to_string(d));
+    GF_CHECK(ok, "concat: tensor {} {} and tensor 0 {} differ outside dim {}", t, shape_str(x.shape()),
+             shape_str(first.shape()), d);
     out_shape[d] += x.shape()[d];
   }
   // Viewed as (outer, size_d * inner), every output row is the inputs' rows laid end to end.

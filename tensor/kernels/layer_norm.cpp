@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tensor/kernels/softmax.h"  // lane_sum
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -15,9 +16,8 @@ namespace {
 void check_affine(const Tensor& p, const Tensor& x, const char* what) {
   if (!p.defined()) return;
   check_same_dtype(x, p, "layer_norm");
-  if (p.shape() != Shape{x.shape().back()})
-    throw std::invalid_argument(std::string("layer_norm: ") + what + " " + shape_str(p.shape()) +
-                                " does not match the last dim of input " + shape_str(x.shape()));
+  GF_CHECK(p.shape() == Shape{x.shape().back()}, "layer_norm: {} {} does not match the last dim of input {}", what,
+           shape_str(p.shape()), shape_str(x.shape()));
 }
 
 Shape row_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
@@ -26,12 +26,12 @@ Shape row_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end
 
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   check_defined(x, "layer_norm");
-  if (x.ndim() < 1) throw std::invalid_argument("layer_norm: input " + shape_str(x.shape()) + " has no last dim");
+  GF_CHECK(x.ndim() >= 1, "layer_norm: input {} has no last dim", shape_str(x.shape()));
   check_affine(weight, x, "weight");
   check_affine(bias, x, "bias");
-  if (!(eps >= 0)) throw std::invalid_argument("layer_norm: eps " + std::to_string(eps) + " is negative");
+  GF_CHECK(eps >= 0, "layer_norm: eps {} is negative (input {})", eps, shape_str(x.shape()));
   const int64_t cols = x.shape().back();
-  if (cols == 0) throw std::invalid_argument("layer_norm: input " + shape_str(x.shape()) + " has an empty last dim");
+  GF_CHECK(cols != 0, "layer_norm: input {} has an empty last dim", shape_str(x.shape()));
   const int64_t rows = x.numel() / cols;
   Tensor xc = x.contiguous();  // (..., D)
   LayerNormResult r{Tensor::empty(x.shape(), x.dtype()), Tensor::empty(row_shape(x), DType::Float64),
@@ -77,9 +77,8 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& weight, bool need_x, bool need_weight, bool need_bias) {
   check_same_dtype(g, x, "layer_norm_backward");
-  if (g.shape() != x.shape())
-    throw std::invalid_argument("layer_norm_backward: gradient " + shape_str(g.shape()) + " and input " +
-                                shape_str(x.shape()) + " differ in shape");
+  GF_CHECK(g.shape() == x.shape(), "layer_norm_backward: gradient {} and input {} differ in shape", shape_str(g.shape()),
+           shape_str(x.shape()));
   const int64_t cols = x.shape().back();
   const int64_t rows = x.numel() / cols;
   Tensor xc = x.contiguous(), gc = g.contiguous();                      // (..., D), (..., D)

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -36,7 +37,7 @@ MatLayout matrix_layout(const Tensor& t) {
 
 // Debian's OpenBLAS takes 32-bit ints.
 void check_blas_size(int64_t v, const char* op) {
-  if (v > INT_MAX) throw std::invalid_argument(std::string(op) + ": dimension " + std::to_string(v) + " exceeds BLAS's int range");
+  GF_CHECK(v <= INT_MAX, "{}: dimension {} exceeds BLAS's int range", op, v);
 }
 
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims.
@@ -179,22 +180,18 @@ void batched_product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const 
 // The batch shape of a @ b, or an error naming both operands.
 Shape product_batch(const Tensor& a, const Tensor& b, const char* op) {
   check_same_dtype(a, b, op);
-  if (a.ndim() < 2 || b.ndim() < 2)
-    throw std::invalid_argument(std::string(op) + ": " + shape_str(a.shape()) + " @ " + shape_str(b.shape()) +
-                                ": both operands need at least 2 dims");
+  GF_CHECK(a.ndim() >= 2 && b.ndim() >= 2, "{}: {} @ {}: both operands need at least 2 dims", op, shape_str(a.shape()),
+           shape_str(b.shape()));
   const int64_t ka = a.shape()[a.ndim() - 1], kb = b.shape()[b.ndim() - 2];
-  if (ka != kb)
-    throw std::invalid_argument(std::string(op) + ": " + shape_str(a.shape()) + " @ " + shape_str(b.shape()) +
-                                ": inner dims " + std::to_string(ka) + " and " + std::to_string(kb) + " differ");
+  GF_CHECK(ka == kb, "{}: {} @ {}: inner dims {} and {} differ", op, shape_str(a.shape()), shape_str(b.shape()), ka, kb);
   const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   const size_t nl = std::max(ab.size(), bb.size());
   Shape batch(nl);
   for (size_t i = 0; i < nl; ++i) {
     const int64_t da = i < nl - ab.size() ? 1 : ab[i - (nl - ab.size())];
     const int64_t db = i < nl - bb.size() ? 1 : bb[i - (nl - bb.size())];
-    if (da != db && da != 1 && db != 1)
-      throw std::invalid_argument(std::string(op) + ": " + shape_str(a.shape()) + " @ " + shape_str(b.shape()) +
-                                  ": batch dims " + shape_str(ab) + " and " + shape_str(bb) + " cannot be broadcast");
+    GF_CHECK(da == db || da == 1 || db == 1, "{}: {} @ {}: batch dims {} and {} cannot be broadcast", op,
+             shape_str(a.shape()), shape_str(b.shape()), shape_str(ab), shape_str(bb));
     batch[i] = da == 1 ? db : da;
   }
   return batch;
@@ -223,8 +220,8 @@ Tensor matmul_sum_to(const Tensor& a, const Tensor& b, const Shape& shape) {
   if (!ok) {
     Shape full = batch;
     full.push_back(m), full.push_back(n);
-    throw std::invalid_argument("matmul_sum_to: the product " + shape_str(full) + " of " + shape_str(a.shape()) + " @ " +
-                                shape_str(b.shape()) + " cannot be summed to " + shape_str(shape));
+    GF_FAIL("matmul_sum_to: the product {} of {} @ {} cannot be summed to {}", shape_str(full), shape_str(a.shape()),
+            shape_str(b.shape()), shape_str(shape));
   }
   Tensor out = Tensor::empty(shape, a.dtype());  // (shape)
   dispatch_float(a.dtype(), "matmul", [&]<class T>() { batched_product<T>(a, b, out, "matmul"); });
@@ -233,19 +230,15 @@ Tensor matmul_sum_to(const Tensor& a, const Tensor& b, const Shape& shape) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_same_dtype(x, weight, "linear");
-  if (x.ndim() < 1 || weight.ndim() != 2)
-    throw std::invalid_argument("linear: input " + shape_str(x.shape()) + " and weight " + shape_str(weight.shape()) +
-                                ": need input (..., in) and weight (out, in)");
+  GF_CHECK(x.ndim() >= 1 && weight.ndim() == 2, "linear: input {} and weight {}: need input (..., in) and weight (out, in)",
+           shape_str(x.shape()), shape_str(weight.shape()));
   const int64_t in = x.shape().back(), out_f = weight.shape()[0];
-  if (weight.shape()[1] != in)
-    throw std::invalid_argument("linear: input " + shape_str(x.shape()) + " and weight " + shape_str(weight.shape()) +
-                                ": in_features " + std::to_string(in) + " and " + std::to_string(weight.shape()[1]) +
-                                " differ");
+  GF_CHECK(weight.shape()[1] == in, "linear: input {} and weight {}: in_features {} and {} differ", shape_str(x.shape()),
+           shape_str(weight.shape()), in, weight.shape()[1]);
   if (bias.defined()) {
     check_same_dtype(x, bias, "linear");
-    if (bias.shape() != Shape{out_f})
-      throw std::invalid_argument("linear: bias " + shape_str(bias.shape()) + " does not match weight " +
-                                  shape_str(weight.shape()) + ": expected (" + std::to_string(out_f) + ",)");
+    GF_CHECK(bias.shape() == Shape{out_f}, "linear: bias {} does not match weight {}: expected ({},)",
+             shape_str(bias.shape()), shape_str(weight.shape()), out_f);
   }
   const int64_t rows = in > 0 ? x.numel() / in : shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   Shape out_shape = x.shape();

@@ -5,12 +5,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf {
 
 uint64_t Generator::next_below(uint64_t n) {
-  if (n == 0) throw std::invalid_argument("Generator::next_below: n must be positive");
+  GF_CHECK(n > 0, "Generator::next_below: n must be positive, got 0");
   // Reject the top partial block of 2^64 so that every residue is equally likely.
   const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
   for (;;) {
@@ -39,7 +40,7 @@ void fill_dense(Tensor& t, const char* op, F&& fill) {
 
 void uniform_(Tensor& t, double lo, double hi, Generator& gen) {
   check_defined(t, "uniform_");
-  if (!(lo <= hi)) throw std::invalid_argument("uniform_: lo " + std::to_string(lo) + " exceeds hi " + std::to_string(hi));
+  GF_CHECK(lo <= hi, "uniform_: lo {} exceeds hi {} (tensor {})", lo, hi, shape_str(t.shape()));
   fill_dense(t, "uniform_", [&]<class T>(T* p, int64_t n) {
     const uint64_t base = gen.reserve(static_cast<uint64_t>(n));
     const double width = hi - lo;
@@ -51,7 +52,7 @@ void uniform_(Tensor& t, double lo, double hi, Generator& gen) {
 
 void normal_(Tensor& t, double mean, double stddev, Generator& gen) {
   check_defined(t, "normal_");
-  if (!(stddev >= 0)) throw std::invalid_argument("normal_: stddev " + std::to_string(stddev) + " is negative");
+  GF_CHECK(stddev >= 0, "normal_: stddev {} is negative (tensor {})", stddev, shape_str(t.shape()));
   fill_dense(t, "normal_", [&]<class T>(T* p, int64_t n) {
     // Box-Muller turns the two uniforms of pair j into elements 2j and 2j+1.
     const int64_t pairs = (n + 1) / 2;
@@ -82,7 +83,7 @@ Tensor randn(const Shape& shape, Generator& gen, DType dtype) {
 }
 
 Tensor keep_mask(const Shape& shape, double p, Generator& gen) {
-  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument("keep_mask: drop probability " + std::to_string(p) + " is outside [0, 1]");
+  GF_CHECK(p >= 0.0 && p <= 1.0, "keep_mask: drop probability {} is outside [0, 1] (shape {})", p, shape_str(shape));
   Tensor mask = Tensor::empty(shape, DType::Bool);  // (shape)
   bool* m = mask.data<bool>();
   const int64_t n = mask.numel();
@@ -95,8 +96,8 @@ Tensor keep_mask(const Shape& shape, double p, Generator& gen) {
 
 Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale) {
   check_dtype(mask, DType::Bool, "apply_mask");
-  if (mask.shape() != x.shape())
-    throw std::invalid_argument("apply_mask: mask " + shape_str(mask.shape()) + " does not match input " + shape_str(x.shape()));
+  GF_CHECK(mask.shape() == x.shape(), "apply_mask: mask {} does not match input {}", shape_str(mask.shape()),
+           shape_str(x.shape()));
   Tensor xc = x.contiguous(), mc = mask.contiguous();  // (shape), (shape)
   Tensor out = Tensor::empty(x.shape(), x.dtype());     // (shape)
   dispatch_float(x.dtype(), "apply_mask", [&]<class T>() {

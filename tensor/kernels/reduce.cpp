@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -21,7 +22,7 @@ ReducePlan plan_reduce(const Tensor& t, std::vector<int64_t> dims, const char* o
   p.reduced.assign(nd, dims.empty());
   for (int64_t d : dims) {
     int k = normalize_dim(d, nd, op, t.shape());
-    if (p.reduced[k]) throw std::invalid_argument(std::string(op) + ": dim " + std::to_string(d) + " given twice");
+    GF_CHECK(!p.reduced[k], "{}: dim {} given twice for shape {}", op, d, shape_str(t.shape()));
     p.reduced[k] = true;
   }
   for (size_t i = 0; i < nd; ++i) {
@@ -108,7 +109,7 @@ Tensor sum(const Tensor& t, std::vector<int64_t> dims, bool keepdim) {
 Tensor mean(const Tensor& t, std::vector<int64_t> dims, bool keepdim) {
   ReducePlan p = plan_reduce(t, dims, "mean");
   Tensor s = sum(t, std::move(dims), keepdim);
-  if (p.count == 0) throw std::invalid_argument("mean: reducing an empty dim of shape " + shape_str(t.shape()));
+  GF_CHECK(p.count != 0, "mean: reducing an empty dim of shape {}", shape_str(t.shape()));
   dispatch_float(s.dtype(), "mean", [&]<class T>() {
     T* d = s.data<T>();
     const T inv = static_cast<T>(1.0 / static_cast<double>(p.count));
@@ -120,7 +121,7 @@ Tensor mean(const Tensor& t, std::vector<int64_t> dims, bool keepdim) {
 MaxResult max(const Tensor& t, int64_t dim, bool keepdim) {
   check_defined(t, "max");
   int d = normalize_dim(dim, t.shape().size(), "max", t.shape());
-  if (t.shape()[d] == 0) throw std::invalid_argument("max: dim " + std::to_string(d) + " of shape " + shape_str(t.shape()) + " is empty");
+  GF_CHECK(t.shape()[d] != 0, "max: dim {} of shape {} is empty", d, shape_str(t.shape()));
   // Move `dim` last so each output is the max of one dense row.
   std::vector<int64_t> perm;
   for (int i = 0; i < t.ndim(); ++i)

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -43,7 +44,7 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
 template <bool Log>
 Tensor softmax_impl(const Tensor& x, const char* op) {
   check_defined(x, op);
-  if (x.ndim() < 1) throw std::invalid_argument(std::string(op) + ": input " + shape_str(x.shape()) + " has no last dim");
+  GF_CHECK(x.ndim() >= 1, "{}: input {} has no last dim", op, shape_str(x.shape()));
   Tensor xc = x.contiguous();                        // (..., C)
   Tensor out = Tensor::empty(x.shape(), x.dtype());  // (..., C)
   const int64_t cols = x.shape().back();
@@ -54,9 +55,8 @@ Tensor softmax_impl(const Tensor& x, const char* op) {
 
 void check_pair(const Tensor& y, const Tensor& g, const char* op) {
   check_same_dtype(y, g, op);
-  if (y.shape() != g.shape())
-    throw std::invalid_argument(std::string(op) + ": output " + shape_str(y.shape()) + " and gradient " +
-                                shape_str(g.shape()) + " differ in shape");
+  GF_CHECK(y.shape() == g.shape(), "{}: output {} and gradient {} differ in shape", op, shape_str(y.shape()),
+           shape_str(g.shape()));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "tensor/kernels/fast_math.h"
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -34,9 +35,8 @@ Tensor map1(const Tensor& x_in, const char* op, int64_t grain, F f) {
 template <class F>
 Tensor map2(const Tensor& g_in, const Tensor& s_in, const char* op, int64_t grain, F f) {
   check_same_dtype(g_in, s_in, op);
-  if (g_in.shape() != s_in.shape())
-    throw std::invalid_argument(std::string(op) + ": gradient " + shape_str(g_in.shape()) + " and saved tensor " +
-                                shape_str(s_in.shape()) + " differ in shape");
+  GF_CHECK(g_in.shape() == s_in.shape(), "{}: gradient {} and saved tensor {} differ in shape", op, shape_str(g_in.shape()),
+           shape_str(s_in.shape()));
   return dispatch_float(g_in.dtype(), op, [&]<class T>() {
     Tensor g = g_in.contiguous(), s = s_in.contiguous();
     Tensor out = Tensor::empty(g.shape(), g.dtype());

@@ -1,0 +1,266 @@
+// The maps behind the `attribution` lab and `gradflow attention --grad` (declared in
+// lab/attribution_maps.h): attention per head, attention rollout, and gradient-times-input.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
+#include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/shape.h"
+#include "lab/attribution_maps.h"
+#include "nn/masks.h"
+#include "train/vocab.h"
+
+namespace gf::lab {
+namespace {
+
+// Row 0 of a (B, H, L, S) weights tensor as H maps (L, S).
+std::vector<Map> heads_of(const Tensor& w) {
+  const Tensor t = w.select(0, 0).to(DType::Float64).contiguous();  // (H, L, S)
+  const int64_t H = t.size(0), L = t.size(1), S = t.size(2);
+  const double* p = t.data<double>();
+  std::vector<Map> out(static_cast<size_t>(H), Map(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(S))));
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < S; ++j) out[h][i][j] = p[(h * L + i) * S + j];
+  return out;
+}
+
+// Every encoder and decoder self-attention's weights during one forward, row 0 of the batch.
+// Installs weights observers and removes them when it goes out of scope.
+class SelfAttentionRecorder {
+ public:
+  explicit SelfAttentionRecorder(const nn::Seq2SeqTransformer& model) : model_(model) {
+    auto& enc = *model.transformer->encoder->layers;
+    auto& dec = *model.transformer->decoder->layers;
+    enc_.resize(enc.size()), dec_.resize(dec.size());
+    for (size_t l = 0; l < enc.size(); ++l) enc[l].self_attn->weights_observer = [this, l](const Variable& w) { enc_[l] = heads_of(w.data()); };
+    for (size_t l = 0; l < dec.size(); ++l) dec[l].self_attn->weights_observer = [this, l](const Variable& w) { dec_[l] = heads_of(w.data()); };
+  }
+  ~SelfAttentionRecorder() {
+    for (auto& layer : *model_.transformer->encoder->layers) layer->self_attn->weights_observer = nullptr;
+    for (auto& layer : *model_.transformer->decoder->layers) layer->self_attn->weights_observer = nullptr;
+  }
+  SelfAttentionRecorder(const SelfAttentionRecorder&) = delete;
+  SelfAttentionRecorder& operator=(const SelfAttentionRecorder&) = delete;
+  std::vector<std::vector<Map>> enc_, dec_;  // [layer][head]
+
+ private:
+  const nn::Seq2SeqTransformer& model_;
+};
+
+// The translator's forward from given source embeddings x (B, S, D) (before positions), as
+// Seq2SeqTransformer::forward computes it for unpadded sources and targets: logits (B, T, V) and
+// each decoder layer's cross-attention (B, H, T, S).
+nn::DecoderOutput forward_from_embeddings(const nn::Seq2SeqTransformer& model, const Variable& x, const Tensor& tgt_in) {
+  Variable h = model.drop->forward(model.pos->forward(x));                         // (B, S, D)
+  Variable memory = model.transformer->encoder->forward(h, Tensor());             // (B, S, D)
+  Tensor causal = model.masks.causal ? nn::make_causal_mask(tgt_in.size(1)) : Tensor();  // (T, T)
+  nn::DecoderOutput d = model.transformer->decoder->forward(model.embed_tgt(tgt_in), memory, causal, Tensor(), Tensor(), true);
+  d.output = model.project(d.output);  // (B, T, V)
+  return d;
+}
+
+// <bos> + out[:-1], repeated in B rows: (B, T).
+Tensor teacher_input(const std::vector<int64_t>& out, int64_t B) {
+  std::vector<int64_t> v;
+  for (int64_t b = 0; b < B; ++b) {
+    v.push_back(train::Vocab::kBos);
+    v.insert(v.end(), out.begin(), out.end() - 1);
+  }
+  return Tensor::from_vector(v, {B, static_cast<int64_t>(out.size())});
+}
+
+// log softmax(row)[y] for one row of V logits.
+double log_softmax_at(const double* row, int64_t V, int64_t y) {
+  double m = row[0], z = 0;
+  for (int64_t v = 1; v < V; ++v) m = std::max(m, row[v]);
+  for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - m);
+  return row[y] - m - std::log(z);
+}
+
+// log p(out[t]) at position t of row t (B = T rows), from logits (T, T, V).
+std::vector<double> diagonal_log_probs(const Tensor& logits, const std::vector<int64_t>& out) {
+  const Tensor l = logits.to(DType::Float64).contiguous();  // (T, T, V)
+  const int64_t T = l.size(0), V = l.size(2);
+  std::vector<double> lp(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) lp[t] = log_softmax_at(l.data<double>() + (t * T + t) * V, V, out[t]);
+  return lp;
+}
+
+// Records a graph while alive, whatever the caller's grad mode (e.g. under a NoGradGuard).
+class GradOn {
+ public:
+  GradOn() : prev_(GradMode::enabled()) { GradMode::set_enabled(true); }
+  ~GradOn() { GradMode::set_enabled(prev_); }
+  GradOn(const GradOn&) = delete;
+  GradOn& operator=(const GradOn&) = delete;
+
+ private:
+  bool prev_;
+};
+
+void check_inputs(const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
+  if (src.empty()) throw std::invalid_argument("attribution_maps: the source is empty");
+  if (out.empty() || out.back() != train::Vocab::kEos) throw std::invalid_argument("attribution_maps: the output must end with <eos>");
+}
+
+}  // namespace
+
+Map head_mean(const std::vector<Map>& heads) {
+  if (heads.empty()) throw std::invalid_argument("head_mean: no heads");
+  Map m(heads[0].size(), std::vector<double>(heads[0].at(0).size(), 0.0));
+  for (const Map& h : heads)
+    for (size_t i = 0; i < m.size(); ++i)
+      for (size_t j = 0; j < m[i].size(); ++j) m[i][j] += h.at(i).at(j) / static_cast<double>(heads.size());
+  return m;
+}
+
+Map abs_map(const Map& m) {
+  Map a = m;
+  for (auto& row : a)
+    for (double& v : row) v = std::abs(v);
+  return a;
+}
+
+namespace {
+
+// a (n, k) times b (k, m).
+Map matmul(const Map& a, const Map& b) {
+  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t k = 0; k < b.size(); ++k)
+      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
+  return c;
+}
+
+// 0.5 A + 0.5 I for a square A: the residual connection, as Abnar and Zuidema add it.
+Map with_residual(const Map& a, const char* what) {
+  Map r = a;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i].size() != r.size()) throw std::invalid_argument(std::string("attention_rollout: ") + what + " is not square");
+    for (double& v : r[i]) v *= 0.5;
+    r[i][i] += 0.5;
+  }
+  return r;
+}
+
+}  // namespace
+
+Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Map>& dec_self, const std::vector<Map>& cross) {
+  if (enc_self.empty() || cross.empty() || dec_self.size() != cross.size())
+    throw std::invalid_argument("attention_rollout: need encoder layers, and one decoder self- and cross-attention per decoder layer");
+  const size_t S = enc_self[0].size(), T = cross[0].size();
+  Rollout r;
+  r.encoder = Map(S, std::vector<double>(S, 0.0));
+  for (size_t i = 0; i < S; ++i) r.encoder[i][i] = 1;
+  for (const Map& a : enc_self) r.encoder = matmul(with_residual(a, "an encoder self-attention"), r.encoder);  // (S, S)
+  // P (T, S + T): source part first, then target tokens; each position starts at its own token.
+  Map P(T, std::vector<double>(S + T, 0.0));
+  for (size_t t = 0; t < T; ++t) P[t][S + t] = 1;
+  for (size_t l = 0; l < cross.size(); ++l) {
+    if (dec_self[l].size() != T || cross[l].size() != T || cross[l].at(0).size() != S)
+      throw std::invalid_argument("attention_rollout: decoder layer " + std::to_string(l) + " has maps of other sizes");
+    P = matmul(with_residual(dec_self[l], "a decoder self-attention"), P);  // (T, S + T)
+    const Map pulled = matmul(cross[l], r.encoder);                      // (T, S)
+    for (size_t t = 0; t < T; ++t) {
+      for (double& v : P[t]) v *= 0.5;
+      for (size_t s = 0; s < S; ++s) P[t][s] += 0.5 * pulled[t][s];
+    }
+  }
+  r.source = Map(T, std::vector<double>(S));
+  r.source_share.assign(T, 0.0);
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t s = 0; s < S; ++s) r.source_share[t] += P[t][s];
+    for (size_t s = 0; s < S; ++s) r.source[t][s] = P[t][s] / r.source_share[t];
+  }
+  return r;
+}
+
+Tensor source_embeddings(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src) {
+  NoGradGuard ng;
+  Tensor ids = Tensor::from_vector(src, {1, static_cast<int64_t>(src.size())});  // (1, S)
+  Variable e = model.src_emb->forward(ids) * std::sqrt(static_cast<double>(model.options().layer.d_model));  // (1, S, D)
+  return e.data().select(0, 0).contiguous();  // (S, D)
+}
+
+namespace {
+
+// log p(out[t]) at every position t of every row, teacher-forced, for source embeddings xb
+// (B, S, D): (B, T). No graph.
+std::vector<std::vector<double>> log_probs_per_row(const nn::Seq2SeqTransformer& model, const Tensor& xb, const std::vector<int64_t>& out) {
+  NoGradGuard ng;
+  const int64_t B = xb.size(0), T = static_cast<int64_t>(out.size());
+  const Tensor l = forward_from_embeddings(model, Variable(xb), teacher_input(out, B)).output.data().to(DType::Float64).contiguous();  // (B, T, V)
+  const int64_t V = l.size(2);
+  std::vector<std::vector<double>> lp(static_cast<size_t>(B), std::vector<double>(static_cast<size_t>(T)));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) lp[b][t] = log_softmax_at(l.data<double>() + (b * T + t) * V, V, out[t]);
+  return lp;
+}
+
+}  // namespace
+
+std::vector<double> output_log_probs(const nn::Seq2SeqTransformer& model, const Tensor& x, const std::vector<int64_t>& out) {
+  check_inputs({0}, out);
+  return log_probs_per_row(model, x.reshape({1, x.size(0), x.size(1)}), out).at(0);
+}
+
+Map blank_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
+  check_inputs(src, out);
+  const int64_t T = static_cast<int64_t>(out.size()), S = static_cast<int64_t>(src.size());
+  const Tensor x1 = source_embeddings(model, src);  // (S, D)
+  const int64_t D = x1.size(1);
+  // Row 0: the sentence as it is; row 1 + s: token s blanked.
+  Tensor xb = x1.reshape({1, S, D}).expand({S + 1, S, D}).contiguous().clone();  // (S + 1, S, D)
+  for (int64_t s = 0; s < S; ++s) xb.select(0, 1 + s).select(0, s).fill_(0.0);
+  const auto lp = log_probs_per_row(model, xb, out);
+  Map drop(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(S)));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < S; ++s) drop[t][s] = lp[0][t] - lp[1 + s][t];
+  return drop;
+}
+
+AttributionMaps attribution_maps(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
+  check_inputs(src, out);
+  const int64_t T = static_cast<int64_t>(out.size()), S = static_cast<int64_t>(src.size());
+  const Tensor x1 = source_embeddings(model, src);  // (S, D)
+  const int64_t D = x1.size(1);
+  // T copies of the sentence: row t's loss is -log p(out[t]) at position t alone, so one backward
+  // gives every output token's gradient, each in its own row.
+  GradOn grad_on;
+  Variable x(x1.reshape({1, S, D}).expand({T, S, D}).contiguous(), true);  // (T, S, D)
+  SelfAttentionRecorder rec(model);
+  nn::DecoderOutput d = forward_from_embeddings(model, x, teacher_input(out, T));
+  const int64_t V = d.output.size(2);
+  std::vector<int64_t> labels(static_cast<size_t>(T * T), train::Vocab::kPad);  // (T, T): out[t] on the diagonal
+  for (int64_t t = 0; t < T; ++t) labels[t * T + t] = out[t];
+  // cross_entropy averages over the T labelled positions; times T it is -sum_t log p(out[t]).
+  Variable loss = cross_entropy(reshape(d.output, {T * T, V}), Tensor::from_vector(labels, {T * T}), train::Vocab::kPad) *
+                  static_cast<double>(T);  // ()
+  loss.backward();
+
+  AttributionMaps m;
+  for (const Variable& w : d.cross_weights) m.cross.push_back(heads_of(w.data()));
+  m.enc_self = rec.enc_;
+  m.dec_self = rec.dec_;
+  m.log_probs = diagonal_log_probs(d.output.data(), out);
+  const Tensor g = x.grad().to(DType::Float64).contiguous();  // (T, S, D): d(-sum log p) / dx
+  const Tensor xe = x1.to(DType::Float64).contiguous();       // (S, D)
+  m.grad_dot.assign(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(S)));
+  m.grad_norm = m.grad_dot;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < S; ++s) {
+      const double* gr = g.data<double>() + (t * S + s) * D;
+      const double* xr = xe.data<double>() + s * D;
+      double dot = 0, nn2 = 0;
+      for (int64_t k = 0; k < D; ++k) dot -= gr[k] * xr[k], nn2 += gr[k] * gr[k];  // minus: the gradient of +log p
+      m.grad_dot[t][s] = dot;
+      m.grad_norm[t][s] = std::sqrt(nn2);
+    }
+  return m;
+}
+
+}  // namespace gf::lab

@@ -1,0 +1,69 @@
+#pragma once
+// Attention maps and gradient attribution of one translation, for the `attribution` lab and
+// `gradflow attention --grad`.
+//
+// Gradient-times-input: for each output token y_t (teacher-forced on the translation itself), the
+// gradient of log p(y_t | y_<t, source) with respect to each source token's embedding x_s, as the
+// model feeds it (E[src_s] * sqrt(d_model), before the positional encoding is added), dotted with
+// that embedding: g_ts = (d log p(y_t) / d x_s) . x_s. This is the gradient with respect to a
+// one-hot input at the token's index (Jain and Wallace 2019), and the first-order change of
+// log p(y_t) when x_s is scaled by (1 + eps): g_ts * eps. The attribution map is |g_ts|.
+//
+// Attention rollout (Abnar and Zuidema 2020), carried through the decoder. Every attention layer
+// is averaged over its heads and mixed half and half with the identity, for the residual
+// connection: A~ = 0.5 mean_h(A_h) + 0.5 I (rows sum to 1). The encoder's rollout is the product
+// R = A~_L ... A~_1 (S x S). In the decoder, each target position carries a distribution P over
+// the inputs, source tokens and target tokens, (T, S + T), starting at its own target token; each
+// decoder layer updates it as its sub-layers mix the states:
+//   self-attention:   P <- A~_self P                             (mixes target positions)
+//   cross-attention:  P <- 0.5 P + 0.5 mean_h(C_h) [R | 0]       (pulls in the encoder's output)
+// (the feed-forward blocks act on each position alone and are left out, as in the paper). Rows
+// of P sum to 1; the rollout map is P's source part, each row divided by its sum (the source
+// share, reported too).
+#include <cstdint>
+#include <vector>
+
+#include "nn/seq2seq.h"
+#include "tensor/tensor.h"
+
+namespace gf::lab {
+
+using Map = std::vector<std::vector<double>>;  // (rows, cols)
+
+struct AttributionMaps {
+  std::vector<std::vector<Map>> cross;  // [decoder layer][head]: (T, S) cross-attention
+  std::vector<std::vector<Map>> enc_self;  // [encoder layer][head]: (S, S)
+  std::vector<std::vector<Map>> dec_self;  // [decoder layer][head]: (T, T)
+  Map grad_dot;   // (T, S): g_ts = (d log p(y_t) / d x_s) . x_s, signed
+  Map grad_norm;  // (T, S): |d log p(y_t) / d x_s|
+  std::vector<double> log_probs;  // (T): log p(y_t) of each output token
+};
+
+// Mean over heads: (rows, cols).
+Map head_mean(const std::vector<Map>& heads);
+// |x| of every entry.
+Map abs_map(const Map& m);
+
+struct Rollout {
+  Map source;                        // (T, S): rows sum to 1
+  std::vector<double> source_share;  // (T): P's source part before normalising, in (0, 1]
+  Map encoder;                       // (S, S): R, the encoder's rollout
+};
+// enc_self: per encoder layer (S, S), dec_self: per decoder layer (T, T), cross: per decoder layer
+// (T, S), each already averaged over heads. Throws std::invalid_argument on inconsistent sizes.
+Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Map>& dec_self, const std::vector<Map>& cross);
+
+// The maps of one translation: src (S) source ids and out (T) output ids ending with <eos>, the
+// model teacher-forced on <bos> + out[:-1] (model in eval mode; no padding).
+AttributionMaps attribution_maps(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out);
+
+// Blank-out (occlusion) of one source token at a time: (T, S), log p(y_t) with every token in place
+// minus log p(y_t) with x_s set to zero (its position encoding stays). No graph.
+Map blank_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out);
+
+// The source token embeddings the model feeds its encoder, before positions: (S, D).
+Tensor source_embeddings(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src);
+// log p(out[t]) for every t, teacher-forced, with the source embeddings x (S, D) given (no graph).
+std::vector<double> output_log_probs(const nn::Seq2SeqTransformer& model, const Tensor& x, const std::vector<int64_t>& out);
+
+}  // namespace gf::lab

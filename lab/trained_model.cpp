@@ -1,0 +1,166 @@
+#include "lab/trained_model.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <stdexcept>
+
+#include "lab/common.h"
+#include "lab/report.h"
+#include "tensor/io/atomic_file.h"
+#include "tensor/io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/corpus_ko.h"
+#include "train/run_data.h"
+#include "train/translator.h"
+#include "train/utf8.h"
+
+namespace gf::lab {
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t parameter_count(const nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// The run configuration of a model trained here: what Translator::load needs to rebuild it.
+train::RunConfig config_of(const Report& r, int seed_index) {
+  train::RunConfig c;
+  c.data = "";  // the built-in corpus
+  c.src = "en", c.tgt = "ko";
+  c.corpus_seed = r.seed(0);
+  c.corpus_size = r.integer("corpus");
+  c.min_freq = 1;  // builtin_corpus keeps every training token
+  c.layer.d_model = r.integer("d-model");
+  c.layer.nhead = r.integer("heads");
+  c.layers = r.integer("layers");
+  c.layer.dim_feedforward = 4 * c.layer.d_model;
+  c.layer.dropout = 0;
+  c.label_smoothing = 0;
+  c.lr = r.real("lr");
+  c.warmup = r.integer("warmup");
+  c.steps = r.integer("train-steps");
+  c.max_tokens = 2048;
+  c.seed = r.seed(seed_index);
+  c.validate();
+  return c;
+}
+
+// Test pairs of a run's data, encoded with its vocabularies: the built-in corpus regenerated from
+// the run's corpus seed and size, or the run's test split (its validation split when it has none).
+std::vector<train::EncodedPair> test_pairs_of(const train::RunConfig& c, const train::Vocab& src, const train::Vocab& tgt) {
+  std::vector<train::TokenPair> pairs;
+  if (c.builtin()) {
+    train::CorpusSplits s = train::make_korean_corpus(c.corpus_seed, static_cast<size_t>(c.corpus_size));
+    for (const auto& p : s.test) pairs.push_back({train::utf8::split_whitespace(p.src), train::utf8::split_whitespace(p.tgt)});
+  } else {
+    train::RunData d = train::load_run_data(c, false);
+    pairs = d.test.empty() ? d.valid : d.test;
+  }
+  if (pairs.empty()) throw std::runtime_error("trained model: the run's data has no test or validation pairs to study");
+  return train::encode_pairs(pairs, src, tgt);
+}
+
+TrainedModel from_translator(train::Translator t, const std::string& origin) {
+  TrainedModel m;
+  m.test = test_pairs_of(t.config, t.src_vocab, t.tgt_vocab);
+  m.src_words = std::move(t.src_vocab);
+  m.tgt_words = std::move(t.tgt_vocab);
+  if (!t.net->seq2seq()) throw std::runtime_error("trained model: " + origin + " is a " + t.config.arch + " run; the labs study an encoder-decoder");
+  std::shared_ptr<train::TranslationModel> owner(std::move(t.net));
+  m.model = std::shared_ptr<nn::Seq2SeqTransformer>(owner, owner->seq2seq());  // shares the owner's lifetime
+  m.model->eval();
+  const train::RunConfig& c = t.config;
+  m.description = fmt::format("{}: d_model {}, {} heads, {}+{} layers, ff {}, {} parameters; data: {}", origin, c.layer.d_model, c.layer.nhead,
+                              c.layers, c.layers, c.layer.dim_feedforward, parameter_count(*m.model), c.data_description());
+  return m;
+}
+
+// Writes a run folder Translator::load reads, plus lab.json with the training curve.
+void save_cache(const std::string& dir, const train::RunConfig& c, const IdData& data, const nn::Seq2SeqTransformer& model,
+                const std::vector<double>& losses, double seconds) {
+  fs::create_directories(dir);
+  data.src_words.save(fs::path(dir) / "vocab.src.txt");
+  data.tgt_words.save(fs::path(dir) / "vocab.tgt.txt");
+  save_safetensors((fs::path(dir) / "best.safetensors").string(), model.state_dict());
+  nlohmann::json j = {{"losses", losses}, {"train_seconds", seconds}};
+  write_file_atomic((fs::path(dir) / "lab.json").string(), j.dump() + "\n");
+  write_file_atomic((fs::path(dir) / "config.json").string(), c.to_json());  // last: its presence means complete
+}
+
+}  // namespace
+
+std::vector<Option> trained_model_options(int64_t default_steps) {
+  return {{"model", Option::Text, "", "a run folder from `gradflow train` to study instead of training one here"},
+          {"cache", Option::Text, "runs/lab/cache", "folder for the model trained here, reused by the next run (\"\": none)"},
+          {"retrain", Option::Switch, "", "train the model even when the cache has it"},
+          {"corpus", Option::Int, "8000", "pairs of the built-in English->Korean corpus (90% train, 5% test)"},
+          {"d-model", Option::Int, "64", "model width (ff is 4x)"},
+          {"heads", Option::Int, "4", "attention heads"},
+          {"layers", Option::Int, "2", "encoder and decoder layers (each)"},
+          {"train-steps", Option::Int, std::to_string(default_steps), "Adam steps of 2048-token batches"},
+          {"lr", Option::Real, "0.002", "Adam learning rate after warm-up"},
+          {"warmup", Option::Int, "100", "linear warm-up steps"}};
+}
+
+std::string cache_key(const Report& r, int seed_index) {
+  return fmt::format("ko-n{}-d{}-h{}-l{}-s{}-lr{}-w{}-c{}-seed{}", r.integer("corpus"), r.integer("d-model"), r.integer("heads"),
+                     r.integer("layers"), r.integer("train-steps"), r.real("lr"), r.integer("warmup"), r.seed(0), r.seed(seed_index));
+}
+
+TrainedModel trained_model(Report& r, int seed_index) {
+  if (!r.text("model").empty()) {
+    TrainedModel m = from_translator(train::Translator::load(r.text("model")), "loaded from " + r.text("model"));
+    r.say("model " + m.description);
+    return m;
+  }
+  const train::RunConfig c = config_of(r, seed_index);
+  const std::string dir = r.text("cache").empty() ? "" : (fs::path(r.text("cache")) / cache_key(r, seed_index)).string();
+  if (!dir.empty() && !r.on("retrain") && fs::exists(fs::path(dir) / "config.json")) {
+    const nlohmann::json j = nlohmann::json::parse(train::read_text_file((fs::path(dir) / "lab.json").string()));
+    const auto losses = j.at("losses").get<std::vector<double>>();
+    TrainedModel m = from_translator(train::Translator::load(dir),
+                                     fmt::format("trained earlier ({} steps, loss {:.3f} -> {:.3f}; --retrain trains again), loaded from {}",
+                                                 losses.size(), losses.front(), losses.back(), dir));
+    m.losses = losses;
+    m.steps = static_cast<int64_t>(losses.size());
+    r.say("model " + m.description);
+    return m;
+  }
+
+  IdData data = builtin_corpus(c.corpus_size, c.corpus_seed);
+  TrainedModel m;
+  m.model = std::make_shared<nn::Seq2SeqTransformer>(c.model_options(data.src_vocab, data.tgt_vocab), c.seed);
+  FitOptions fo;
+  fo.steps = c.steps;
+  fo.lr = c.lr;
+  fo.warmup = c.warmup;
+  fo.clip = c.clip;
+  fo.max_tokens = c.max_tokens;
+  fo.seed = c.seed;
+  const double t0 = now_seconds();
+  FitResult fr = fit(*m.model, data.train, fo);
+  m.train_seconds = now_seconds() - t0;
+  m.model->eval();
+  m.losses = fr.losses;
+  m.steps = static_cast<int64_t>(fr.losses.size());
+  if (fr.diverged) throw std::runtime_error(fmt::format("trained model: training diverged at step {} (lower --lr)", fr.diverged_at));
+  if (!dir.empty()) save_cache(dir, c, data, *m.model, m.losses, m.train_seconds);
+  m.description = fmt::format("trained here in {:.0f} s: d_model {}, {} heads, {}+{} layers, ff {}, {} parameters; {} steps on {} pairs, loss {:.3f} -> {:.3f}{}",
+                              m.train_seconds, c.layer.d_model, c.layer.nhead, c.layers, c.layers, c.layer.dim_feedforward, parameter_count(*m.model), m.steps, data.train.size(),
+                              m.losses.front(), m.losses.back(), dir.empty() ? "" : "; cached in " + dir);
+  m.src_words = std::move(data.src_words);
+  m.tgt_words = std::move(data.tgt_words);
+  m.test = std::move(data.test);
+  r.say("model " + m.description);
+  return m;
+}
+
+}  // namespace gf::lab

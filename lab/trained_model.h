@@ -1,0 +1,44 @@
+#pragma once
+// The trained translator that the `attribution` and `exposure` labs study: either a run folder from
+// `gradflow train` (--model DIR, loaded with train::Translator::load), or a small translator trained
+// here on the built-in English -> Korean corpus with lab/common.h's fit(). A model trained here is
+// kept as a run folder (config.json, vocab.*.txt, best.safetensors: what Translator::load reads)
+// under --cache, in a folder named by every setting that shapes it, so the second lab (and a
+// re-run) loads it instead of training again; --retrain trains anyway. The key holds the settings,
+// not the code: after a change to the training code (lab::fit, the model), use --retrain.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lab/lab.h"
+#include "nn/seq2seq.h"
+#include "train/batching.h"
+#include "train/vocab.h"
+
+namespace gf::lab {
+
+class Report;
+
+struct TrainedModel {
+  std::shared_ptr<nn::Seq2SeqTransformer> model;  // in eval mode
+  train::Vocab src_words, tgt_words;
+  std::vector<train::EncodedPair> test;  // held-out pairs (none of them seen in training)
+  std::string description;               // what the model is and where it came from, one line
+  double train_seconds = 0;              // wall-clock seconds spent training here (0 when loaded)
+  int64_t steps = 0;                     // optimizer steps (0 when loaded from --model)
+  std::vector<double> losses;            // training losses, one per step (empty when loaded)
+};
+
+// The options every lab that uses trained_model() declares, with that lab's default step count.
+std::vector<Option> trained_model_options(int64_t default_steps);
+
+// The model the options describe for the run r.seed(seed_index): loaded from --model (the same
+// model whatever the index), from the cache, or trained now (and cached). The corpus is always
+// generated from r.seed(0), so every run studies the same test sentences; the index seeds the
+// weights and the batch order. Says on the report where the model came from.
+TrainedModel trained_model(Report& r, int seed_index = 0);
+
+// The cache folder's name for these settings, e.g. "ko-n8000-d64-h4-l2-s600-lr0.002-w100-c1-seed1".
+std::string cache_key(const Report& r, int seed_index = 0);
+
+}  // namespace gf::lab

@@ -1,0 +1,194 @@
+// Labs `norm` and `depth`: their measurements (per-layer linear2 gradients, the distance from rank
+// 1, Admin's output change, the attention-only stack) on tiny models, and tiny runs of both labs
+// that must write their JSON with every claim.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "lab/common.h"
+#include "lab/depth.h"
+#include "lab/lab.h"
+#include "lab/norm.h"
+#include "lab/report.h"
+#include "train/batch_loss.h"
+
+using namespace gf;
+using namespace gf::lab;
+
+namespace {
+
+IdData tiny_data() { return synthetic_task("reverse", 8, 3, 6, 40, 0, 5); }
+
+train::Batch tiny_batch(const IdData& data) { return batches(data.train, 64, 1).front(); }
+
+// Runs lab `name` with its defaults overridden by `settings` into a fresh folder; returns the JSON.
+nlohmann::json run_lab(const std::string& name, std::map<std::string, std::string> settings, int* exit_code) {
+  const Lab& l = find_lab(name);
+  const auto dir = std::filesystem::temp_directory_path() / ("gradflow_test_lab_" + name);
+  std::filesystem::remove_all(dir);
+  std::map<std::string, std::string> all{{"out", dir.string()}, {"seeds", "2"}, {"seed", "1"}};
+  for (const auto& o : l.options) all[o.name] = o.default_value.empty() ? "0" : o.default_value;
+  for (const auto& [k, v] : settings) all[k] = v;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);  // the printed report, discarded
+  REQUIRE(sink != nullptr);
+  Report report(l, all, sink.get());
+  l.run(report);
+  *exit_code = report.finish();
+  REQUIRE(std::filesystem::exists(dir / (name + ".svg")));
+  std::ifstream in(dir / (name + ".json"));
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("linear2_grad_norms: finite per-layer norms, the residual stream, and the same loss and gradients as the model's own forward") {
+  const IdData data = tiny_data();
+  const train::Batch batch = tiny_batch(data);
+  for (bool pre_ln : {false, true}) {
+    CAPTURE(pre_ln);
+    nn::Seq2SeqTransformer model(small_model(data, 16, 2, 3, 32, pre_ln), 7);
+    const LayerGradNorms g = linear2_grad_norms(model, batch);
+    REQUIRE(g.encoder.size() == 3);
+    REQUIRE(g.decoder.size() == 3);
+    for (double v : g.encoder) CHECK((std::isfinite(v) && v > 0));
+    for (double v : g.decoder) CHECK((std::isfinite(v) && v > 0));
+    REQUIRE(g.encoder_x.size() == 3);
+    REQUIRE(g.decoder_dx.size() == 3);
+    for (double v : g.decoder_dx) CHECK((std::isfinite(v) && v > 0));
+    if (pre_ln) {
+      CHECK(g.encoder_x[2] > g.encoder_x[0]);  // every layer adds to the stream
+    } else {
+      // Post-LN's stream is a LayerNorm's output (weight 1, bias 0 at init): |x| = sqrt(B S D) in every layer.
+      const double expected = std::sqrt(static_cast<double>(batch.rows * batch.src_len * 16));
+      for (double v : g.encoder_x) CHECK(v == doctest::Approx(expected).epsilon(1e-3));
+    }
+    // At initialisation the loss is near ln(vocabulary) (12 symbols).
+    CHECK(g.loss > 0.5 * std::log(12.0));
+    CHECK(g.loss < 2.0 * std::log(12.0));
+    // The gradients are cleared afterwards ...
+    CHECK_FALSE(model.transformer->decoder->layers->operator[](2).linear2->weight.grad().defined());
+    // ... and the numbers are those of the decoder's and encoder's linear2.weight after one backward.
+    Variable loss = train::batch_loss(model, train::to_tensors(batch), 0.0);  // ()
+    loss.backward();
+    CHECK(g.loss == doctest::Approx(loss.item()).epsilon(1e-6));
+    CHECK(g.decoder[2] == doctest::Approx(l2_norm(model.transformer->decoder->layers->operator[](2).linear2->weight.grad())).epsilon(1e-6));
+    CHECK(g.encoder[0] == doctest::Approx(l2_norm(model.transformer->encoder->layers->operator[](0).linear2->weight.grad())).epsilon(1e-6));
+    model.zero_grad();
+  }
+}
+
+TEST_CASE("rank1_residual: 0 for identical tokens, the hand-computed value otherwise, and its errors") {
+  Tensor same = Tensor::of({1, 2, 3, 1, 2, 3, 1, 2, 3}, {1, 3, 3});  // (1, 3, 3): one row three times
+  CHECK(rank1_residual(same) == doctest::Approx(0.0));
+  // Rows (1, 0) and (0, 1): mean row (0.5, 0.5), |X - 1 x^T|^2 = 1, |X|^2 = 2.
+  Tensor eye = Tensor::of({1, 0, 0, 1}, {1, 2, 2});  // (1, 2, 2)
+  CHECK(rank1_residual(eye) == doctest::Approx(std::sqrt(0.5)));
+  // The mean over the batch: one collapsed sequence and one at sqrt(0.5).
+  Tensor both = Tensor::of({1, 1, 1, 1, 1, 0, 0, 1}, {2, 2, 2});  // (2, 2, 2)
+  CHECK(rank1_residual(both) == doctest::Approx(0.5 * std::sqrt(0.5)));
+  CHECK_THROWS_AS(rank1_residual(Tensor::zeros({2, 2})), std::invalid_argument);
+}
+
+TEST_CASE("relative_output_change: 0 at eps 0, about linear in eps, and the weights restored bit for bit") {
+  const IdData data = tiny_data();
+  const train::Batch batch = tiny_batch(data);
+  nn::Seq2SeqTransformer model(small_model(data, 16, 2, 2, 32, false), 3);
+  model.eval();
+  const auto before = model.state_dict();
+  std::map<std::string, Tensor> copy;
+  for (const auto& [k, v] : before) copy[k] = v.clone();
+  CHECK(relative_output_change(model, batch, 0.0, 11) == 0.0);
+  const double small = relative_output_change(model, batch, 1e-3, 11), twice = relative_output_change(model, batch, 2e-3, 11);
+  CHECK(small > 0);
+  CHECK(twice / small == doctest::Approx(2.0).epsilon(0.05));
+  for (const auto& [k, v] : model.state_dict()) {
+    CAPTURE(k);
+    bool same = true;
+    for (int64_t i = 0; i < v.numel(); ++i) same = same && v.flat_get(i) == copy.at(k).flat_get(i);
+    CHECK(same);
+  }
+}
+
+TEST_CASE("attention_stack: sizes, finite ratios, collapse without skips and not with them") {
+  const AttentionStack no = attention_stack(4, false, 16, 2, 8, 2, 1);
+  const AttentionStack yes = attention_stack(4, true, 16, 2, 8, 2, 1);
+  for (const auto* s : {&no, &yes}) {
+    REQUIRE(s->res.size() == 5);
+    REQUIRE(s->q_over_v.size() == 4);
+    REQUIRE(s->k_over_v.size() == 4);
+    for (double v : s->q_over_v) CHECK(std::isfinite(v));
+    for (double v : s->k_over_v) CHECK(std::isfinite(v));
+  }
+  CHECK(no.res.front() == doctest::Approx(yes.res.front()));  // the same input X_0
+  CHECK(no.res.back() < 1e-3 * no.res.front());
+  CHECK(yes.res.back() > 0.3 * yes.res.front());
+  CHECK(no.q_over_v.back() < no.q_over_v.front());
+}
+
+TEST_CASE("lab norm, tiny settings: writes its JSON with the five claims and their evidence") {
+  int rc = -1;
+  const nlohmann::json j = run_lab("norm", {{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"layers", "2"}, {"batches", "1"},
+                                            {"depths", "1,2"}, {"steps", "3"}, {"warmup", "2"}, {"max-tokens", "256"}},
+                                   &rc);
+  REQUIRE(j.at("claims").size() == 5);
+  bool all = true;
+  for (const auto& c : j.at("claims")) {
+    CHECK_FALSE(c.at("statement").get<std::string>().empty());
+    CHECK_FALSE(c.at("evidence").get<std::string>().empty());
+    all = all && c.at("holds").get<bool>();
+  }
+  CHECK(j.at("check").at("agrees").get<bool>() == all);
+  CHECK(rc == (all ? 0 : 3));
+  CHECK(j.at("data").at("layers").at("Post-LN").at("decoder_mean").size() == 2);
+  CHECK(j.at("data").at("depth").at("Pre-LN").at("decoder_last_mean").size() == 2);
+  CHECK(j.at("tables").contains("warmup"));
+}
+
+TEST_CASE("lab depth, tiny settings: writes its JSON with the four claims and their evidence") {
+  int rc = -1;
+  const nlohmann::json j = run_lab("depth", {{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"max-tokens", "128"},
+                                             {"depths", "1,2,3"}, {"draws", "1"}, {"attn-layers", "3"}, {"attn-d-model", "16"},
+                                             {"tokens", "6"}, {"attn-batch", "2"}},
+                                   &rc);
+  REQUIRE(j.at("claims").size() == 4);
+  bool all = true;
+  for (const auto& c : j.at("claims")) {
+    CHECK_FALSE(c.at("evidence").get<std::string>().empty());
+    all = all && c.at("holds").get<bool>();
+  }
+  CHECK(j.at("check").at("agrees").get<bool>() == all);
+  CHECK(rc == (all ? 0 : 3));
+  CHECK(j.at("data").at("amplification").at("Post-LN").at("relative_change_mean").size() == 3);
+  CHECK(j.at("data").at("attention_only").at("no_skip").at("res_mean").size() == 4);
+}
+
+TEST_CASE("labs norm and depth: a depth list that does not increase is an error naming the flag") {
+  int rc = 0;
+  CHECK_THROWS_WITH_AS(run_lab("depth", {{"depths", "4,2"}}, &rc), doctest::Contains("--depths must increase"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(run_lab("norm", {{"depths", "2,x"}}, &rc), doctest::Contains("--depths"), std::invalid_argument);
+}
+
+TEST_CASE("common helpers: spread_per_column, means, band_series, parse_increasing_ints") {
+  const std::vector<Spread> s = spread_per_column({{1, 10}, {3, 30}});
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].mean == 2);
+  CHECK(s[1].min == 10);
+  CHECK(s[1].max == 30);
+  CHECK(means(s) == std::vector<double>{2, 20});
+  CHECK_THROWS_AS(spread_per_column({{1, 2}, {3}}), std::invalid_argument);
+  const ChartSeries b = band_series("b", {1, 2}, s, "#000000");
+  CHECK(b.y == std::vector<double>{2, 20});
+  CHECK(b.lo == std::vector<double>{1, 10});
+  CHECK(b.hi == std::vector<double>{3, 30});
+  CHECK(parse_increasing_ints("1,2,16", "x") == std::vector<int64_t>{1, 2, 16});
+  CHECK_THROWS_WITH_AS(parse_increasing_ints("2", "lab x: --d"), doctest::Contains("lab x: --d needs at least two"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_increasing_ints("2,0", "lab x: --d"), doctest::Contains("positive integers"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_increasing_ints("2,2", "lab x: --d"), doctest::Contains("must increase"), std::invalid_argument);
+}
