@@ -197,6 +197,7 @@ void add_figure(Report& r, const Sweep& runs, int64_t steps) {
     hmin.series.push_back(std::move(a));
     hmean.series.push_back(std::move(b));
   }
+  loss.legend = hmean.legend = Chart::Corner::BottomLeft;  // where the curves leave room
   r.add_panel(loss);
   r.add_panel(hmin);
   r.add_panel(hmean);
@@ -213,6 +214,7 @@ void add_figure(Report& r, const Sweep& runs, int64_t steps) {
   }
   if (y_hi > 0)
     scatter.series.push_back({fmt::format("collapse threshold {}", kCollapsed), {kCollapsed, kCollapsed}, {y_lo, y_hi}, {}, {}, true, "#777777"});
+  scatter.legend = Chart::Corner::BottomLeft;  // collapsed runs sit top left, stable ones bottom right
   r.add_panel(scatter);
   r.add_panel(head_map(runs.back().front()));
   r.add_panel(head_map(runs.front().front()));
@@ -325,7 +327,7 @@ Lab entropy_lab() {
                {"pre-ln", Option::Switch, "", "Pre-LN layers (default Post-LN, as the paper's unstable baselines)"},
                {"clip", Option::Real, "0", "gradient-norm clip (0: off)"},
                {"warmup", Option::Int, "0", "linear warm-up steps, then constant (0: none, the paper's unstable setting)"},
-               {"steps", Option::Int, "300", "steps per run"},
+               {"steps", Option::Int, "250", "steps per run"},
                {"max-tokens", Option::Int, "1024", "tokens per batch"},
                {"every", Option::Int, "10", "steps between entropy measurements"}};
   l.run = run;
