@@ -362,9 +362,9 @@ GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::s
 
 void GradStatsRecorder::begin_step(int64_t step, const Batch& batch) {
   step_ = due(step) ? step : 0;
+  seconds_ = 0;
   if (!step_ || !probe_) return;
   const double t0 = now_seconds();
-  seconds_ = 0;
   if (model_.seq2seq()) {
     const BatchTensors t = to_tensors(batch);
     probe_->arm(t.src, t.tgt_in);
@@ -412,13 +412,7 @@ void GradStatsRecorder::after_update(double loss, double lr) {
   line["param_norm"] = short_number(std::sqrt(p_all));
   line["update_ratio"] = short_number(ratio(std::sqrt(u_all), std::sqrt(p_all)));
   line["groups"] = std::move(groups);
-  StatsJson attention = StatsJson::array();
-  for (const auto& [name, h] : probe_ ? probe_->take() : std::vector<std::pair<std::string, HeadEntropy>>{}) {
-    std::vector<double> heads;
-    for (double e : h.heads) heads.push_back(short_number(e));
-    attention.push_back({{"name", name}, {"entropy", heads}, {"uniform", short_number(h.uniform)}, {"rows", h.rows}});
-  }
-  line["attention"] = std::move(attention);
+  line["attention"] = attention_json();
   // What recording this step cost (entropies, norms, the parameter copy; not writing the line): not a
   // statistic of the run, and the one field that differs between identical runs.
   line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + now_seconds() - t0);
@@ -428,6 +422,17 @@ void GradStatsRecorder::after_update(double loss, double lr) {
   records_.push_back(std::move(line));
   before_.clear();
   step_ = 0;
+}
+
+StatsJson GradStatsRecorder::attention_json() {
+  StatsJson attention = StatsJson::array();
+  if (!probe_) return attention;
+  for (const auto& [name, h] : probe_->take()) {
+    std::vector<double> heads;  // (H)
+    for (double e : h.heads) heads.push_back(short_number(e));
+    attention.push_back({{"name", name}, {"entropy", heads}, {"uniform", short_number(h.uniform)}, {"rows", h.rows}});
+  }
+  return attention;
 }
 
 void GradStatsRecorder::write_svg() const {

@@ -134,6 +134,8 @@ class GradStatsRecorder {
   const std::vector<StatsJson>& records() const { return records_; }
 
  private:
+  StatsJson attention_json();  // the probe's entropies of this step, as the line's "attention"
+
   const TranslationModel& model_;
   std::string dir_;
   int64_t every_;
@@ -145,7 +147,7 @@ class GradStatsRecorder {
   // The step in progress when due (0: none), its gradient norms and the parameters before the update.
   int64_t step_ = 0;
   std::vector<double> grad_sq_;  // per piece of every group, in order: sum of squared gradients before clipping
-  std::vector<Tensor> before_;   // per parameter: a copy taken before the update
+  std::vector<Tensor> before_;   // per parameter, each its parameter's shape: a copy taken before the update
   double seconds_ = 0;           // wall time the recorder spent on this step so far
 };
 
