@@ -8,16 +8,16 @@ namespace gf::lab {
 
 const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = {
-      scale_lab(),
-      entropy_lab(),
-      graph_lab(),
+      norm_lab(),
       leak_lab(),
       padding_lab(),
       nan_lab(),
+      scale_lab(),
+      depth_lab(),
+      entropy_lab(),
       attribution_lab(),
       exposure_lab(),
-      norm_lab(),
-      depth_lab(),
+      graph_lab(),
   };
   return all;
 }
