@@ -8,9 +8,9 @@
 #include "autograd/grad_mode.h"
 #include "lab/attribution_maps.h"
 #include "tensor/io/atomic_file.h"
-#include "train/svg_plot.h"
-#include "train/translator.h"
-#include "train/utf8.h"
+#include "train/plot/svg_plot.h"
+#include "train/decode/translator.h"
+#include "train/data/utf8.h"
 
 namespace gf::app {
 namespace {

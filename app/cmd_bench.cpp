@@ -19,13 +19,13 @@
 #include "tensor/kernels/random.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
-#include "train/batch_loss.h"
-#include "train/batching.h"
-#include "train/bleu.h"
-#include "train/decode.h"
-#include "train/parallel_text.h"
-#include "train/run_config.h"
-#include "train/vocab.h"
+#include "train/loop/batch_loss.h"
+#include "train/data/batching.h"
+#include "train/eval/bleu.h"
+#include "train/decode/decode.h"
+#include "train/data/parallel_text.h"
+#include "train/loop/run_config.h"
+#include "train/data/vocab.h"
 
 namespace gf::app {
 

@@ -7,9 +7,9 @@
 #include "app/flags.h"
 #include "app/recipe_flags.h"
 #include "tensor/parallel.h"
-#include "train/checkpoint.h"
-#include "train/trainer.h"
-#include "train/translator.h"
+#include "train/loop/checkpoint.h"
+#include "train/loop/trainer.h"
+#include "train/decode/translator.h"
 
 namespace gf::app {
 

@@ -9,11 +9,11 @@
 #include "app/commands.h"
 #include "app/flags.h"
 #include "tensor/parallel.h"
-#include "train/bleu.h"
-#include "train/checkpoint.h"
-#include "train/parallel_text.h"
-#include "train/run_data.h"
-#include "train/translator.h"
+#include "train/eval/bleu.h"
+#include "train/loop/checkpoint.h"
+#include "train/data/parallel_text.h"
+#include "train/data/run_data.h"
+#include "train/decode/translator.h"
 
 namespace gf::app {
 

@@ -22,7 +22,7 @@
 #include "lab/labs.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
-#include "train/decode.h"
+#include "train/decode/decode.h"
 
 namespace gf::lab {
 namespace {

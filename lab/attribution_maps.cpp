@@ -11,7 +11,7 @@
 #include "autograd/ops/shape.h"
 #include "lab/attribution_maps.h"
 #include "nn/masks.h"
-#include "train/vocab.h"
+#include "train/data/vocab.h"
 
 namespace gf::lab {
 namespace {

@@ -12,9 +12,9 @@
 #include "autograd/ops/shape.h"
 #include "optim/adam.h"
 #include "tensor/kernels/random.h"
-#include "train/batch_loss.h"
-#include "train/corpus_ko.h"
-#include "train/utf8.h"
+#include "train/loop/batch_loss.h"
+#include "train/corpus/corpus_ko.h"
+#include "train/data/utf8.h"
 
 namespace gf::lab {
 

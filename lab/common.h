@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "nn/seq2seq.h"
-#include "train/batching.h"
-#include "train/svg_chart.h"
-#include "train/vocab.h"
+#include "train/data/batching.h"
+#include "train/plot/svg_chart.h"
+#include "train/data/vocab.h"
 
 namespace gf::lab {
 
@@ -58,7 +58,7 @@ struct IdData {
 IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,
                       uint64_t seed);
 
-// The built-in English -> Korean corpus (train/corpus_ko.h) of `total` pairs as ids, vocabularies
+// The built-in English -> Korean corpus (train/corpus/corpus_ko.h) of `total` pairs as ids, vocabularies
 // built on its training split; test is its test split.
 IdData builtin_corpus(int64_t total, uint64_t seed = 1);
 

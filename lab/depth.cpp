@@ -26,7 +26,7 @@
 #include "lab/report.h"
 #include "nn/multihead_attention.h"
 #include "tensor/kernels/random.h"
-#include "train/batch_loss.h"
+#include "train/loop/batch_loss.h"
 
 namespace gf::lab {
 

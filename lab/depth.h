@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "nn/seq2seq.h"
-#include "train/batching.h"
+#include "train/data/batching.h"
 
 namespace gf::lab {
 

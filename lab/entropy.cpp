@@ -20,8 +20,8 @@
 #include "lab/common.h"
 #include "lab/labs.h"
 #include "lab/report.h"
-#include "train/batch_loss.h"
-#include "train/grad_stats.h"
+#include "train/loop/batch_loss.h"
+#include "train/loop/grad_stats.h"
 
 namespace gf::lab {
 namespace {

@@ -28,8 +28,8 @@
 #include "lab/report.h"
 #include "lab/trained_model.h"
 #include "tensor/kernels/random.h"
-#include "train/batch_loss.h"
-#include "train/decode.h"
+#include "train/loop/batch_loss.h"
+#include "train/decode/decode.h"
 
 namespace gf::lab {
 namespace {

@@ -24,7 +24,7 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "nn/masks.h"
-#include "train/batch_loss.h"
+#include "train/loop/batch_loss.h"
 
 namespace gf::lab {
 

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "nn/seq2seq.h"
-#include "train/batching.h"
+#include "train/data/batching.h"
 
 namespace gf::lab {
 

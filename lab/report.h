@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "lab/lab.h"
-#include "train/svg_chart.h"
+#include "train/plot/svg_chart.h"
 
 namespace gf::lab {
 

@@ -11,11 +11,11 @@
 #include "lab/report.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
-#include "train/checkpoint.h"
-#include "train/corpus_ko.h"
-#include "train/run_data.h"
-#include "train/translator.h"
-#include "train/utf8.h"
+#include "train/loop/checkpoint.h"
+#include "train/corpus/corpus_ko.h"
+#include "train/data/run_data.h"
+#include "train/decode/translator.h"
+#include "train/data/utf8.h"
 
 namespace gf::lab {
 namespace fs = std::filesystem;

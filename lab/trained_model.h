@@ -12,8 +12,8 @@
 
 #include "lab/lab.h"
 #include "nn/seq2seq.h"
-#include "train/batching.h"
-#include "train/vocab.h"
+#include "train/data/batching.h"
+#include "train/data/vocab.h"
 
 namespace gf::lab {
 

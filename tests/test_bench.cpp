@@ -12,7 +12,7 @@
 
 #include "autograd/grad_mode.h"
 #include "nn/seq2seq.h"
-#include "train/decode.h"
+#include "train/decode/decode.h"
 
 using namespace gf;
 namespace fs = std::filesystem;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "train/bleu.h"
+#include "train/eval/bleu.h"
 
 using namespace gf;
 using Strings = std::vector<std::string>;

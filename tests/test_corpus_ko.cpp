@@ -11,10 +11,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include "train/corpus_ko.h"
-#include "train/korean_morph.h"
-#include "train/parallel_text.h"
-#include "train/utf8.h"
+#include "train/corpus/corpus_ko.h"
+#include "train/corpus/korean_morph.h"
+#include "train/data/parallel_text.h"
+#include "train/data/utf8.h"
 
 using namespace gf::train;
 using korean::Tense;

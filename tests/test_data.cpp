@@ -12,10 +12,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include "train/batching.h"
-#include "train/parallel_text.h"
-#include "train/utf8.h"
-#include "train/vocab.h"
+#include "train/data/batching.h"
+#include "train/data/parallel_text.h"
+#include "train/data/utf8.h"
+#include "train/data/vocab.h"
 
 using namespace gf::train;
 namespace fs = std::filesystem;

@@ -12,10 +12,10 @@
 #include "nn/decoder_only.h"
 #include "nn_test_util.h"
 #include "tensor/kernels/random.h"
-#include "train/model.h"
-#include "train/run_data.h"
-#include "train/trainer.h"
-#include "train/translator.h"
+#include "train/loop/model.h"
+#include "train/data/run_data.h"
+#include "train/loop/trainer.h"
+#include "train/decode/translator.h"
 
 using namespace gf;
 using namespace gf::testing;

@@ -1,4 +1,4 @@
-// Gradient statistics (train/grad_stats.h): per-head attention entropy on weights whose entropy is
+// Gradient statistics (train/loop/grad_stats.h): per-head attention entropy on weights whose entropy is
 // known, the parameter groups of a translator, and `train --grad-stats` end to end: the lines it
 // writes, that recording leaves training unchanged, and that a resumed run appends.
 #include <doctest/doctest.h>
@@ -8,10 +8,10 @@
 #include <fstream>
 #include <set>
 
-#include "train/checkpoint.h"
-#include "train/grad_stats.h"
-#include "train/trainer.h"
-#include "train/translator.h"
+#include "train/loop/checkpoint.h"
+#include "train/loop/grad_stats.h"
+#include "train/loop/trainer.h"
+#include "train/decode/translator.h"
 
 using namespace gf;
 using namespace gf::train;

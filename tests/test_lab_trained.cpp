@@ -20,8 +20,8 @@
 #include "nn_test_util.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
-#include "train/run_config.h"
-#include "train/vocab.h"
+#include "train/loop/run_config.h"
+#include "train/data/vocab.h"
 
 using namespace gf;
 using namespace gf::testing;

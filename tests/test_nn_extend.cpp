@@ -18,7 +18,7 @@
 #include "nn/seq2seq.h"
 #include "nn_test_util.h"
 #include "tensor/kernels/random.h"
-#include "train/decode.h"
+#include "train/decode/decode.h"
 
 using namespace gf;
 using namespace gf::testing;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "train/svg_plot.h"
+#include "train/plot/svg_plot.h"
 #include "xml_check.h"
 
 using namespace gf;

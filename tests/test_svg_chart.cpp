@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "train/svg_chart.h"
+#include "train/plot/svg_chart.h"
 #include "xml_check.h"
 
 using namespace gf;

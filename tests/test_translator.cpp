@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "train/checkpoint.h"
-#include "train/decode.h"
-#include "train/run_data.h"
-#include "train/trainer.h"
-#include "train/translator.h"
+#include "train/loop/checkpoint.h"
+#include "train/decode/decode.h"
+#include "train/data/run_data.h"
+#include "train/loop/trainer.h"
+#include "train/decode/translator.h"
 
 using namespace gf;
 using namespace gf::train;

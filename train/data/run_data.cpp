@@ -1,0 +1,108 @@
+#include "train/data/run_data.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "train/corpus/corpus_ko.h"
+#include "train/data/utf8.h"
+
+namespace gf::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<TokenPair> to_pairs(const std::vector<SentencePair>& v) {
+  std::vector<TokenPair> out;
+  out.reserve(v.size());
+  for (const auto& p : v) out.emplace_back(utf8::split_whitespace(p.src), utf8::split_whitespace(p.tgt));
+  return out;
+}
+
+bool split_exists(const fs::path& dir, const std::string& split, const RunConfig& c) {
+  return fs::exists(dir / (split + "." + c.src)) && fs::exists(dir / (split + "." + c.tgt));
+}
+
+}  // namespace
+
+RunData load_run_data(const RunConfig& c, bool need_train) {
+  RunData d;
+  if (c.builtin()) {
+    CorpusSplits corpus = make_korean_corpus(c.corpus_seed, static_cast<size_t>(c.corpus_size));
+    d.train = to_pairs(corpus.train);
+    d.valid = to_pairs(corpus.valid);
+    d.test = to_pairs(corpus.test);
+    d.train_name = "built-in train";
+    d.valid_name = "built-in valid";
+    d.test_name = "built-in test";
+    return d;
+  }
+  fs::path data(c.data);
+  if (!fs::exists(data)) throw std::runtime_error("--data '" + c.data + "' does not exist");
+  if (fs::is_regular_file(data)) {
+    ParallelText all = read_parallel_tsv(data);
+    d.skipped_empty += all.stats.skipped_empty;
+    d.train_name = data.string();
+    if (!c.valid_split.empty()) {
+      ParallelText v = read_parallel_tsv(c.valid_split);
+      d.valid = std::move(v.pairs);
+      d.train = std::move(all.pairs);
+      d.valid_name = c.valid_split;
+    } else {
+      for (size_t i = 0; i < all.pairs.size(); ++i) (i % 50 == 49 ? d.valid : d.train).push_back(std::move(all.pairs[i]));
+      d.valid_name = "every 50th pair of " + data.string();
+    }
+    if (!c.test_split.empty()) {
+      d.test = read_parallel_tsv(c.test_split).pairs;
+      d.test_name = c.test_split;
+    }
+    return d;
+  }
+  if (!fs::is_directory(data)) throw std::runtime_error("--data '" + c.data + "' is neither a folder nor a file");
+  auto read = [&](const std::string& split, std::vector<TokenPair>& into) {
+    ParallelText t = read_parallel_dir(data, split, c.src, c.tgt);
+    d.skipped_empty += t.stats.skipped_empty;
+    into = std::move(t.pairs);
+  };
+  if (need_train) {
+    read(c.train_split, d.train);
+    d.train_name = (data / (c.train_split + "." + c.src)).string();
+  }
+  std::string valid = c.valid_split;
+  if (valid.empty()) {
+    for (const char* s : {"val", "valid", "dev"})
+      if (split_exists(data, s, c)) {
+        valid = s;
+        break;
+      }
+    if (valid.empty())
+      throw std::runtime_error("--data '" + c.data + "' has no validation split (val." + c.src + "/val." + c.tgt + " or valid.*); name one with --valid-split");
+  }
+  read(valid, d.valid);
+  d.valid_name = (data / (valid + "." + c.src)).string();
+  std::string test = c.test_split;
+  if (test.empty()) {
+    if (split_exists(data, "test", c)) {
+      test = "test";
+    } else {
+      std::vector<std::string> found;
+      for (auto& e : fs::directory_iterator(data)) {
+        std::string name = e.path().filename().string();
+        std::string suffix = "." + c.src;
+        if (name.rfind("test", 0) == 0 && name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          std::string split = name.substr(0, name.size() - suffix.size());
+          if (split_exists(data, split, c)) found.push_back(split);
+        }
+      }
+      std::sort(found.begin(), found.end());
+      if (!found.empty()) test = found.front();
+    }
+  }
+  if (!test.empty()) {
+    read(test, d.test);
+    d.test_name = test;
+  }
+  return d;
+}
+
+}  // namespace gf::train

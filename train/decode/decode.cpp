@@ -1,0 +1,361 @@
+#include "train/decode/decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/softmax.h"
+#include "nn/masks.h"
+#include "tensor/kernels/indexing.h"
+
+namespace gf::train {
+namespace {
+
+// Length of each row without padding.
+std::vector<int64_t> source_lengths(const Tensor& src, int64_t pad) {
+  std::vector<int64_t> len(static_cast<size_t>(src.size(0)), 0);
+  for (int64_t b = 0; b < src.size(0); ++b)
+    for (int64_t s = 0; s < src.size(1); ++s)
+      if (static_cast<int64_t>(src.at({b, s})) != pad) len[b] = s + 1;
+  return len;
+}
+
+Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows) {
+  return kernels::index_select(t, Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())}));
+}
+
+// The last position's log-probabilities: logits (R, t, V) -> (R, V) float32.
+Tensor last_log_probs(const Variable& logits) {
+  const int64_t R = logits.size(0), t = logits.size(1), V = logits.size(2);
+  Variable last(logits.data().narrow(1, t - 1, 1).contiguous());  // (R, 1, V)
+  return log_softmax(last).data().reshape({R, V});                // (R, V)
+}
+
+int64_t bytes_per_position(const Tensor& cache) {  // K and V of one position, all heads: (B, KV, *, d_k)
+  return cache.defined() ? 2 * cache.size(1) * cache.size(3) * static_cast<int64_t>(dtype_size(cache.dtype())) : 0;
+}
+
+// Next-token log-probabilities for R rows, one step at a time: what greedy and beam search need
+// of a model. prefix (R, t) is each row's output so far, starting with opt.bos.
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+  virtual Tensor next_log_probs(const Tensor& prefix) = 0;  // (R, V) float32
+  // Keeps rows (in this order) of every per-row state.
+  virtual void select_rows(const std::vector<int64_t>& rows) = 0;
+  virtual void record(DecodeStats& st, int64_t step) const = 0;
+};
+
+// Builds the step model for these source rows (R, S) with room for `steps` output positions.
+using MakeSteps = std::function<std::unique_ptr<StepModel>(const Tensor& src, int64_t steps)>;
+
+class EncoderDecoderSteps : public StepModel {
+ public:
+  EncoderDecoderSteps(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t capacity)
+      : model_(model), opt_(opt) {
+    src_pad_ = nn::make_pad_mask(src, opt.pad);  // (R, S)
+    memory_ = model.encode(src, src_pad_);       // (R, S, D)
+    if (opt.use_cache) caches_ = model.transformer->decoder->start_cache(memory_, capacity);
+  }
+
+  Tensor next_log_probs(const Tensor& prefix) override {
+    const int64_t t = prefix.size(1);
+    Variable h;
+    if (opt_.use_cache) {
+      Tensor last = prefix.narrow(1, t - 1, 1).contiguous();  // (R, 1)
+      h = model_.transformer->decoder->forward_step(model_.embed_tgt(last, t - 1), caches_, src_pad_).output;  // (R, 1, D)
+    } else {
+      Tensor causal = nn::make_causal_mask(t);  // (t, t)
+      h = model_.transformer->decoder->forward(model_.embed_tgt(prefix), memory_, causal, Tensor(), src_pad_).output;  // (R, t, D)
+    }
+    return last_log_probs(model_.project(h));  // (R, V)
+  }
+
+  void select_rows(const std::vector<int64_t>& rows) override {
+    src_pad_ = rows_of(src_pad_, rows);
+    memory_ = Variable(rows_of(memory_.data(), rows));
+    for (auto& c : caches_) c.select_rows(rows);
+  }
+
+  void record(DecodeStats& st, int64_t step) const override {
+    st.steps = step;
+    int64_t n = 0, self = 0, cross = 0;
+    for (const auto& c : caches_) {
+      n += c.bytes();
+      self += bytes_per_position(c.self.k);
+      cross += bytes_per_position(c.cross_k);
+    }
+    st.cache_bytes_peak = std::max(st.cache_bytes_peak, n);
+    st.self_bytes_per_token = self;
+    st.cross_bytes_per_src_token = cross;
+  }
+
+ private:
+  const nn::Seq2SeqTransformer& model_;
+  const DecodeOptions& opt_;
+  Tensor src_pad_;
+  Variable memory_;
+  std::vector<nn::DecoderLayerCache> caches_;
+};
+
+// The prompt "source <sep>" (no padding: every row has the same source length) is run once into
+// the cache; then each step feeds the newest token.
+class DecoderOnlySteps : public StepModel {
+ public:
+  DecoderOnlySteps(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t steps)
+      : model_(model), opt_(opt), src_(src) {
+    if (opt.use_cache) caches_ = model.start_cache(src.size(0), src.size(1) + steps);
+  }
+
+  Tensor next_log_probs(const Tensor& prefix) override {
+    const int64_t R = prefix.size(0), t = prefix.size(1), S = src_.size(1);
+    if (opt_.use_cache) {
+      // First step: the whole prompt; later ones: the newest token at the next position.
+      Tensor fresh = t == 1 ? prompt(prefix) : prefix.narrow(1, t - 1, 1).contiguous();  // (R, S+1) or (R, 1)
+      return last_log_probs(model_.forward_cached(fresh, caches_));
+    }
+    Tensor seq = Tensor::empty({R, S + t}, DType::Int64);  // (R, S+t): source, <sep>, output so far
+    seq.narrow(1, 0, S).copy_(src_);
+    seq.narrow(1, S, t).copy_(prefix);
+    return last_log_probs(model_.forward(seq));
+  }
+
+  void select_rows(const std::vector<int64_t>& rows) override {
+    src_ = rows_of(src_, rows);
+    for (auto& c : caches_) c.select_rows(rows);
+  }
+
+  void record(DecodeStats& st, int64_t step) const override {
+    st.steps = step;
+    int64_t n = 0, self = 0;
+    for (const auto& c : caches_) n += c.bytes(), self += bytes_per_position(c.k);
+    st.cache_bytes_peak = std::max(st.cache_bytes_peak, n);
+    st.self_bytes_per_token = self;
+    st.cross_bytes_per_src_token = 0;  // the source is in the same cache, at self_bytes_per_token each
+  }
+
+ private:
+  Tensor prompt(const Tensor& prefix) const {
+    Tensor p = Tensor::empty({src_.size(0), src_.size(1) + 1}, DType::Int64);  // (R, S+1)
+    p.narrow(1, 0, src_.size(1)).copy_(src_);
+    p.narrow(1, src_.size(1), 1).copy_(prefix.narrow(1, 0, 1));
+    return p;
+  }
+
+  const nn::DecoderOnlyTransformer& model_;
+  const DecodeOptions& opt_;
+  Tensor src_;  // (R, S)
+  std::vector<nn::KVCache> caches_;
+};
+
+// Each row may emit at most its source length + max_extra tokens; returns those limits and the
+// longest, the number of steps to run.
+std::pair<std::vector<int64_t>, int64_t> step_limits(const Tensor& src, const DecodeOptions& opt) {
+  std::vector<int64_t> limit = source_lengths(src, opt.pad);
+  int64_t max_steps = 0;
+  for (auto& l : limit) max_steps = std::max(max_steps, l += opt.max_extra);
+  if (!opt.stop_at_eos) std::fill(limit.begin(), limit.end(), max_steps);
+  return {limit, max_steps};
+}
+
+// The rows' prefixes as one (R, t+1) tensor: <bos> and the tokens so far.
+template <class TokensOf>
+Tensor prefix_tensor(int64_t R, int64_t t, int64_t bos, TokensOf tokens_of) {
+  Tensor pre = Tensor::empty({R, t + 1}, DType::Int64);  // (R, t+1)
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t* p = pre.data<int64_t>() + r * (t + 1);
+    const std::vector<int64_t>& toks = tokens_of(r);
+    p[0] = bos;
+    for (int64_t j = 0; j < t; ++j) p[j + 1] = toks[j];
+  }
+  return pre;
+}
+
+std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
+  const int64_t B = src.size(0);
+  auto [limit, max_steps] = step_limits(src, opt);
+  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(B)), emitted(static_cast<size_t>(B));  // emitted: <eos> included
+  std::vector<int64_t> alive(static_cast<size_t>(B));  // original row of each live row
+  for (int64_t b = 0; b < B; ++b) alive[b] = b;
+  for (int64_t t = 0; t < max_steps && !alive.empty(); ++t) {
+    const int64_t R = static_cast<int64_t>(alive.size());
+    Tensor lp = step->next_log_probs(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& { return emitted[alive[r]]; })).contiguous();  // (R, V)
+    if (stats && opt.use_cache) step->record(*stats, t + 1);
+    const int64_t V = lp.size(1);
+    std::vector<int64_t> keep;
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = lp.data<float>() + r * V;
+      const int64_t best = std::max_element(row, row + V) - row, b = alive[r];
+      emitted[b].push_back(best);
+      if (best == opt.eos && opt.stop_at_eos) continue;
+      out[b].push_back(best);
+      if (static_cast<int64_t>(out[b].size()) < limit[b]) keep.push_back(r);
+    }
+    if (static_cast<int64_t>(keep.size()) != R) {
+      std::vector<int64_t> next_alive;
+      for (int64_t r : keep) next_alive.push_back(alive[r]);
+      alive = next_alive;
+      if (!keep.empty()) step->select_rows(keep);
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- beam search
+
+struct Hypothesis {
+  std::vector<int64_t> tokens;  // after <bos>, without <eos>
+  double log_prob = 0;
+};
+
+// One live hypothesis per cache row: which sentence it belongs to and its place in that beam.
+struct LiveRow {
+  int64_t sentence, beam;
+};
+
+struct Candidate {
+  double log_prob;
+  int64_t row, token;
+};
+
+// The best continuations of sentence b's live rows: each row's K+1 best tokens are enough, since
+// the sentence keeps at most K (one may be <eos>). Best first.
+std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam, const Tensor& lp, int64_t K) {
+  const int64_t V = lp.size(1);
+  std::vector<Candidate> out;
+  std::vector<int64_t> idx(static_cast<size_t>(V));
+  for (size_t r = 0; r < live.size(); ++r) {
+    if (live[r].sentence != b) continue;
+    const Hypothesis& h = beam[static_cast<size_t>(live[r].beam)];
+    const float* row = lp.data<float>() + static_cast<int64_t>(r) * V;
+    for (int64_t v = 0; v < V; ++v) idx[v] = v;
+    const int64_t take = std::min<int64_t>(K + 1, V);
+    std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), [&](int64_t a, int64_t c) { return row[a] > row[c]; });
+    for (int64_t j = 0; j < take; ++j) out.push_back({h.log_prob + row[idx[j]], static_cast<int64_t>(r), idx[j]});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& c) { return a.log_prob > c.log_prob; });
+  return out;
+}
+
+std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
+  const int64_t B = src.size(0), K = opt.beam;
+  auto [limit, max_steps] = step_limits(src, opt);
+  // Every source row repeated K times: row b*K + k starts as beam k of sentence b.
+  std::vector<int64_t> rep;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < K; ++k) rep.push_back(b);
+  std::unique_ptr<StepModel> step = make_steps(rows_of(src, rep), max_steps + 1);
+  auto normalized = [&](const Hypothesis& h) { return h.log_prob / std::pow(static_cast<double>(h.tokens.size() + 1), opt.length_penalty); };
+  std::vector<std::vector<Hypothesis>> beams(static_cast<size_t>(B), std::vector<Hypothesis>(1)), finished(static_cast<size_t>(B));
+  std::vector<LiveRow> live;  // one per cache row
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < K; ++k) live.push_back({b, 0});  // at first every copy continues the one empty hypothesis
+  for (int64_t t = 0; t < max_steps && !live.empty(); ++t) {
+    const int64_t R = static_cast<int64_t>(live.size());
+    Tensor lp = step->next_log_probs(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& {
+                  return beams[live[r].sentence][live[r].beam].tokens;
+                })).contiguous();  // (R, V)
+    if (stats && opt.use_cache) step->record(*stats, t + 1);
+    std::vector<int64_t> keep_rows;
+    std::vector<LiveRow> next_live;
+    std::vector<std::vector<Hypothesis>> next_beams(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<int64_t> rows_b;  // this sentence's rows for the next step
+      for (const Candidate& c : candidates(b, live, beams[b], lp, K)) {
+        if (static_cast<int64_t>(next_beams[b].size()) >= K) break;
+        Hypothesis h{beams[b][live[c.row].beam].tokens, c.log_prob};
+        if (c.token != opt.eos) h.tokens.push_back(c.token);
+        // <eos>, or the length limit reached: the hypothesis is complete.
+        if (c.token == opt.eos || static_cast<int64_t>(h.tokens.size()) >= limit[b]) {
+          finished[b].push_back(std::move(h));
+          continue;
+        }
+        next_beams[b].push_back(std::move(h));
+        rows_b.push_back(c.row);
+      }
+      // A sentence with K finished hypotheses stops here (its live ones are dropped).
+      if (static_cast<int64_t>(finished[b].size()) >= K) {
+        next_beams[b].clear();
+        continue;
+      }
+      for (size_t k = 0; k < rows_b.size(); ++k) {
+        keep_rows.push_back(rows_b[k]);
+        next_live.push_back({b, static_cast<int64_t>(k)});
+      }
+    }
+    beams = std::move(next_beams);
+    live = std::move(next_live);
+    if (!keep_rows.empty()) step->select_rows(keep_rows);
+  }
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    auto& pool = finished[b];
+    for (auto& h : beams[b]) pool.push_back(h);
+    if (pool.empty()) continue;
+    auto best = std::max_element(pool.begin(), pool.end(), [&](const Hypothesis& a, const Hypothesis& c) { return normalized(a) < normalized(c); });
+    out[b] = best->tokens;
+  }
+  return out;
+}
+
+void check_request(const Tensor& src, const DecodeOptions& opt) {
+  check_dtype(src, DType::Int64, "translate_batch");
+  if (src.ndim() != 2) throw std::invalid_argument("translate_batch: src must be (B, S), got " + shape_str(src.shape()));
+  if (opt.beam < 1) throw std::invalid_argument("translate_batch: beam must be >= 1, got " + std::to_string(opt.beam));
+  if (opt.beam > 1 && !opt.stop_at_eos)
+    throw std::invalid_argument("translate_batch: stop_at_eos = false is for greedy decoding only, got beam " + std::to_string(opt.beam));
+}
+
+std::vector<std::vector<int64_t>> decode(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
+  return opt.beam == 1 ? greedy(src, make_steps, opt, stats) : beam_search(src, make_steps, opt, stats);
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt,
+                                                  DecodeStats* stats) {
+  check_request(src, opt);
+  NoGradGuard ng;
+  if (src.size(0) == 0) return {};
+  MakeSteps make = [&](const Tensor& rows, int64_t steps) { return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps); };
+  return decode(src, make, opt, stats);
+}
+
+std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt,
+                                                  DecodeStats* stats) {
+  check_request(src, opt);
+  NoGradGuard ng;
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(src.size(0)));
+  // Rows grouped by source length: each group's prompts have no padding.
+  std::map<int64_t, std::vector<int64_t>> groups;
+  const std::vector<int64_t> lengths = source_lengths(src, opt.pad);
+  for (int64_t b = 0; b < src.size(0); ++b) groups[lengths[b]].push_back(b);
+  for (const auto& [S, rows] : groups) {
+    if (S == 0) continue;  // an empty source: nothing to translate
+    DecodeOptions o = opt;
+    // The positions of prompt and output must fit the table.
+    o.max_extra = std::min(opt.max_extra, model.options().max_len - 1 - 2 * S);
+    if (o.max_extra < 1 - S)
+      throw std::invalid_argument("translate_batch: a source of " + std::to_string(S) + " tokens leaves no room in the decoder-only model's " +
+                                  std::to_string(model.options().max_len) + " positions");
+    Tensor part = rows_of(src, rows).narrow(1, 0, S).contiguous();  // (R, S)
+    MakeSteps make = [&](const Tensor& r, int64_t steps) { return std::make_unique<DecoderOnlySteps>(model, r, o, steps); };
+    DecodeStats st;
+    auto hyps = decode(part, make, o, &st);
+    if (stats) {
+      stats->steps += st.steps;
+      stats->cache_bytes_peak = std::max(stats->cache_bytes_peak, st.cache_bytes_peak);
+      stats->self_bytes_per_token = st.self_bytes_per_token;
+    }
+    for (size_t i = 0; i < rows.size(); ++i) out[rows[i]] = std::move(hyps[i]);
+  }
+  return out;
+}
+
+}  // namespace gf::train

@@ -1,0 +1,102 @@
+#include "train/decode/translator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <stdexcept>
+
+#include "tensor/io/safetensors.h"
+#include "train/loop/batch_loss.h"
+#include "train/loop/checkpoint.h"
+#include "train/data/utf8.h"
+
+namespace gf::train {
+namespace fs = std::filesystem;
+
+std::string run_file(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+Translator Translator::load(const std::string& path) {
+  fs::path p(path);
+  if (!fs::exists(p)) throw std::runtime_error("--model '" + path + "' does not exist");
+  std::string dir = fs::is_directory(p) ? p.string() : p.parent_path().string();
+  if (dir.empty()) dir = ".";
+  Translator t;
+  std::string cfg = run_file(dir, "config.json");
+  if (!fs::exists(cfg)) throw std::runtime_error("'" + dir + "' has no config.json: not a gradflow run folder");
+  t.config = RunConfig::from_json(read_text_file(cfg), cfg);
+  t.src_vocab = Vocab::load(run_file(dir, "vocab.src.txt"));
+  t.tgt_vocab = Vocab::load(run_file(dir, "vocab.tgt.txt"));
+  if (fs::is_directory(p)) {
+    if (fs::exists(run_file(dir, "best.safetensors"))) {
+      t.weights_file = run_file(dir, "best.safetensors");
+    } else {
+      t.weights_file = run_file(dir, load_state(dir).model_file);
+    }
+  } else {
+    t.weights_file = p.string();
+  }
+  t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
+  SafetensorsFile f = load_safetensors(t.weights_file);
+  t.net->module().load_state_dict(f.tensors, true);
+  t.net->module().eval();
+  return t;
+}
+
+const nn::Seq2SeqTransformer& Translator::seq2seq() const {
+  if (const nn::Seq2SeqTransformer* m = net->seq2seq()) return *m;
+  throw std::runtime_error("this needs an encoder-decoder model; the run's --arch is " + config.arch);
+}
+
+DecodeOptions Translator::default_decode_options() const { return net->decode_options(); }
+
+double Translator::mean_nll(const std::vector<TokenPair>& pairs) const {
+  std::vector<EncodedPair> enc = encode_pairs(pairs, src_vocab, tgt_vocab);
+  BatchPlan plan(enc, config.max_tokens, 0);
+  return evaluate_loss(*net, plan);
+}
+
+std::vector<std::string> Translator::translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size,
+                                               DecodeStats* stats) const {
+  std::vector<std::vector<int64_t>> ids(sentences.size());
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    // Tokenised as the training files were (Python's str.split()), so no token differs between the two.
+    if (size_t bad = utf8::find_invalid(sentences[i]); bad != std::string::npos)
+      throw std::invalid_argument("translate: input line " + std::to_string(i + 1) + ": invalid UTF-8 at byte " + std::to_string(bad));
+    Tokens toks = utf8::split_whitespace(sentences[i]);
+    // Longer than the positional table allows: keep the head (and say so in the output's length).
+    if (static_cast<int64_t>(toks.size()) > config.max_len) toks.resize(static_cast<size_t>(config.max_len));
+    ids[i] = src_vocab.encode(toks);
+  }
+  // Similar lengths together: less padding, fewer wasted steps.
+  std::vector<size_t> order(sentences.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a].size() < ids[b].size(); });
+  std::vector<std::string> out(sentences.size());
+  if (batch_size < 1) batch_size = 1;
+  DecodeOptions o = opt;
+  o.max_extra = std::min<int64_t>(o.max_extra, 510 - config.max_len);  // (decoder-only: clamped further per source length)
+  for (size_t start = 0; start < order.size(); start += static_cast<size_t>(batch_size)) {
+    size_t end = std::min(order.size(), start + static_cast<size_t>(batch_size));
+    std::vector<size_t> rows;
+    for (size_t k = start; k < end; ++k)
+      if (!ids[order[k]].empty()) rows.push_back(order[k]);
+    if (rows.empty()) continue;
+    int64_t S = 0;
+    for (size_t r : rows) S = std::max<int64_t>(S, static_cast<int64_t>(ids[r].size()));
+    Tensor src = Tensor::full({static_cast<int64_t>(rows.size()), S}, static_cast<double>(Vocab::kPad), DType::Int64);  // (B, S)
+    int64_t* p = src.data<int64_t>();
+    for (size_t b = 0; b < rows.size(); ++b) std::copy(ids[rows[b]].begin(), ids[rows[b]].end(), p + static_cast<int64_t>(b) * S);
+    DecodeStats batch_stats;
+    auto hyps = net->translate(src, o, &batch_stats);
+    if (stats) {
+      stats->steps += batch_stats.steps;
+      stats->cache_bytes_peak = std::max(stats->cache_bytes_peak, batch_stats.cache_bytes_peak);
+      stats->self_bytes_per_token = batch_stats.self_bytes_per_token;
+      stats->cross_bytes_per_src_token = batch_stats.cross_bytes_per_src_token;
+    }
+    for (size_t b = 0; b < rows.size(); ++b) out[rows[b]] = tgt_vocab.decode_text(hyps[b]);
+  }
+  return out;
+}
+
+}  // namespace gf::train

@@ -1,0 +1,22 @@
+#pragma once
+// The teacher-forced loss of a batch, shared by training, validation and eval.
+#include "autograd/variable.h"
+#include "nn/seq2seq.h"
+#include "train/data/batching.h"
+
+namespace gf::train {
+
+// The batch as tensors: src (B, S), decoder input tgt[:, :-1] (B, T-1), labels tgt[:, 1:] (B*(T-1)).
+struct BatchTensors {
+  Tensor src, tgt_in, labels;
+};
+BatchTensors to_tensors(const Batch& b);
+
+// Label-smoothed cross-entropy over the non-PAD labels, mean per token.
+Variable batch_loss(const nn::Seq2SeqTransformer& model, const BatchTensors& t, double label_smoothing);
+
+// Mean NLL per target token over every batch of a plan (no smoothing, eval mode, no graph); the
+// model is left in the mode it was in.
+double evaluate_loss(nn::Seq2SeqTransformer& model, const BatchPlan& plan);
+
+}  // namespace gf::train

@@ -1,0 +1,90 @@
+#include "train/loop/checkpoint.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "tensor/io/atomic_file.h"
+#include "tensor/io/safetensors.h"
+
+namespace gf::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string state_to_json(const RunState& s) {
+  json j;
+  j["step"] = s.step;
+  j["epoch"] = s.epoch;
+  j["batch_in_epoch"] = s.batch_in_epoch;
+  j["train_seconds"] = s.train_seconds;
+  j["best_valid_loss"] = s.best_valid_loss;
+  j["model_file"] = s.model_file;
+  j["optim_file"] = s.optim_file;
+  j["skipped_long"] = s.skipped_long;
+  auto curve = [](const std::vector<CurvePoint>& c) {
+    json a = json::array();
+    for (auto& p : c) a.push_back({p.step, p.loss});
+    return a;
+  };
+  j["train_curve"] = curve(s.train_curve);
+  j["valid_curve"] = curve(s.valid_curve);
+  return j.dump(1) + "\n";
+}
+
+RunState state_from_json(const std::string& text, const std::string& where) {
+  RunState s;
+  try {
+    json j = json::parse(text);
+    s.step = j.at("step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
+    s.train_seconds = j.at("train_seconds").get<double>();
+    s.best_valid_loss = j.at("best_valid_loss").get<double>();
+    s.model_file = j.at("model_file").get<std::string>();
+    s.optim_file = j.at("optim_file").get<std::string>();
+    s.skipped_long = j.value("skipped_long", int64_t{0});
+    for (auto& p : j.at("train_curve")) s.train_curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
+    for (auto& p : j.at("valid_curve")) s.valid_curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
+  } catch (const json::exception& e) {
+    throw std::runtime_error(where + ": malformed run state: " + e.what());
+  }
+  return s;
+}
+
+void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::string, Tensor>& weights,
+                     const std::map<std::string, Tensor>& optimizer, const std::map<std::string, std::string>& metadata) {
+  char tag[32];
+  std::snprintf(tag, sizeof tag, "%07lld", static_cast<long long>(s.step));
+  const std::string old_model = s.model_file, old_optim = s.optim_file;
+  const std::string model_file = std::string("model-") + tag + ".safetensors";
+  const std::string optim_file = std::string("optim-") + tag + ".safetensors";
+  save_safetensors((fs::path(dir) / model_file).string(), weights, metadata);
+  save_safetensors((fs::path(dir) / optim_file).string(), optimizer, metadata);
+  s.model_file = model_file;
+  s.optim_file = optim_file;
+  write_file_atomic((fs::path(dir) / "state.json").string(), state_to_json(s));
+  // Only now are the older files unreferenced.
+  std::error_code ec;
+  for (const auto& f : {old_model, old_optim})
+    if (!f.empty() && f != model_file && f != optim_file) fs::remove(fs::path(dir) / f, ec);
+}
+
+RunState load_state(const std::string& dir) {
+  std::string path = (fs::path(dir) / "state.json").string();
+  if (!fs::exists(path)) throw std::runtime_error("'" + dir + "' has no state.json: not a gradflow training folder (or no epoch finished)");
+  return state_from_json(read_text_file(path), path);
+}
+
+}  // namespace gf::train

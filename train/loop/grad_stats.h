@@ -1,0 +1,161 @@
+#pragma once
+// Gradient statistics for any training run (`gradflow train --grad-stats N`). At step 1 and every
+// N-th step, per module group of the translator (embeddings; each layer's self-attention Q, K, V
+// and output projection, with in_proj_weight's three row blocks apart; cross-attention likewise;
+// feed-forward; norms; the final norms; the output projection): the gradient norm (before
+// clipping), the parameter norm and the update/parameter ratio |p_after - p_before| / |p_before| of
+// the Adam step actually applied; and the mean attention entropy of every head. One JSON line per
+// recorded step in RUN/grad_stats.jsonl, drawn as one figure RUN/grad_stats.svg (groups x steps
+// heat maps, one per statistic). docs/grad-stats.md has the format and the measured cost.
+//
+// The pieces are public for the labs: head_entropy() on any attention weights, EntropyProbe on
+// every attention of a translator.
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/decoder_only.h"
+#include "nn/seq2seq.h"
+#include "train/data/batching.h"
+#include "train/loop/model.h"
+
+namespace gf::train {
+
+using StatsJson = nlohmann::ordered_json;  // keys in the order written: "step" first
+
+// ---------------------------------------------------------------- attention entropy
+
+struct HeadEntropy {
+  std::vector<double> heads;  // (H) mean over the counted query rows of -sum_s p log p, in nats
+  double uniform = 0;         // mean over the same rows of log(keys visible): the largest possible entropy
+  int64_t rows = 0;           // query rows counted (the same for every head)
+};
+
+// Per-head entropy of attention weights (B, H, L, S). A query row counts unless query_pad (B, L)
+// bool marks it PAD (undefined: none is) or its weights sum to 0 (every key blocked). Keys visible
+// from a row: those not marked by key_pad (B, S) bool (undefined: all), and with `causal` only
+// s <= l. Masked keys have weight 0 and add nothing to the entropy.
+HeadEntropy head_entropy(const Tensor& weights, const Tensor& query_pad, const Tensor& key_pad, bool causal);
+
+// Every attention of a translator. Encoder-decoder: "enc0.self", ..., "dec0.self", "dec0.cross",
+// ...; decoder-only: "layer0.self", ...
+struct AttentionSite {
+  enum Kind { EncoderSelf, DecoderSelf, Cross, SequenceSelf };  // SequenceSelf: the decoder-only model's
+  std::string name;
+  nn::MultiheadAttention* attention;
+  Kind kind;
+};
+std::vector<AttentionSite> attention_sites(const nn::Seq2SeqTransformer& model);
+std::vector<AttentionSite> attention_sites(const nn::DecoderOnlyTransformer& model);
+
+// Per-head entropies of every attention of a translator, from the forwards it is armed for. It
+// installs a weights_observer on each attention (calling any observer that was there before) and
+// puts the old ones back when destroyed; disarmed, the observers return at once.
+class EntropyProbe {
+ public:
+  explicit EntropyProbe(const nn::Seq2SeqTransformer& model);
+  explicit EntropyProbe(const nn::DecoderOnlyTransformer& model);
+  ~EntropyProbe();
+  EntropyProbe(const EntropyProbe&) = delete;
+  EntropyProbe& operator=(const EntropyProbe&) = delete;
+
+  // The coming forwards are model.forward(src, tgt_in) of the encoder-decoder: src (B, S), tgt_in
+  // (B, T) ids. Which rows count and which keys are visible follow model.masks and the PAD id.
+  void arm(const Tensor& src, const Tensor& tgt_in);
+  // The coming forwards are model.forward(ids) of the decoder-only model: ids (B, L) (causal, PAD keys blocked).
+  void arm(const Tensor& ids);
+  // Entropies per site (attention_sites order), averaged over the forwards since arm(); disarms.
+  // A site no forward reached has no heads.
+  std::vector<std::pair<std::string, HeadEntropy>> take();
+  // Wall seconds the observers spent on entropies since arm(): what the probe costs.
+  double seconds() const { return seconds_; }
+
+ private:
+  struct Site;
+  void install(const std::vector<AttentionSite>& sites);
+  const nn::Seq2SeqTransformer* seq2seq_ = nullptr;
+  int64_t pad_ = 0;
+  std::vector<std::unique_ptr<Site>> sites_;
+  bool armed_ = false;
+  double seconds_ = 0;
+};
+
+// ---------------------------------------------------------------- parameter groups
+
+// The group a parameter belongs to, by its state_dict name: "transformer.decoder.layers.1.linear2.weight"
+// -> "dec1.ffn", "...multihead_attn.k_proj.weight" -> "dec1.cross.k", and for the decoder-only model
+// "transformer.layers.0.norm1.weight" -> "layer0.norm"; in_proj_weight and in_proj_bias go to the
+// ".q" group here (see grad_groups). Other names fall back to the module path (the name without
+// its last part).
+std::string group_of(const std::string& param_name);
+
+struct GradGroup {
+  struct Piece {
+    std::string tensor;    // "transformer.encoder.layers.0.self_attn.in_proj_weight[0:64]"
+    size_t param = 0;      // index into the parameter list the groups were made from
+    int64_t begin = 0, end = 0;  // flat element range of that parameter
+  };
+  std::string name;  // "enc0.self.q"
+  std::vector<Piece> pieces;
+};
+// Groups in order of first appearance; in_proj_weight (3D, D) and in_proj_bias (3D) are split into
+// their Q, K and V row blocks. Tied weights (the same parameter under two names) count once.
+std::vector<GradGroup> grad_groups(const std::vector<std::pair<std::string, Variable>>& named);
+
+// ---------------------------------------------------------------- the recorder
+
+class GradStatsRecorder {
+ public:
+  static constexpr const char* kJsonl = "grad_stats.jsonl";
+  static constexpr const char* kSvg = "grad_stats.svg";
+
+  // Records into dir/grad_stats.jsonl at step 1 and every `every` steps (every >= 1). With
+  // resume_step > 0 the lines already there are kept for the figure and new ones appended; lines
+  // past resume_step (written by a run killed before its next checkpoint) are dropped, as those
+  // steps run again. Attention entropy is recorded for the encoder-decoder and the decoder-only
+  // model (another module gets none).
+  GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step = 0);
+
+  bool due(int64_t step) const { return step == 1 || step % every_ == 0; }
+  // The trainer's step, in order: begin_step before the forward (1-based step; arms the entropy
+  // probe when due), after_backward before clipping, after_update after the optimizer step. Each is
+  // a no-op when the step is not due.
+  void begin_step(int64_t step, const Batch& batch);
+  void after_backward();
+  void after_update(double loss, double lr);
+
+  // grad_stats.svg from every line recorded (or kept) so far.
+  void write_svg() const;
+  const std::vector<StatsJson>& records() const { return records_; }
+
+ private:
+  StatsJson attention_json();  // the probe's entropies of this step, as the line's "attention"
+
+  const TranslationModel& model_;
+  std::string dir_;
+  int64_t every_;
+  std::vector<Variable> params_;
+  std::vector<GradGroup> groups_;
+  std::unique_ptr<EntropyProbe> probe_;  // null for a model it does not know
+  std::ofstream out_;
+  std::vector<StatsJson> records_;
+  // The step in progress when due (0: none), its gradient norms and the parameters before the update.
+  int64_t step_ = 0;
+  std::vector<double> grad_sq_;  // per piece of every group, in order: sum of squared gradients before clipping
+  std::vector<Tensor> before_;   // per parameter, each its parameter's shape: a copy taken before the update
+  double seconds_ = 0;           // wall time the recorder spent on this step so far
+};
+
+// The figure of grad_stats.jsonl's lines: heat maps of groups x steps (gradient norm, update ratio,
+// parameter norm, log scale) and heads x steps (entropy / its uniform maximum), and the loss. With
+// more than kMaxColumns lines it draws every k-th (and the last), so that the picture stays a
+// picture. Throws std::invalid_argument when there is no line.
+constexpr size_t kMaxColumns = 150;
+std::string grad_stats_svg(const std::vector<StatsJson>& records);
+
+}  // namespace gf::train

@@ -1,0 +1,110 @@
+#include "train/loop/run_config.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace gf::train {
+
+using json = nlohmann::json;
+
+std::string RunConfig::data_description() const {
+  if (builtin()) return "built-in English->Korean corpus (seed " + std::to_string(corpus_seed) + ", " + std::to_string(corpus_size) + " pairs)";
+  return data + " (" + src + " -> " + tgt + ")";
+}
+
+nn::Seq2SeqOptions RunConfig::model_options(int64_t src_vocab, int64_t tgt_vocab) const {
+  nn::Seq2SeqOptions o;
+  o.src_vocab = src_vocab;
+  o.tgt_vocab = tgt_vocab;
+  o.layer = layer;
+  o.num_layers = layers;
+  o.tie_output = tie;
+  return o;
+}
+
+#define GF_CONFIG_FIELDS(X)                                                                                              \
+  X(data) X(src) X(tgt) X(train_split) X(valid_split) X(test_split) X(corpus_seed) X(corpus_size) X(min_freq) X(max_len) \
+  X(max_tokens) X(arch) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
+  X(steps) X(minutes) X(seed) X(log_every)
+#define GF_LAYER_FIELDS(X) \
+  X(d_model) X(nhead) X(kv_heads) X(dim_feedforward) X(activation) X(norm) X(norm_first) X(dropout) X(layer_norm_eps)
+
+std::string RunConfig::to_json() const {
+  json j;
+#define GF_WRITE(f) j[#f] = f;
+  GF_CONFIG_FIELDS(GF_WRITE)
+#undef GF_WRITE
+#define GF_WRITE_LAYER(f) j["layer"][#f] = layer.f;
+  GF_LAYER_FIELDS(GF_WRITE_LAYER)
+#undef GF_WRITE_LAYER
+  j["format"] = "gradflow-run-2";
+  return j.dump(1) + "\n";
+}
+
+namespace {
+
+// gradflow-run-1 (before the layer options had one type) kept the model fields at the top level
+// under the CLI's names.
+void read_legacy_model_fields(const json& j, nn::TransformerLayerOptions& l) {
+  if (j.contains("d_model")) j.at("d_model").get_to(l.d_model);
+  if (j.contains("heads")) j.at("heads").get_to(l.nhead);
+  if (j.contains("ff")) j.at("ff").get_to(l.dim_feedforward);
+  if (j.contains("dropout")) j.at("dropout").get_to(l.dropout);
+  if (j.contains("activation")) j.at("activation").get_to(l.activation);
+  if (j.contains("norm_first")) j.at("norm_first").get_to(l.norm_first);
+}
+
+}  // namespace
+
+RunConfig RunConfig::from_json(const std::string& text, const std::string& where) {
+  RunConfig c;
+  try {
+    json j = json::parse(text);
+#define GF_READ(f) \
+  if (j.contains(#f)) j.at(#f).get_to(c.f);
+    GF_CONFIG_FIELDS(GF_READ)
+#undef GF_READ
+    if (j.contains("layer")) {
+      const json& l = j.at("layer");
+#define GF_READ_LAYER(f) \
+  if (l.contains(#f)) l.at(#f).get_to(c.layer.f);
+      GF_LAYER_FIELDS(GF_READ_LAYER)
+#undef GF_READ_LAYER
+    } else {
+      read_legacy_model_fields(j, c.layer);
+    }
+  } catch (const json::exception& e) {
+    throw std::runtime_error(where + ": malformed run config: " + e.what());
+  }
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(where + ": " + e.what());
+  }
+  return c;
+}
+
+void RunConfig::validate() const {
+  auto positive = [](const char* name, double v) {
+    if (!(v > 0)) throw std::invalid_argument(std::string("--") + name + " must be positive, got " + fmt::format("{}", v));
+  };
+  if (arch != "encoder-decoder" && arch != "decoder-only")
+    throw std::invalid_argument("--arch must be encoder-decoder or decoder-only, got '" + arch + "'");
+  layer.validate();
+  positive("layers", static_cast<double>(layers));
+  positive("lr", lr);
+  positive("max-tokens", static_cast<double>(max_tokens));
+  positive("min-freq", static_cast<double>(min_freq));
+  positive("max-len", static_cast<double>(max_len));
+  if (layer.d_model % 2 != 0) throw std::invalid_argument(fmt::format("--d-model must be even for sinusoidal positions, got {}", layer.d_model));
+  if (label_smoothing < 0 || label_smoothing >= 1) throw std::invalid_argument(fmt::format("--label-smoothing must be in [0, 1), got {}", label_smoothing));
+  if (warmup < 1) throw std::invalid_argument(fmt::format("--warmup must be at least 1, got {}", warmup));
+  if (epochs < 0 || steps < 0 || minutes < 0) throw std::invalid_argument("--epochs, --steps and --minutes cannot be negative");
+  if (max_len + 2 > 512) throw std::invalid_argument(fmt::format("--max-len must be at most 510 (the positional table holds 512), got {}", max_len));
+  if (arch == "decoder-only" && 2 * max_len + 2 > 512)
+    throw std::invalid_argument(fmt::format("--max-len must be at most 255 for the decoder-only model (source, <sep> and target share 512 positions), got {}", max_len));
+}
+
+}  // namespace gf::train

@@ -1,0 +1,44 @@
+#pragma once
+// Everything that defines a training run: data, model, recipe and budget. Saved as config.json in
+// the run folder, so that translate/eval/resume rebuild the same model.
+#include <cstdint>
+#include <string>
+
+#include "nn/seq2seq.h"
+
+namespace gf::train {
+
+struct RunConfig {
+  // ---- data ----
+  std::string data;  // a folder of DIR/{split}.{lang} files, a .tsv file, or "" for the built-in corpus
+  std::string src = "de", tgt = "en";
+  std::string train_split = "train", valid_split, test_split;  // "" = detect (val|valid, test*)
+  uint64_t corpus_seed = 1;    // built-in corpus
+  int64_t corpus_size = 24000;  // built-in corpus
+  int64_t min_freq = 2, max_len = 100, max_tokens = 4096;
+  // ---- model ----
+  std::string arch = "encoder-decoder";  // or "decoder-only" (train/loop/model.h)
+  nn::TransformerLayerOptions layer;  // every layer: width, heads, kv heads, ff, activation, norm, placement, dropout
+  int64_t layers = 3;                 // encoder and decoder layers each
+  bool tie = false;                   // output projection tied to the target embedding
+  // ---- recipe ----
+  double lr = 1e-3, label_smoothing = 0.1, clip = 1.0;
+  int64_t warmup = 800;
+  double beta1 = 0.9, beta2 = 0.98, adam_eps = 1e-9;
+  // ---- budget and run ----
+  int64_t epochs = 0, steps = 0;  // 0 = no limit of that kind
+  double minutes = 0;
+  uint64_t seed = 1;
+  int64_t log_every = 100;  // steps between plain progress lines (non-terminal output)
+
+  bool builtin() const { return data.empty(); }
+  std::string data_description() const;
+  nn::Seq2SeqOptions model_options(int64_t src_vocab, int64_t tgt_vocab) const;
+  std::string to_json() const;
+  // Reads this format and the earlier one (model fields flat at the top level).
+  static RunConfig from_json(const std::string& text, const std::string& where);
+  // Throws std::invalid_argument naming the first bad setting.
+  void validate() const;
+};
+
+}  // namespace gf::train

@@ -1,0 +1,33 @@
+#pragma once
+// The training loop of the translator: teacher forcing (input tgt[:, :-1], labels tgt[:, 1:]),
+// label-smoothed cross-entropy that ignores PAD, Adam with warmup and inverse-square-root decay,
+// gradient clipping, validation each epoch, atomic checkpoints, and exact resumption.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/loop/run_config.h"
+
+namespace gf::train {
+
+struct TrainOptions {
+  std::string out;          // run folder (created); required
+  bool resume = false;      // continue the run in `out`
+  int64_t samples = 5;      // sample translations printed at the end
+  bool final_eval = true;   // decode the test split at the end (BLEU, exact match)
+  bool quiet = false;       // no progress output
+  int64_t grad_stats = 0;   // > 0: gradient statistics at step 1 and every this many steps (train/loop/grad_stats.h)
+};
+
+struct TrainResult {
+  int64_t steps = 0, epochs_done = 0;
+  std::vector<std::pair<int64_t, double>> step_losses;  // (step, loss) of the steps run in this call
+  double valid_loss = 0;                                // last validation NLL per token
+  double test_bleu = -1, test_exact = -1;               // -1: not measured
+  double train_seconds = 0;
+  double tokens_per_second = 0;                         // target tokens, this call
+};
+
+TrainResult train_translator(const RunConfig& config, const TrainOptions& options);
+
+}  // namespace gf::train
