@@ -14,6 +14,8 @@
 #include "train/data/parallel_text.h"
 #include "train/data/run_data.h"
 #include "train/decode/translator.h"
+#include "train/eval/score.h"
+#include "tensor/io/atomic_file.h"
 
 namespace gf::app {
 
@@ -106,30 +108,22 @@ int cmd_eval(int argc, char** argv) {
   if (!f.str("split").empty()) c.test_split = f.str("split");
   train::RunData data = train::load_run_data(c, false);
   if (data.test.empty()) throw std::runtime_error("eval: no test split found for " + c.data_description() + "; name one with --split");
-  std::vector<std::string> srcs, refs;
-  for (const auto& p : data.test) {
-    srcs.push_back(train::join_tokens(p.first));
-    refs.push_back(train::join_tokens(p.second));
-  }
+  const std::string tok = f.str("tokenize");
+  if (tok != "13a" && tok != "none") throw UsageError("eval: --tokenize must be 13a or none, got '" + tok + "'");
   train::DecodeOptions o = decode_options(f, t);
-  double nll = t.mean_nll(data.test);
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::string> hyps = t.translate(srcs, o, f.integer("batch-size"));
-  double dt = seconds_since(t0);
+  const train::TestScore s = train::score_test_split(t, data.test, o, f.integer("batch-size"), tok, true);
   if (!f.str("output").empty()) {
-    std::ofstream out(f.str("output"));
-    if (!out) throw std::runtime_error("eval: cannot write '" + f.str("output") + "'");
-    for (const auto& h : hyps) out << h << "\n";
+    std::string text;
+    for (const auto& h : s.hypotheses) text += h + "\n";
+    write_file_atomic(f.str("output"), text);
   }
-  int64_t exact = 0;
-  for (size_t i = 0; i < hyps.size(); ++i) exact += hyps[i] == refs[i];
-  BleuResult bleu = corpus_bleu(hyps, refs, f.str("tokenize"));
+  const double n = static_cast<double>(s.hypotheses.size());
   fmt::print("model: {}\n", t.weights_file);
-  fmt::print("test: {} ({} sentences)\n", data.test_name, hyps.size());
-  fmt::print("loss {:.4f} per target token, perplexity {:.2f}\n", nll, std::exp(nll));
-  fmt::print("{} ({}, {})\n", bleu.format(), o.beam == 1 ? "greedy" : fmt::format("beam {}", o.beam), bleu.signature);
-  fmt::print("exact match {:.1f}% ({}/{}); decoded in {:.1f}s ({:.1f} sentences/s)\n", 100.0 * static_cast<double>(exact) / static_cast<double>(hyps.size()),
-             exact, hyps.size(), dt, static_cast<double>(hyps.size()) / std::max(dt, 1e-9));
+  fmt::print("test: {} ({} sentences)\n", data.test_name, s.hypotheses.size());
+  fmt::print("loss {:.4f} per target token, perplexity {:.2f}\n", s.nll, std::exp(s.nll));
+  fmt::print("{} ({}, {})\n", s.bleu.format(), o.beam == 1 ? "greedy" : fmt::format("beam {}", o.beam), s.bleu.signature);
+  fmt::print("exact match {:.1f}% ({}/{}); decoded in {:.1f}s ({:.1f} sentences/s)\n", 100.0 * s.exact_share, s.exact, s.hypotheses.size(),
+             s.decode_seconds, n / std::max(s.decode_seconds, 1e-9));
   return 0;
 }
 

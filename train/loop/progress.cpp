@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -50,6 +51,16 @@ void Progress::clear() {
     std::fflush(out_);
     drawn_ = false;
   }
+}
+
+double estimate_eta(const EtaInput& in) {
+  const double per_step = in.steps_timed > 0 ? in.epoch_seconds / static_cast<double>(in.steps_timed) : -1;
+  double eta = in.seconds_left_by_time >= 0 ? in.seconds_left_by_time : INFINITY;
+  if (per_step >= 0) {
+    if (in.steps_left_by_steps >= 0) eta = std::min(eta, per_step * static_cast<double>(in.steps_left_by_steps));
+    if (in.steps_left_by_epochs >= 0) eta = std::min(eta, per_step * static_cast<double>(in.steps_left_by_epochs));
+  }
+  return std::isfinite(eta) ? eta : -1;
 }
 
 }  // namespace gf::train

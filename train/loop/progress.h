@@ -34,4 +34,15 @@ class Progress {
 
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 
+// What the time left depends on; a limit that does not apply stays negative.
+struct EtaInput {
+  double epoch_seconds = 0;         // time spent on this epoch's steps in this call
+  int64_t steps_timed = 0;          // those steps (after a mid-epoch resume: not the epoch's earlier batches)
+  int64_t steps_left_by_steps = -1;   // --steps: steps until the limit
+  int64_t steps_left_by_epochs = -1;  // --epochs: batches until the last epoch ends
+  double seconds_left_by_time = -1;   // --minutes: seconds until the limit
+};
+// Seconds left: the nearest limit, at the pace of the steps timed so far. < 0: unknown.
+double estimate_eta(const EtaInput& in);
+
 }  // namespace gf::train

@@ -20,6 +20,7 @@
 #include "train/loop/batch_loss.h"
 #include "train/data/batching.h"
 #include "train/eval/bleu.h"
+#include "train/eval/score.h"
 #include "train/loop/checkpoint.h"
 #include "train/loop/grad_stats.h"
 #include "train/loop/model.h"
@@ -50,226 +51,262 @@ void maybe_die_in_save(int save_index) {
   if (k && std::atoi(k) == save_index) std::raise(SIGKILL);
 }
 
+// One training run: setup (data, vocabularies, model, optimizer, resume), the step loop, the end
+// of each epoch (validation, best weights, checkpoint) and the final report.
+class Run {
+ public:
+  Run(const RunConfig& config, const TrainOptions& opt) : config_(config), opt_(opt) {}
+
+  TrainResult go() {
+    setup();
+    print_setup();
+    start_ = now_seconds();
+    seconds_before_ = state_.train_seconds;
+    bool stopped = false;
+    while (!stopped && !out_of_budget()) {
+      stopped = run_epoch();
+      if (!stopped) end_epoch();
+    }
+    progress_.clear();
+    finish(stopped);
+    if (opt_.final_eval && !data_.test.empty()) report();
+    return result_;
+  }
+
+ private:
+  // ---------------------------------------------------------------- setup
+  void setup() {
+    fs::create_directories(opt_.out);
+    data_ = load_run_data(config_);
+    if (data_.train.empty()) throw std::runtime_error("train: the training split is empty");
+    if (data_.valid.empty()) throw std::runtime_error("train: the validation split is empty");
+    if (opt_.resume) {
+      src_vocab_ = Vocab::load(run_file(opt_.out, "vocab.src.txt"));
+      tgt_vocab_ = Vocab::load(run_file(opt_.out, "vocab.tgt.txt"));
+    } else {
+      std::tie(src_vocab_, tgt_vocab_) = build_vocabularies(config_, data_.train);
+      src_vocab_.save(run_file(opt_.out, "vocab.src.txt"));
+      tgt_vocab_.save(run_file(opt_.out, "vocab.tgt.txt"));
+      write_file_atomic(run_file(opt_.out, "config.json"), config_.to_json());
+    }
+    train_pairs_ = encode_pairs(data_.train, src_vocab_, tgt_vocab_);
+    valid_pairs_ = encode_pairs(data_.valid, src_vocab_, tgt_vocab_);
+    plan_ = std::make_unique<BatchPlan>(train_pairs_, config_.max_tokens, config_.max_len);
+    valid_plan_ = std::make_unique<BatchPlan>(valid_pairs_, config_.max_tokens, config_.max_len);
+
+    net_ = make_translation_model(config_, src_vocab_, tgt_vocab_, config_.seed);
+    net_->module().train();
+    adam_ = std::make_unique<optim::Adam>(net_->module().named_parameters(),
+                                          optim::AdamOptions{.lr = config_.lr, .beta1 = config_.beta1, .beta2 = config_.beta2, .eps = config_.adam_eps});
+    params_ = net_->module().parameters();
+    if (opt_.resume) resume();
+    else state_.epoch = 1;
+    if (opt_.grad_stats > 0) grad_stats_ = std::make_unique<GradStatsRecorder>(*net_, opt_.out, opt_.grad_stats, opt_.resume ? state_.step : 0);
+    max_epochs_ = config_.epochs > 0 ? config_.epochs : (config_.steps == 0 && config_.minutes <= 0 ? 1 : INT64_MAX);
+    budget_seconds_ = config_.minutes > 0 ? config_.minutes * 60.0 : INFINITY;
+    file_meta_ = {{"format", "gradflow"}, {"config", config_.to_json()}};
+  }
+
+  void resume() {
+    state_ = load_state(opt_.out);
+    net_->module().load_state_dict(load_safetensors(run_file(opt_.out, state_.model_file)).tensors, true);
+    adam_->load_state_dict(load_safetensors(run_file(opt_.out, state_.optim_file)).tensors);
+    if (adam_->steps() != state_.step)
+      throw std::runtime_error(fmt::format("{}: optimizer state is at step {} but the run state says {}", opt_.out, adam_->steps(), state_.step));
+  }
+
+  void print_setup() const {
+    std::FILE* log = stdout;
+    fmt::print(log, "data: {}\n", config_.data_description());
+    fmt::print(log, "  train {} pairs ({} batches of <= {} tokens; {} skipped over --max-len {}), valid {}, test {}{}\n", plan_->pairs_used(),
+               plan_->size(), config_.max_tokens, plan_->skipped_too_long(), config_.max_len, valid_plan_->pairs_used(), data_.test.size(),
+               data_.skipped_empty ? fmt::format(" ({} empty lines skipped)", data_.skipped_empty) : "");
+    fmt::print(log, "  vocab: source {}, target {} (min freq {})\n", src_vocab_.size(), tgt_vocab_.size(), config_.min_freq);
+    const nn::TransformerLayerOptions& l = config_.layer;
+    fmt::print(log, "model: {}, d_model {}, heads {} (kv {}), layers {}{}, ff {}, {}, {} {}, dropout {}, {} parameters\n", config_.arch, l.d_model,
+               l.nhead, l.key_value_heads(), config_.layers, config_.arch == "decoder-only" ? "" : fmt::format("+{}", config_.layers),
+               l.dim_feedforward, l.activation, l.norm_first ? "pre" : "post", l.norm, l.dropout, net_->module().num_parameters());
+    std::string budget;
+    if (config_.epochs) budget += fmt::format(" {} epochs", config_.epochs);
+    if (config_.steps) budget += fmt::format(" {} steps", config_.steps);
+    if (config_.minutes > 0) budget += fmt::format(" {} minutes", config_.minutes);
+    fmt::print(log, "train: lr {} warmup {} label smoothing {} clip {}, budget:{}{}\n", config_.lr, config_.warmup, config_.label_smoothing,
+               config_.clip, budget.empty() ? " 1 epoch" : budget,
+               opt_.resume ? fmt::format(" (resuming at step {}, epoch {})", state_.step, state_.epoch) : "");
+    std::fflush(log);
+  }
+
+  // ---------------------------------------------------------------- the step loop
+  double elapsed() const { return seconds_before_ + now_seconds() - start_; }
+  bool step_budget_spent() const { return (config_.steps > 0 && state_.step >= config_.steps) || elapsed() >= budget_seconds_; }
+  bool out_of_budget() const { return step_budget_spent() || state_.epoch > max_epochs_; }
+
+  // Runs the rest of the current epoch; true when the budget stopped it midway.
+  bool run_epoch() {
+    const std::vector<size_t> order = plan_->epoch_order(config_.seed, static_cast<uint64_t>(state_.epoch));
+    epoch_start_ = now_seconds();
+    epoch_tokens_ = 0;
+    const size_t first = static_cast<size_t>(state_.batch_in_epoch);  // > 0 after a mid-epoch resume
+    for (size_t bi = first; bi < order.size(); ++bi) {
+      if (step_budget_spent()) return true;
+      const Batch batch = plan_->batch(order[bi]);
+      const double loss = step(batch);
+      state_.batch_in_epoch = static_cast<int64_t>(bi) + 1;
+      record(loss, batch);
+      if (!opt_.quiet) show_progress(bi, first, order.size());
+    }
+    return false;
+  }
+
+  // One optimizer step on a batch; returns its loss. Dropout masks depend only on (seed, step).
+  double step(const Batch& batch) {
+    default_generator().seed(step_seed(config_.seed, state_.step));
+    if (grad_stats_) grad_stats_->begin_step(state_.step + 1, batch);
+    Variable loss = net_->loss(batch, config_.label_smoothing);
+    adam_->zero_grad();
+    loss.backward();
+    if (grad_stats_) grad_stats_->after_backward();
+    if (config_.clip > 0) optim::clip_grad_norm(params_, config_.clip);
+    adam_->set_lr(optim::warmup_inverse_sqrt(config_.lr, state_.step, config_.warmup));
+    adam_->step();
+    const double l = loss.item();
+    if (grad_stats_) grad_stats_->after_update(l, adam_->lr());
+    if (!std::isfinite(l)) {
+      if (grad_stats_) grad_stats_->write_svg();  // the diverging run's picture is the one wanted
+      throw std::runtime_error(fmt::format("train: loss became {} at step {}; lower --lr?", l, state_.step + 1));
+    }
+    state_.step += 1;
+    return l;
+  }
+
+  // The loss into the result, the recent average and the 20-step training curve.
+  void record(double loss, const Batch& batch) {
+    result_.step_losses.emplace_back(state_.step, loss);
+    tokens_this_call_ += batch.tgt_tokens;
+    epoch_tokens_ += batch.tgt_tokens;
+    recent_loss_ += loss, recent_n_ += 1;
+    curve_sum_ += loss;
+    if (++curve_n_ == kCurveEvery) {
+      state_.train_curve.push_back({static_cast<double>(state_.step), curve_sum_ / kCurveEvery});
+      curve_sum_ = 0, curve_n_ = 0;
+    }
+  }
+
+  void show_progress(size_t bi, size_t first, size_t batches) {
+    ProgressInfo p;
+    p.epoch = state_.epoch;
+    p.step = state_.step;
+    p.batch = static_cast<int64_t>(bi) + 1;
+    p.batches = static_cast<int64_t>(batches);
+    p.loss = recent_loss_ / static_cast<double>(recent_n_);
+    const double dt = now_seconds() - epoch_start_;
+    p.tokens_per_s = dt > 0 ? static_cast<double>(epoch_tokens_) / dt : 0;
+    p.lr = adam_->lr();
+    EtaInput e;
+    e.epoch_seconds = dt;
+    e.steps_timed = static_cast<int64_t>(bi + 1 - first);  // the steps of this epoch run in this call
+    if (config_.minutes > 0) e.seconds_left_by_time = std::max(0.0, budget_seconds_ - elapsed());
+    if (config_.steps > 0) e.steps_left_by_steps = config_.steps - state_.step;
+    if (max_epochs_ != INT64_MAX)
+      e.steps_left_by_epochs = (max_epochs_ - state_.epoch) * static_cast<int64_t>(batches) + static_cast<int64_t>(batches - bi - 1);
+    p.eta_seconds = estimate_eta(e);
+    progress_.update(p);
+    if (state_.step % config_.log_every == 0) recent_loss_ = 0, recent_n_ = 0;
+  }
+
+  // ---------------------------------------------------------------- epochs and checkpoints
+  void end_epoch() {
+    progress_.clear();
+    const double valid = evaluate_loss(*net_, *valid_plan_);
+    result_.valid_loss = valid;
+    state_.valid_curve.push_back({static_cast<double>(state_.step), valid});
+    const bool best = valid < state_.best_valid_loss;
+    if (best) {
+      state_.best_valid_loss = valid;
+      save_safetensors(run_file(opt_.out, "best.safetensors"), net_->module().state_dict(), file_meta_);
+    }
+    const double dt = now_seconds() - epoch_start_;
+    fmt::print("epoch {} done: step {}, valid loss {:.4f} (ppl {:.2f}){}, {:.0f} tgt tok/s, {} elapsed\n", state_.epoch, state_.step, valid,
+               std::exp(valid), best ? " best" : "", dt > 0 ? static_cast<double>(epoch_tokens_) / dt : 0.0, format_duration(elapsed()));
+    std::fflush(stdout);
+    state_.epoch += 1;
+    state_.batch_in_epoch = 0;
+    result_.epochs_done += 1;
+    checkpoint();
+  }
+
+  void checkpoint() {
+    state_.train_seconds = elapsed();
+    maybe_die_in_save(++saves_);
+    save_checkpoint(opt_.out, state_, net_->module().state_dict(), adam_->state_dict(), file_meta_);
+    std::vector<std::pair<double, double>> tr, va;
+    for (auto& p : state_.train_curve) tr.emplace_back(p.step, p.loss);
+    for (auto& p : state_.valid_curve) va.emplace_back(p.step, p.loss);
+    write_file_atomic(run_file(opt_.out, "loss.svg"), loss_curve_svg(tr, va, "training loss (label-smoothed, 20-step means) and validation NLL"));
+    if (grad_stats_) grad_stats_->write_svg();
+  }
+
+  void finish(bool stopped) {
+    if (stopped) {
+      checkpoint();  // mid-epoch: resume continues with the next batch of this epoch
+      fmt::print("stopped by the budget at step {} (epoch {}, batch {}); checkpoint saved\n", state_.step, state_.epoch, state_.batch_in_epoch);
+    }
+    if (!fs::exists(run_file(opt_.out, "best.safetensors")))
+      save_safetensors(run_file(opt_.out, "best.safetensors"), net_->module().state_dict(), file_meta_);
+    result_.steps = state_.step;
+    result_.train_seconds = elapsed();
+    const double call_seconds = now_seconds() - start_;
+    result_.tokens_per_second = call_seconds > 0 ? static_cast<double>(tokens_this_call_) / call_seconds : 0;
+    fmt::print("trained {} steps in {} ({:.0f} target tokens/s); run folder {}\n", state_.step, format_duration(result_.train_seconds),
+               result_.tokens_per_second, opt_.out);
+  }
+
+  // ---------------------------------------------------------------- the result
+  // Sample translations and test scores with the best weights, as `gradflow eval` scores them.
+  void report() {
+    const Translator tr = Translator::load(opt_.out);
+    const TestScore s = score_test_split(tr, data_.test, tr.default_decode_options(), 64, "none", false);
+    result_.test_bleu = s.bleu.score;
+    result_.test_exact = s.exact_share;
+    fmt::print("\nsample translations ({}, greedy):\n", data_.test_name);
+    for (int64_t i = 0; i < std::min<int64_t>(opt_.samples, static_cast<int64_t>(s.hypotheses.size())); ++i)
+      fmt::print("  src: {}\n  ref: {}\n  out: {}\n\n", s.sources[i], s.references[i], s.hypotheses[i]);
+    fmt::print("test ({} sentences, greedy, best checkpoint): BLEU {:.2f} (tokenize none), exact match {:.1f}% ({}/{}), decoded in {:.1f}s\n",
+               s.hypotheses.size(), s.bleu.score, 100.0 * s.exact_share, s.exact, s.hypotheses.size(), s.decode_seconds);
+    std::fflush(stdout);
+  }
+
+  static constexpr int kCurveEvery = 20;  // steps averaged into one point of the training curve
+
+  RunConfig config_;
+  const TrainOptions& opt_;
+  RunData data_;
+  Vocab src_vocab_, tgt_vocab_;
+  std::vector<EncodedPair> train_pairs_, valid_pairs_;
+  std::unique_ptr<BatchPlan> plan_, valid_plan_;  // hold indices into the pairs above
+  std::unique_ptr<TranslationModel> net_;
+  std::unique_ptr<optim::Adam> adam_;
+  std::vector<Variable> params_;
+  std::unique_ptr<GradStatsRecorder> grad_stats_;
+  RunState state_;
+  TrainResult result_;
+  std::map<std::string, std::string> file_meta_;
+  Progress progress_{stderr, config_.log_every};
+  int64_t max_epochs_ = 1;
+  double budget_seconds_ = INFINITY;
+  double start_ = 0, seconds_before_ = 0, epoch_start_ = 0;
+  int64_t tokens_this_call_ = 0, epoch_tokens_ = 0, recent_n_ = 0;
+  double recent_loss_ = 0, curve_sum_ = 0;
+  int curve_n_ = 0, saves_ = 0;
+};
+
 }  // namespace
 
 TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt) {
   if (opt.out.empty()) throw std::invalid_argument("train: --out DIR is required");
   RunConfig config = config_in;
   config.validate();
-  fs::create_directories(opt.out);
-  std::FILE* log = stdout;
-
-  // ---- data and vocabularies ----
-  RunData data = load_run_data(config);
-  if (data.train.empty()) throw std::runtime_error("train: the training split is empty");
-  if (data.valid.empty()) throw std::runtime_error("train: the validation split is empty");
-  Vocab src_vocab, tgt_vocab;
-  if (opt.resume) {
-    src_vocab = Vocab::load(run_file(opt.out, "vocab.src.txt"));
-    tgt_vocab = Vocab::load(run_file(opt.out, "vocab.tgt.txt"));
-  } else {
-    std::tie(src_vocab, tgt_vocab) = build_vocabularies(config, data.train);
-    src_vocab.save(run_file(opt.out, "vocab.src.txt"));
-    tgt_vocab.save(run_file(opt.out, "vocab.tgt.txt"));
-    write_file_atomic(run_file(opt.out, "config.json"), config.to_json());
-  }
-  std::vector<EncodedPair> train_pairs = encode_pairs(data.train, src_vocab, tgt_vocab);
-  std::vector<EncodedPair> valid_pairs = encode_pairs(data.valid, src_vocab, tgt_vocab);
-  BatchPlan plan(train_pairs, config.max_tokens, config.max_len);
-  BatchPlan valid_plan(valid_pairs, config.max_tokens, config.max_len);
-
-  // ---- model and optimizer ----
-  std::unique_ptr<TranslationModel> net = make_translation_model(config, src_vocab, tgt_vocab, config.seed);
-  nn::Module& model = net->module();
-  model.train();
-  optim::Adam adam(model.named_parameters(), {.lr = config.lr, .beta1 = config.beta1, .beta2 = config.beta2, .eps = config.adam_eps});
-  const std::vector<Variable> params = model.parameters();
-  RunState state;
-  if (opt.resume) {
-    state = load_state(opt.out);
-    model.load_state_dict(load_safetensors(run_file(opt.out, state.model_file)).tensors, true);
-    adam.load_state_dict(load_safetensors(run_file(opt.out, state.optim_file)).tensors);
-    if (adam.steps() != state.step)
-      throw std::runtime_error(opt.out + ": optimizer state is at step " + std::to_string(adam.steps()) + " but the run state says " +
-                               std::to_string(state.step));
-  } else {
-    state.epoch = 1;
-  }
-
-  std::unique_ptr<GradStatsRecorder> grad_stats;
-  if (opt.grad_stats > 0) grad_stats = std::make_unique<GradStatsRecorder>(*net, opt.out, opt.grad_stats, opt.resume ? state.step : 0);
-
-  fmt::print(log, "data: {}\n", config.data_description());
-  fmt::print(log, "  train {} pairs ({} batches of <= {} tokens; {} skipped over --max-len {}), valid {}, test {}{}\n", plan.pairs_used(),
-             plan.size(), config.max_tokens, plan.skipped_too_long(), config.max_len, valid_plan.pairs_used(), data.test.size(),
-             data.skipped_empty ? fmt::format(" ({} empty lines skipped)", data.skipped_empty) : "");
-  fmt::print(log, "  vocab: source {}, target {} (min freq {})\n", src_vocab.size(), tgt_vocab.size(), config.min_freq);
-  const nn::TransformerLayerOptions& l = config.layer;
-  fmt::print(log, "model: d_model {}, heads {} (kv {}), layers {}+{}, ff {}, {}, {} {}, dropout {}, {} parameters\n", l.d_model, l.nhead,
-             l.key_value_heads(), config.layers, config.layers, l.dim_feedforward, l.activation, l.norm_first ? "pre" : "post", l.norm,
-             l.dropout, model.num_parameters());
-  std::string budget;
-  if (config.epochs) budget += fmt::format(" {} epochs", config.epochs);
-  if (config.steps) budget += fmt::format(" {} steps", config.steps);
-  if (config.minutes > 0) budget += fmt::format(" {} minutes", config.minutes);
-  fmt::print(log, "train: lr {} warmup {} label smoothing {} clip {}, budget:{}{}\n", config.lr, config.warmup, config.label_smoothing,
-             config.clip, budget.empty() ? " 1 epoch" : budget,
-             opt.resume ? fmt::format(" (resuming at step {}, epoch {})", state.step, state.epoch) : "");
-  std::fflush(log);
-
-  const int64_t max_epochs = config.epochs > 0 ? config.epochs : (config.steps == 0 && config.minutes <= 0 ? 1 : INT64_MAX);
-  const double budget_seconds = config.minutes > 0 ? config.minutes * 60.0 : INFINITY;
-  Progress progress(stderr, config.log_every);
-  TrainResult result;
-  const double start = now_seconds();
-  const double seconds_before = state.train_seconds;
-  auto elapsed = [&] { return seconds_before + now_seconds() - start; };
-  int64_t tokens_this_call = 0;
-  int saves = 0;
-  double recent_loss = 0;
-  int64_t recent_n = 0;
-  constexpr int kCurveEvery = 20;  // steps averaged into one point of the training curve
-  double curve_sum = 0;
-  int curve_n = 0;
-  const std::map<std::string, std::string> file_meta = {{"format", "gradflow"}, {"config", config.to_json()}};
-
-  auto write_curve = [&] {
-    std::vector<std::pair<double, double>> tr, va;
-    for (auto& p : state.train_curve) tr.emplace_back(p.step, p.loss);
-    for (auto& p : state.valid_curve) va.emplace_back(p.step, p.loss);
-    write_file_atomic(run_file(opt.out, "loss.svg"), loss_curve_svg(tr, va, "training loss (label-smoothed, 20-step means) and validation NLL"));
-  };
-  auto checkpoint = [&] {
-    state.train_seconds = elapsed();
-    ++saves;
-    maybe_die_in_save(saves);
-    save_checkpoint(opt.out, state, model.state_dict(), adam.state_dict(), file_meta);
-    write_curve();
-    if (grad_stats) grad_stats->write_svg();
-  };
-  auto out_of_budget = [&] {
-    return (config.steps > 0 && state.step >= config.steps) || elapsed() >= budget_seconds || state.epoch > max_epochs;
-  };
-
-  bool stopped = false;
-  while (!out_of_budget()) {
-    std::vector<size_t> order = plan.epoch_order(config.seed, static_cast<uint64_t>(state.epoch));
-    const double epoch_start = now_seconds();
-    int64_t epoch_tokens = 0;
-    for (size_t bi = static_cast<size_t>(state.batch_in_epoch); bi < order.size(); ++bi) {
-      if ((config.steps > 0 && state.step >= config.steps) || elapsed() >= budget_seconds) {
-        stopped = true;
-        break;
-      }
-      Batch batch = plan.batch(order[bi]);
-      default_generator().seed(step_seed(config.seed, state.step));
-      if (grad_stats) grad_stats->begin_step(state.step + 1, batch);
-      Variable loss = net->loss(batch, config.label_smoothing);
-      adam.zero_grad();
-      loss.backward();
-      if (grad_stats) grad_stats->after_backward();
-      if (config.clip > 0) optim::clip_grad_norm(params, config.clip);
-      adam.set_lr(optim::warmup_inverse_sqrt(config.lr, state.step, config.warmup));
-      adam.step();
-      const double l = loss.item();
-      if (grad_stats) grad_stats->after_update(l, adam.lr());
-      if (!std::isfinite(l)) {
-        if (grad_stats) grad_stats->write_svg();  // the diverging run's picture is the one wanted
-        throw std::runtime_error(fmt::format("train: loss became {} at step {}; lower --lr?", l, state.step + 1));
-      }
-      state.step += 1;
-      state.batch_in_epoch = static_cast<int64_t>(bi) + 1;
-      result.step_losses.emplace_back(state.step, l);
-      tokens_this_call += batch.tgt_tokens;
-      epoch_tokens += batch.tgt_tokens;
-      recent_loss += l;
-      recent_n += 1;
-      curve_sum += l;
-      if (++curve_n == kCurveEvery) {
-        state.train_curve.push_back({static_cast<double>(state.step), curve_sum / kCurveEvery});
-        curve_sum = 0, curve_n = 0;
-      }
-      if (!opt.quiet) {
-        ProgressInfo p;
-        p.epoch = state.epoch;
-        p.step = state.step;
-        p.batch = static_cast<int64_t>(bi) + 1;
-        p.batches = static_cast<int64_t>(order.size());
-        p.loss = recent_loss / static_cast<double>(recent_n);
-        double dt = now_seconds() - epoch_start;
-        p.tokens_per_s = dt > 0 ? static_cast<double>(epoch_tokens) / dt : 0;
-        p.lr = adam.lr();
-        double per_step = dt / static_cast<double>(bi + 1 - static_cast<size_t>(0));
-        double eta = INFINITY;
-        if (config.minutes > 0) eta = budget_seconds - elapsed();
-        if (config.steps > 0) eta = std::min(eta, per_step * static_cast<double>(config.steps - state.step));
-        if (max_epochs != INT64_MAX)
-          eta = std::min(eta, per_step * static_cast<double>((max_epochs - state.epoch) * static_cast<int64_t>(order.size()) +
-                                                             static_cast<int64_t>(order.size() - bi - 1)));
-        p.eta_seconds = std::isfinite(eta) ? eta : -1;
-        progress.update(p);
-      }
-      if (state.step % config.log_every == 0) recent_loss = 0, recent_n = 0;
-    }
-    if (stopped) break;
-    // ---- end of epoch: validate, keep the best, checkpoint ----
-    progress.clear();
-    double valid = evaluate_loss(*net, valid_plan);
-    result.valid_loss = valid;
-    state.valid_curve.push_back({static_cast<double>(state.step), valid});
-    bool best = valid < state.best_valid_loss;
-    if (best) {
-      state.best_valid_loss = valid;
-      save_safetensors(run_file(opt.out, "best.safetensors"), model.state_dict(), file_meta);
-    }
-    double dt = now_seconds() - epoch_start;
-    fmt::print(log, "epoch {} done: step {}, valid loss {:.4f} (ppl {:.2f}){}, {:.0f} tgt tok/s, {} elapsed\n", state.epoch, state.step,
-               valid, std::exp(valid), best ? " best" : "", dt > 0 ? static_cast<double>(epoch_tokens) / dt : 0.0,
-               format_duration(elapsed()));
-    std::fflush(log);
-    state.epoch += 1;
-    state.batch_in_epoch = 0;
-    result.epochs_done += 1;
-    checkpoint();
-  }
-  progress.clear();
-  if (stopped) {
-    checkpoint();  // mid-epoch: resume continues with the next batch of this epoch
-    fmt::print(log, "stopped by the budget at step {} (epoch {}, batch {}); checkpoint saved\n", state.step, state.epoch, state.batch_in_epoch);
-  }
-  if (!fs::exists(run_file(opt.out, "best.safetensors")))
-    save_safetensors(run_file(opt.out, "best.safetensors"), model.state_dict(), file_meta);
-  result.steps = state.step;
-  result.train_seconds = elapsed();
-  double call_seconds = now_seconds() - start;
-  result.tokens_per_second = call_seconds > 0 ? static_cast<double>(tokens_this_call) / call_seconds : 0;
-  fmt::print(log, "trained {} steps in {} ({:.0f} target tokens/s); run folder {}\n", state.step, format_duration(result.train_seconds),
-             result.tokens_per_second, opt.out);
-
-  // ---- the result: sample translations and test scores with the best weights ----
-  if (opt.final_eval && !data.test.empty()) {
-    Translator tr = Translator::load(opt.out);
-    std::vector<std::string> srcs, refs;
-    for (const auto& p : data.test) {
-      srcs.push_back(join_tokens(p.first));
-      refs.push_back(join_tokens(p.second));
-    }
-    const double t0 = now_seconds();
-    std::vector<std::string> hyps = tr.translate(srcs, tr.default_decode_options(), 64);
-    const double decode_s = now_seconds() - t0;
-    int64_t exact = 0;
-    for (size_t i = 0; i < hyps.size(); ++i) exact += hyps[i] == refs[i];
-    BleuResult bleu = corpus_bleu(hyps, refs, "none");
-    result.test_bleu = bleu.score;
-    result.test_exact = static_cast<double>(exact) / static_cast<double>(hyps.size());
-    fmt::print(log, "\nsample translations ({}, greedy):\n", data.test_name);
-    for (int64_t i = 0; i < std::min<int64_t>(opt.samples, static_cast<int64_t>(hyps.size())); ++i)
-      fmt::print(log, "  src: {}\n  ref: {}\n  out: {}\n\n", srcs[i], refs[i], hyps[i]);
-    fmt::print(log, "test ({} sentences, greedy, best checkpoint): BLEU {:.2f} (tokenize none), exact match {:.1f}% ({}/{}), decoded in {:.1f}s\n",
-               hyps.size(), bleu.score, 100.0 * result.test_exact, exact, hyps.size(), decode_s);
-    std::fflush(log);
-  }
-  return result;
+  return Run(config, opt).go();
 }
 
 }  // namespace gf::train
