@@ -7,6 +7,7 @@
 #include "app/flags.h"
 #include "autograd/grad_mode.h"
 #include "lab/attribution_maps.h"
+#include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "train/plot/svg_plot.h"
 #include "train/decode/translator.h"
@@ -44,14 +45,14 @@ int cmd_attention(int argc, char** argv) {
   f.add_string("out", "attention.svg", "SVG file to write");
   f.add_bool("grad", "add a panel: |d log p(y_t) / d x_s . x_s| per output token t and source token s, each row divided by its sum");
   if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty()) throw UsageError("attention: --model DIR is required");
+  GF_CHECK_AS(UsageError, !f.str("model").empty(), "attention: --model DIR is required");
   train::Translator t = train::Translator::load(f.str("model"));
   if (size_t bad = train::utf8::find_invalid(f.str("src")); bad != std::string::npos)
-    throw UsageError("attention: --src is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+    GF_FAIL_AS(UsageError, "attention: --src is not valid UTF-8 (byte {})", bad);
   std::vector<std::string> src_tokens = train::utf8::split_whitespace(f.str("src"));
-  if (src_tokens.empty()) throw UsageError("attention: --src \"...\" must hold at least one token");
-  if (static_cast<int64_t>(src_tokens.size()) > t.config.max_len)
-    throw UsageError(fmt::format("attention: --src has {} tokens; the model takes at most {}", src_tokens.size(), t.config.max_len));
+  GF_CHECK_AS(UsageError, !src_tokens.empty(), "attention: --src \"...\" must hold at least one token");
+  GF_CHECK_AS(UsageError, static_cast<int64_t>(src_tokens.size()) <= t.config.max_len, "attention: --src has {} tokens; the model takes at most {}",
+              src_tokens.size(), t.config.max_len);
 
   NoGradGuard ng;
   std::vector<int64_t> src_ids = t.src_vocab.encode(src_tokens);

@@ -16,6 +16,7 @@
 #include "app/recipe_flags.h"
 #include "autograd/grad_mode.h"
 #include "optim/adam.h"
+#include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -61,7 +62,7 @@ struct Setup {
 Setup make_setup(const train::RunConfig& c) {
   Setup s;
   s.train_pairs = train::read_parallel_dir(c.data, "train", c.src, c.tgt).pairs;
-  if (s.train_pairs.empty()) throw std::runtime_error("bench: " + c.data + "/train." + c.src + " has no sentence pairs");
+  GF_CHECK_AS(std::runtime_error, !s.train_pairs.empty(), "bench: {}/train.{} has no sentence pairs", c.data, c.src);
   s.src_vocab = train::Vocab::build_source(s.train_pairs, c.min_freq);
   s.tgt_vocab = train::Vocab::build_target(s.train_pairs, c.min_freq);
   s.model = std::make_unique<nn::Seq2SeqTransformer>(c.model_options(s.src_vocab.size(), s.tgt_vocab.size()), c.seed);
@@ -88,7 +89,7 @@ Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
   constexpr int64_t kWarmup = 3;
   std::vector<train::EncodedPair> pairs = train::encode_pairs(s.train_pairs, s.src_vocab, s.tgt_vocab);
   train::BatchPlan plan(pairs, c.max_tokens);  // no --max-len cut: the reference keeps every pair
-  if (plan.size() == 0) throw std::runtime_error("bench: no training batches (every source sentence is empty?)");
+  GF_CHECK_AS(std::runtime_error, plan.size() != 0, "bench: no training batches (every source sentence is empty?)");
   nn::Seq2SeqTransformer& model = *s.model;
   model.train();
   optim::Adam adam(model.named_parameters(), {.lr = c.lr, .beta1 = c.beta1, .beta2 = c.beta2, .eps = c.adam_eps});
@@ -111,7 +112,7 @@ Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
     adam.step();
     ++step;
     const double l = loss.item();  // the reference's loss.item(): waits for the step, as here
-    if (!std::isfinite(l)) throw std::runtime_error(fmt::format("bench: loss became {} at step {}", l, step));
+    GF_CHECK_AS(std::runtime_error, std::isfinite(l), "bench: loss became {} at step {}", l, step);
     tgt_tokens += batch.tgt_tokens;
     src_tokens += batch.src_tokens;
   };
@@ -142,7 +143,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   // An empty line would be an all-padding row; Multi30k has none, so they are simply left out.
   for (const std::string& line : train::read_text_lines(file, "bench"))
     if (train::Tokens t = split_whitespace(line); !t.empty()) sources.push_back(std::move(t));
-  if (sources.empty()) throw std::runtime_error("bench: " + file.string() + " has no sentences");
+  GF_CHECK_AS(std::runtime_error, !sources.empty(), "bench: {} has no sentences", file.string());
   nn::Seq2SeqTransformer& model = *s.model;
   model.eval();
   train::DecodeOptions opt;
@@ -212,13 +213,11 @@ int cmd_bench(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
 
   const std::string mode = f.positional(0);
-  if (mode != "train" && mode != "decode") throw UsageError("bench: MODE must be train or decode, got '" + mode + "'");
-  if (f.str("data").empty()) throw UsageError("bench: --data DIR is required");
-  if (!std::filesystem::is_directory(f.str("data"))) throw UsageError("bench: --data '" + f.str("data") + "' is not a folder");
-  if (f.integer("threads") < 1) throw UsageError("bench: --threads must be at least 1, got " + std::to_string(f.integer("threads")));
-  if (f.integer("steps") < 1) throw UsageError("bench: --steps must be at least 1, got " + std::to_string(f.integer("steps")));
-  if (f.integer("decode-batch") < 1)
-    throw UsageError("bench: --decode-batch must be at least 1, got " + std::to_string(f.integer("decode-batch")));
+  GF_CHECK_AS(UsageError, mode == "train" || mode == "decode", "bench: MODE must be train or decode, got '{}'", mode);
+  GF_CHECK_AS(UsageError, !f.str("data").empty(), "bench: --data DIR is required");
+  GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("data")), "bench: --data '{}' is not a folder", f.str("data"));
+  for (const char* flag : {"threads", "steps", "decode-batch"})
+    GF_CHECK_AS(UsageError, f.integer(flag) >= 1, "bench: --{} must be at least 1, got {}", flag, f.integer(flag));
   train::RunConfig c;
   c.data = f.str("data");
   read_recipe_flags(f, c);
@@ -226,7 +225,7 @@ int cmd_bench(int argc, char** argv) {
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("bench: ") + e.what());
+    GF_FAIL_AS(UsageError, "bench: {}", e.what());
   }
   set_num_threads(static_cast<int>(f.integer("threads")));
 

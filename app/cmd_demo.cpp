@@ -11,6 +11,7 @@
 #include "autograd/ops/unary.h"
 #include "nn/linear.h"
 #include "optim/adam.h"
+#include "tensor/check.h"
 #include "tensor/kernels/random.h"
 
 namespace gf::app {
@@ -21,7 +22,7 @@ int cmd_demo(int argc, char** argv) {
   flags.add_int("seed", 1, "random seed");
   if (!flags.parse(argc, argv)) return 0;
   const int64_t steps = flags.integer("steps");
-  if (steps < 1) throw UsageError("demo: --steps must be positive");
+  GF_CHECK_AS(UsageError, steps >= 1, "demo: --steps must be positive, got {}", steps);
   Generator gen(static_cast<uint64_t>(flags.integer("seed")));
 
   const int64_t N = 256;

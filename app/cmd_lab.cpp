@@ -8,6 +8,7 @@
 #include "app/flags.h"
 #include "lab/lab.h"
 #include "lab/report.h"
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 
 namespace gf::app {
@@ -38,7 +39,7 @@ int run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default
   }
   if (!f.parse(argc, argv)) return 0;
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  if (f.integer("seeds") < 1) throw UsageError(fmt::format("lab {}: --seeds must be at least 1, got {}", l.name, f.integer("seeds")));
+  GF_CHECK_AS(UsageError, f.integer("seeds") >= 1, "lab {}: --seeds must be at least 1, got {}", l.name, f.integer("seeds"));
   std::map<std::string, std::string> settings{
       {"out", f.str("out")}, {"seeds", std::to_string(f.integer("seeds"))}, {"seed", std::to_string(f.integer("seed"))}};
   for (const auto& o : l.options) {
@@ -83,7 +84,7 @@ int cmd_lab(int argc, char** argv) {
   try {
     found = &lab::find_lab(name);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    GF_FAIL_AS(UsageError, "{}", e.what());
   }
   return run_lab(*found, argc - 1, argv + 1, "runs/lab/" + name);
 }

@@ -6,6 +6,7 @@
 #include "app/commands.h"
 #include "app/flags.h"
 #include "app/recipe_flags.h"
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "train/loop/checkpoint.h"
 #include "train/loop/trainer.h"
@@ -67,7 +68,8 @@ int cmd_train(int argc, char** argv) {
   train::TrainOptions opt;
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
-  if (f.integer("grad-stats") < 0) throw UsageError("train: --grad-stats must be 0 (off) or a positive step interval");
+  GF_CHECK_AS(UsageError, f.integer("grad-stats") >= 0, "train: --grad-stats must be 0 (off) or a positive step interval, got {}",
+              f.integer("grad-stats"));
   opt.grad_stats = f.integer("grad-stats");
   train::RunConfig c;
   if (!f.str("resume").empty()) {
@@ -77,7 +79,7 @@ int cmd_train(int argc, char** argv) {
     std::vector<std::string> fixed = model_flag_names();
     fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq"});
     for (const std::string& flag : fixed)
-      if (f.given(flag)) throw UsageError("train: --" + flag + " cannot change when resuming (the run folder fixes it)");
+      GF_CHECK_AS(UsageError, !f.given(flag), "train: --{} cannot change when resuming (the run folder fixes it)", flag);
     if (f.given("epochs") || f.given("steps") || f.given("minutes")) {
       c.epochs = f.integer("epochs");
       c.steps = f.integer("steps");
@@ -98,13 +100,13 @@ int cmd_train(int argc, char** argv) {
     c.seed = static_cast<uint64_t>(f.integer("seed"));
     c.log_every = f.integer("log-every");
     if (c.builtin()) apply_builtin_defaults(f, c);
-    if (std::filesystem::exists(train::run_file(opt.out, "state.json")))
-      throw UsageError("train: '" + opt.out + "' already holds a run; use --resume " + opt.out + " to continue it or another --out");
+    GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
+                "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
   }
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("train: ") + e.what());
+    GF_FAIL_AS(UsageError, "train: {}", e.what());
   }
   fmt::print("gradflow train: {} threads\n", max_threads());
   train::train_translator(c, opt);

@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/flags.h"
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "train/eval/bleu.h"
 #include "train/loop/checkpoint.h"
@@ -44,8 +45,8 @@ train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) 
   train::DecodeOptions o = t.default_decode_options();
   o.beam = f.integer("beam");
   o.length_penalty = f.real("length-penalty");
-  if (o.beam < 1) throw UsageError("--beam must be at least 1");
-  if (f.integer("batch-size") < 1) throw UsageError("--batch-size must be at least 1");
+  GF_CHECK_AS(UsageError, o.beam >= 1, "{}: --beam must be at least 1, got {}", f.command(), o.beam);
+  GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
   return o;
 }
 
@@ -64,7 +65,7 @@ int cmd_translate(int argc, char** argv) {
   add_decode_flags(f);
   f.add_bool("verbose", "report speed and KV-cache memory on stderr");
   if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty()) throw UsageError("translate: --model DIR is required");
+  GF_CHECK_AS(UsageError, !f.str("model").empty(), "translate: --model DIR is required");
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   train::Translator t = train::Translator::load(f.str("model"));
   std::vector<std::string> lines = read_lines(f.str("input"));
@@ -100,16 +101,16 @@ int cmd_eval(int argc, char** argv) {
   f.add_string("output", "", "also write the translations to this file");
   add_decode_flags(f);
   if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty()) throw UsageError("eval: --model DIR is required");
+  GF_CHECK_AS(UsageError, !f.str("model").empty(), "eval: --model DIR is required");
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   train::Translator t = train::Translator::load(f.str("model"));
   train::RunConfig c = t.config;
   if (!f.str("data").empty()) c.data = f.str("data");
   if (!f.str("split").empty()) c.test_split = f.str("split");
   train::RunData data = train::load_run_data(c, false);
-  if (data.test.empty()) throw std::runtime_error("eval: no test split found for " + c.data_description() + "; name one with --split");
+  GF_CHECK_AS(std::runtime_error, !data.test.empty(), "eval: no test split found for {}; name one with --split", c.data_description());
   const std::string tok = f.str("tokenize");
-  if (tok != "13a" && tok != "none") throw UsageError("eval: --tokenize must be 13a or none, got '" + tok + "'");
+  GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "eval: --tokenize must be 13a or none, got '{}'", tok);
   train::DecodeOptions o = decode_options(f, t);
   const train::TestScore s = train::score_test_split(t, data.test, o, f.integer("batch-size"), tok, true);
   if (!f.str("output").empty()) {
@@ -134,12 +135,11 @@ int cmd_bleu(int argc, char** argv) {
   f.add_string("tokenize", "13a", "13a (sacreBLEU's default) or none (whitespace only)");
   if (!f.parse(argc, argv)) return 0;
   std::string tok = f.str("tokenize");
-  if (tok != "13a" && tok != "none") throw UsageError("bleu: --tokenize must be 13a or none, got '" + tok + "'");
+  GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "bleu: --tokenize must be 13a or none, got '{}'", tok);
   std::vector<std::string> hyps = train::read_text_lines(f.positional(0), "bleu");
   std::vector<std::string> refs = train::read_text_lines(f.positional(1), "bleu");
-  if (hyps.size() != refs.size())
-    throw std::runtime_error("bleu: " + f.positional(0) + " has " + std::to_string(hyps.size()) + " lines but " + f.positional(1) + " has " +
-                             std::to_string(refs.size()));
+  GF_CHECK_AS(std::runtime_error, hyps.size() == refs.size(), "bleu: {} has {} lines but {} has {}", f.positional(0), hyps.size(),
+              f.positional(1), refs.size());
   BleuResult r = corpus_bleu(hyps, refs, tok);
   fmt::print("{}\n{}\n", r.format(), r.signature);
   return 0;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tensor/check.h"
+
 namespace gf::app {
 
 Flags::Flags(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
@@ -57,8 +59,7 @@ bool Flags::parse(int argc, char** argv) {
       return false;
     }
     if (arg.rfind("--", 0) != 0 || arg == "--") {
-      if (positional_values_.size() >= positional_names_.size())
-        throw UsageError(command_ + ": unexpected argument '" + arg + "'");
+      GF_CHECK_AS(UsageError, positional_values_.size() < positional_names_.size(), "{}: unexpected argument '{}'", command_, arg);
       positional_values_.push_back(arg);
       continue;
     }
@@ -70,37 +71,35 @@ bool Flags::parse(int argc, char** argv) {
       has_value = true;
     }
     auto it = flags_.find(name);
-    if (it == flags_.end()) throw UsageError(command_ + ": unknown flag --" + name + " (see gradflow " + command_ + " --help)");
+    GF_CHECK_AS(UsageError, it != flags_.end(), "{}: unknown flag --{} (see gradflow {} --help)", command_, name, command_);
     Flag& f = it->second;
     if (f.kind == Kind::Bool) {
-      if (has_value && value != "true" && value != "false")
-        throw UsageError(command_ + ": --" + name + " is a switch; it takes no value (got '" + value + "')");
+      GF_CHECK_AS(UsageError, !has_value || value == "true" || value == "false", "{}: --{} is a switch; it takes no value (got '{}')",
+                  command_, name, value);
       f.value = has_value ? value : "true";
       f.given = true;
       continue;
     }
     if (!has_value) {
-      if (i + 1 >= argc) throw UsageError(command_ + ": --" + name + " needs a value");
+      GF_CHECK_AS(UsageError, i + 1 < argc, "{}: --{} needs a value", command_, name);
       value = argv[++i];
     }
     long long iv;
     double dv;
-    if (f.kind == Kind::Int && !parse_int(value, iv))
-      throw UsageError(command_ + ": --" + name + " expects an integer, got '" + value + "'");
-    if (f.kind == Kind::Double && !parse_double(value, dv))
-      throw UsageError(command_ + ": --" + name + " expects a number, got '" + value + "'");
+    GF_CHECK_AS(UsageError, f.kind != Kind::Int || parse_int(value, iv), "{}: --{} expects an integer, got '{}'", command_, name, value);
+    GF_CHECK_AS(UsageError, f.kind != Kind::Double || parse_double(value, dv), "{}: --{} expects a number, got '{}'", command_, name,
+                value);
     f.value = value;
     f.given = true;
   }
-  if (positional_values_.size() < required_positionals_)
-    throw UsageError(command_ + ": missing argument " + positional_names_[positional_values_.size()].first +
-                     " (see gradflow " + command_ + " --help)");
+  GF_CHECK_AS(UsageError, positional_values_.size() >= required_positionals_, "{}: missing argument {} (see gradflow {} --help)", command_,
+              positional_names_[positional_values_.size()].first, command_);
   return true;
 }
 
 const Flags::Flag& Flags::get(const std::string& name, Kind kind) const {
   auto it = flags_.find(name);
-  if (it == flags_.end() || it->second.kind != kind) throw std::logic_error("flag --" + name + " not declared with that type");
+  GF_CHECK_AS(std::logic_error, it != flags_.end() && it->second.kind == kind, "{}: flag --{} not declared with that type", command_, name);
   return it->second;
 }
 

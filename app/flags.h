@@ -34,6 +34,7 @@ class Flags {
   bool given(const std::string& name) const;  // set on the command line (not a default)
   const std::string& positional(size_t i) const;
   size_t positional_count() const { return positional_values_.size(); }
+  const std::string& command() const { return command_; }  // for error messages: "translate: --beam ..."
 
   std::string help() const;
 

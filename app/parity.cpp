@@ -33,6 +33,7 @@
 #include "nn/seq2seq.h"
 #include "nn/transformer_decoder.h"
 #include "nn/transformer_encoder.h"
+#include "tensor/check.h"
 #include "tensor/io/safetensors.h"
 #include "tensor/kernels/random.h"
 
@@ -51,7 +52,7 @@ struct Case {
 
   const Variable& in(const std::string& name) const {
     auto it = inputs.find(name);
-    if (it == inputs.end()) throw std::runtime_error("the case has no input '" + name + "'");
+    GF_CHECK_AS(std::runtime_error, it != inputs.end(), "the case has no input '{}'", name);
     return it->second;
   }
   Tensor mask(const std::string& name) const {  // optional bool inputs
@@ -114,7 +115,8 @@ Runner make_norm_case(const std::string& norm, const Case& c) {
 }
 
 Runner make_softmax(const Case& c, bool log) {
-  if (c.cfg<int64_t>("dim", -1) != -1) throw std::runtime_error("softmax: only dim -1 is supported");
+  const int64_t dim = c.cfg<int64_t>("dim", -1);
+  GF_CHECK_AS(std::runtime_error, dim == -1, "softmax: only dim -1 is supported, got {}", dim);
   return {nullptr, [log](const Case& c) { return Outputs{{"output", log ? log_softmax(c.in("input")) : softmax(c.in("input"))}}; }};
 }
 
@@ -165,7 +167,8 @@ Runner make_decoder_layer(const Case& c) {
 Runner make_cross_entropy(const Case& c) {
   const int64_t ignore = c.cfg<int64_t>("ignore_index", -100);
   const double ls = c.cfg<double>("label_smoothing", 0.0);
-  if (c.cfg<std::string>("reduction", "mean") != "mean") throw std::runtime_error("cross_entropy: only reduction mean is supported");
+  const std::string reduction = c.cfg<std::string>("reduction", "mean");
+  GF_CHECK_AS(std::runtime_error, reduction == "mean", "cross_entropy: only reduction mean is supported, got '{}'", reduction);
   return {nullptr, [ignore, ls](const Case& c) { return Outputs{{"loss", cross_entropy(c.in("input"), c.in("target").data(), ignore, ls)}}; }};
 }
 
@@ -264,7 +267,7 @@ ParityCaseResult run_parity_case(const std::string& path, DType dtype) {
   try {
     SafetensorsFile file = load_safetensors(path);
     auto meta = file.metadata.find("case");
-    if (meta == file.metadata.end()) throw std::runtime_error("no __metadata__.case entry");
+    GF_CHECK_AS(std::runtime_error, meta != file.metadata.end(), "no __metadata__.case entry");
     json spec = json::parse(meta->second);
     res.kind = spec.at("kind").get<std::string>();
     Case c;
@@ -293,9 +296,9 @@ ParityCaseResult run_parity_case(const std::string& path, DType dtype) {
       std::map<std::string, Tensor> ours;
       for (auto& [n, p] : runner.module->named_parameters()) ours[n] = p.data();
       for (auto& [n, t] : ours)
-        if (!params.count(n)) throw std::runtime_error("the case has no parameter '" + n + "' " + shape_str(t.shape()));
+        GF_CHECK_AS(std::runtime_error, params.count(n), "the case has no parameter '{}' {}", n, shape_str(t.shape()));
       for (auto& [n, t] : params)
-        if (!ours.count(n)) throw std::runtime_error("unexpected parameter '" + n + "' " + shape_str(t.shape()) + " in the case");
+        GF_CHECK_AS(std::runtime_error, ours.count(n), "unexpected parameter '{}' {} in the case", n, shape_str(t.shape()));
       runner.module->load_state_dict(params, false);
     }
     Outputs outs = runner.run(c);
@@ -307,7 +310,7 @@ ParityCaseResult run_parity_case(const std::string& path, DType dtype) {
         term = o;
       } else {
         auto g = file.tensors.find("gradout." + name);
-        if (g == file.tensors.end()) throw std::runtime_error("no gradout." + name + " for output " + name);
+        GF_CHECK_AS(std::runtime_error, g != file.tensors.end(), "no gradout.{} for output {}", name, name);
         term = sum(o * Variable(g->second.to(dtype)));
       }
       total = total.defined() ? total + term : term;
@@ -345,12 +348,12 @@ ParityCaseResult run_parity_case(const std::string& path, DType dtype) {
 
 int run_parity_dir(const std::string& dir, DType dtype, std::ostream& out) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw std::runtime_error("parity: '" + dir + "' is not a directory");
+  GF_CHECK_AS(std::runtime_error, fs::is_directory(dir), "parity: '{}' is not a directory", dir);
   std::vector<std::string> files;
   for (auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
-  if (files.empty()) throw std::runtime_error("parity: no *.safetensors cases in '" + dir + "'");
+  GF_CHECK_AS(std::runtime_error, !files.empty(), "parity: no *.safetensors cases in '{}'", dir);
   int passed = 0, failed = 0;
   for (const auto& f : files) {
     ParityCaseResult r = run_parity_case(f, dtype);
@@ -374,7 +377,7 @@ int cmd_parity(int argc, char** argv) {
   flags.add_string("dtype", "f64", "f32 or f64");
   if (!flags.parse(argc, argv)) return 0;
   std::string dt = flags.str("dtype");
-  if (dt != "f32" && dt != "f64") throw UsageError("parity: --dtype must be f32 or f64, got '" + dt + "'");
+  GF_CHECK_AS(UsageError, dt == "f32" || dt == "f64", "parity: --dtype must be f32 or f64, got '{}'", dt);
   int failed = run_parity_dir(flags.positional(0), dt == "f64" ? DType::Float64 : DType::Float32, std::cout);
   return failed == 0 ? 0 : 1;
 }

@@ -22,6 +22,7 @@
 #include "lab/labs.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
+#include "tensor/check.h"
 #include "train/decode/decode.h"
 
 namespace gf::lab {
@@ -122,7 +123,7 @@ struct SeedResult {
 const std::vector<double>& column(const SeedResult& r, const std::string& name) {
   for (size_t i = 0; i < r.names.size(); ++i)
     if (r.names[i] == name) return r.per_map[i];
-  throw std::logic_error("attribution: no map named " + name);
+  GF_FAIL_AS(std::logic_error, "attribution: no map named '{}'", name);
 }
 
 SeedResult run_seed(const TrainedModel& tm, size_t n, size_t show) {

@@ -11,6 +11,7 @@
 #include "autograd/ops/shape.h"
 #include "lab/attribution_maps.h"
 #include "nn/masks.h"
+#include "tensor/check.h"
 #include "train/data/vocab.h"
 
 namespace gf::lab {
@@ -103,14 +104,14 @@ class GradOn {
 };
 
 void check_inputs(const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
-  if (src.empty()) throw std::invalid_argument("attribution_maps: the source is empty");
-  if (out.empty() || out.back() != train::Vocab::kEos) throw std::invalid_argument("attribution_maps: the output must end with <eos>");
+  GF_CHECK(!src.empty(), "attribution_maps: the source is empty");
+  GF_CHECK(!out.empty() && out.back() == train::Vocab::kEos, "attribution_maps: the output ({} tokens) must end with <eos>", out.size());
 }
 
 }  // namespace
 
 Map head_mean(const std::vector<Map>& heads) {
-  if (heads.empty()) throw std::invalid_argument("head_mean: no heads");
+  GF_CHECK(!heads.empty(), "head_mean: no heads");
   Map m(heads[0].size(), std::vector<double>(heads[0].at(0).size(), 0.0));
   for (const Map& h : heads)
     for (size_t i = 0; i < m.size(); ++i)
@@ -140,7 +141,8 @@ Map matmul(const Map& a, const Map& b) {
 Map with_residual(const Map& a, const char* what) {
   Map r = a;
   for (size_t i = 0; i < r.size(); ++i) {
-    if (r[i].size() != r.size()) throw std::invalid_argument(std::string("attention_rollout: ") + what + " is not square");
+    GF_CHECK(r[i].size() == r.size(), "attention_rollout: {} is not square: row {} has {} values for {} rows", what, i, r[i].size(),
+             r.size());
     for (double& v : r[i]) v *= 0.5;
     r[i][i] += 0.5;
   }
@@ -150,8 +152,10 @@ Map with_residual(const Map& a, const char* what) {
 }  // namespace
 
 Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Map>& dec_self, const std::vector<Map>& cross) {
-  if (enc_self.empty() || cross.empty() || dec_self.size() != cross.size())
-    throw std::invalid_argument("attention_rollout: need encoder layers, and one decoder self- and cross-attention per decoder layer");
+  GF_CHECK(!enc_self.empty() && !cross.empty() && dec_self.size() == cross.size(),
+           "attention_rollout: need encoder layers, and one decoder self- and cross-attention per decoder layer; got {} encoder, {} "
+           "decoder self- and {} cross-attention maps",
+           enc_self.size(), dec_self.size(), cross.size());
   const size_t S = enc_self[0].size(), T = cross[0].size();
   Rollout r;
   r.encoder = Map(S, std::vector<double>(S, 0.0));
@@ -161,8 +165,10 @@ Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Ma
   Map P(T, std::vector<double>(S + T, 0.0));
   for (size_t t = 0; t < T; ++t) P[t][S + t] = 1;
   for (size_t l = 0; l < cross.size(); ++l) {
-    if (dec_self[l].size() != T || cross[l].size() != T || cross[l].at(0).size() != S)
-      throw std::invalid_argument("attention_rollout: decoder layer " + std::to_string(l) + " has maps of other sizes");
+    GF_CHECK(dec_self[l].size() == T && cross[l].size() == T && cross[l].at(0).size() == S,
+             "attention_rollout: decoder layer {} has maps of other sizes: self-attention {} rows, cross-attention {} rows; expected T = {} "
+             "rows and S = {} source columns",
+             l, dec_self[l].size(), cross[l].size(), T, S);
     P = matmul(with_residual(dec_self[l], "a decoder self-attention"), P);  // (T, S + T)
     const Map pulled = matmul(cross[l], r.encoder);                      // (T, S)
     for (size_t t = 0; t < T; ++t) {

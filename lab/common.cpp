@@ -11,6 +11,7 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "optim/adam.h"
+#include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "train/loop/batch_loss.h"
 #include "train/corpus/corpus_ko.h"
@@ -58,15 +59,14 @@ Spread spread(const std::vector<double>& v) {
 }
 
 std::vector<Spread> spread_per_column(const std::vector<std::vector<double>>& rows) {
-  if (rows.empty()) throw std::invalid_argument("spread_per_column: no rows");
+  GF_CHECK(!rows.empty(), "spread_per_column: no rows");
   std::vector<Spread> out;
   for (size_t k = 0; k < rows.front().size(); ++k) {
     std::vector<double> column;
-    for (const auto& row : rows) {
-      if (row.size() != rows.front().size())
-        throw std::invalid_argument("spread_per_column: rows of " + std::to_string(rows.front().size()) + " and " + std::to_string(row.size()) +
-                                    " values");
-      column.push_back(row[k]);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      GF_CHECK(rows[i].size() == rows.front().size(), "spread_per_column: row {} has {} values but row 0 has {}", i, rows[i].size(),
+               rows.front().size());
+      column.push_back(rows[i][k]);
     }
     out.push_back(spread(column));
   }
@@ -98,12 +98,11 @@ std::vector<int64_t> parse_increasing_ints(const std::string& text, const std::s
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != part.size() || v < 1)
-      throw std::invalid_argument(what + " expects positive integers separated by commas, got '" + text + "'");
-    if (!out.empty() && v <= out.back()) throw std::invalid_argument(what + " must increase, got '" + text + "'");
+    GF_CHECK(used != 0 && used == part.size() && v >= 1, "{} expects positive integers separated by commas, got '{}'", what, text);
+    GF_CHECK(out.empty() || v > out.back(), "{} must increase, got '{}'", what, text);
     out.push_back(v);
   }
-  if (out.size() < 2) throw std::invalid_argument(what + " needs at least two values, got '" + text + "'");
+  GF_CHECK(out.size() >= 2, "{} needs at least two values, got '{}'", what, text);
   return out;
 }
 
@@ -149,10 +148,11 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
 
 IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,
                       uint64_t seed) {
-  if (kind != "copy" && kind != "reverse" && kind != "sort")
-    throw std::invalid_argument("synthetic_task: kind must be copy, reverse or sort, got '" + kind + "'");
-  if (symbols < 2 || min_len < 1 || max_len < min_len || n_train < 1 || n_test < 0)
-    throw std::invalid_argument("synthetic_task: need symbols >= 2, 1 <= min_len <= max_len, n_train >= 1");
+  GF_CHECK(kind == "copy" || kind == "reverse" || kind == "sort", "synthetic_task: kind must be copy, reverse or sort, got '{}'", kind);
+  GF_CHECK(symbols >= 2 && min_len >= 1 && max_len >= min_len && n_train >= 1 && n_test >= 0,
+           "synthetic_task: need symbols >= 2, 1 <= min_len <= max_len, n_train >= 1 and n_test >= 0; got symbols {}, min_len {}, "
+           "max_len {}, n_train {}, n_test {}",
+           symbols, min_len, max_len, n_train, n_test);
   IdData d;
   d.src_vocab = d.tgt_vocab = 4 + symbols;
   Generator gen(seed);
@@ -239,9 +239,9 @@ std::vector<train::Batch> batches(const std::vector<train::EncodedPair>& data, i
 
 FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& data, const FitOptions& o,
               const std::function<void(int64_t, double)>& on_step) {
-  if (o.steps < 1) throw std::invalid_argument("fit: steps must be positive");
+  GF_CHECK(o.steps >= 1, "fit: steps must be positive, got {}", o.steps);
   train::BatchPlan plan(data, o.max_tokens);
-  if (plan.size() == 0) throw std::invalid_argument("fit: no batch could be made from the data");
+  GF_CHECK(plan.size() != 0, "fit: no batch could be made from the {} pairs (max_tokens {})", data.size(), o.max_tokens);
   optim::Adam adam(model.named_parameters(), {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
   const std::vector<Variable> params = model.parameters();
   model.train();

@@ -25,13 +25,14 @@
 #include "lab/labs.h"
 #include "lab/report.h"
 #include "nn/multihead_attention.h"
+#include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "train/loop/batch_loss.h"
 
 namespace gf::lab {
 
 double rank1_residual(const Tensor& x) {
-  if (x.ndim() != 3) throw std::invalid_argument("rank1_residual: expects (B, n, D), got " + shape_str(x.shape()));
+  GF_CHECK(x.ndim() == 3, "rank1_residual: expects (B, n, D), got {}", shape_str(x.shape()));
   const Tensor c = x.to(DType::Float64).contiguous();  // (B, n, D)
   const int64_t B = c.size(0), n = c.size(1), D = c.size(2);
   const double* p = c.data<double>();
@@ -78,7 +79,7 @@ double relative_output_change(nn::Seq2SeqTransformer& model, const train::Batch&
 }
 
 AttentionStack attention_stack(int64_t layers, bool skip, int64_t d_model, int64_t heads, int64_t tokens, int64_t batch, uint64_t seed) {
-  if (layers < 1) throw std::invalid_argument("attention_stack: layers must be positive");
+  GF_CHECK(layers >= 1, "attention_stack: layers must be positive, got {}", layers);
   Generator gen(seed);
   std::vector<std::shared_ptr<nn::MultiheadAttention>> stack;
   for (int64_t l = 0; l < layers; ++l) {

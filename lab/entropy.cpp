@@ -20,6 +20,7 @@
 #include "lab/common.h"
 #include "lab/labs.h"
 #include "lab/report.h"
+#include "tensor/check.h"
 #include "train/loop/batch_loss.h"
 #include "train/loop/grad_stats.h"
 
@@ -40,11 +41,11 @@ std::vector<double> parse_list(const std::string& text, const std::string& what)
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != item.size() || !(v > 0))
-      throw std::invalid_argument(fmt::format("lab entropy: --{} expects positive numbers separated by commas, got '{}'", what, text));
+    GF_CHECK(used != 0 && used == item.size() && v > 0, "lab entropy: --{} expects positive numbers separated by commas, got '{}'", what,
+             text);
     out.push_back(v);
   }
-  if (out.empty()) throw std::invalid_argument("lab entropy: --" + what + " is empty");
+  GF_CHECK(!out.empty(), "lab entropy: --{} is empty", what);
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -27,6 +27,7 @@
 #include "lab/labs.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
+#include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "train/loop/batch_loss.h"
 #include "train/decode/decode.h"
@@ -461,7 +462,7 @@ void run(Report& r) {
   const int seeds = r.text("model").empty() ? r.seeds() : 1;
   if (seeds < r.seeds()) r.say("--model: one given model, so one run (--seeds applies to models trained here)");
   const int64_t D = r.integer("offsets"), min_support = r.integer("min-support");
-  if (D < 1) throw std::invalid_argument("lab exposure: --offsets must be at least 1");
+  GF_CHECK(D >= 1, "lab exposure: --offsets must be at least 1, got {}", D);
   std::vector<SeedResult> res;
   TrainedModel first;
   for (int i = 0; i < seeds; ++i) {

@@ -29,6 +29,7 @@
 #include "lab/report.h"
 #include "nn/masks.h"
 #include "nn/transformer_decoder.h"
+#include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "tensor/storage.h"
 
@@ -133,11 +134,11 @@ std::vector<int64_t> parse_lengths(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != item.size() || x < 1)
-      throw std::invalid_argument("lab graph: --lengths expects positive integers separated by commas, got '" + text + "'");
+    GF_CHECK(used != 0 && used == item.size() && x >= 1, "lab graph: --lengths expects positive integers separated by commas, got '{}'",
+             text);
     v.push_back(x);
   }
-  if (v.size() < 2) throw std::invalid_argument("lab graph: --lengths needs at least two lengths, got '" + text + "'");
+  GF_CHECK(v.size() >= 2, "lab graph: --lengths needs at least two lengths, got '{}'", text);
   return v;
 }
 
@@ -223,11 +224,13 @@ Sweep sweep(Report& r, const nn::TransformerDecoderLayer& layer, const std::vect
   }
   // The walk is deterministic, so node i is the same op at every length: checked here, since the
   // per-tensor slopes below pair them up.
-  for (const Graph& g : s.graphs) {
+  for (size_t j = 0; j < s.graphs.size(); ++j) {
+    const Graph& g = s.graphs[j];
     bool same = g.nodes.size() == s.graphs[0].nodes.size();
     for (size_t i = 0; same && i < g.nodes.size(); ++i)
       same = g.nodes[i].op == s.graphs[0].nodes[i].op && g.nodes[i].saved.size() == s.graphs[0].nodes[i].saved.size();
-    if (!same) throw std::logic_error("lab graph: the graph's structure changed with the target length");
+    GF_CHECK_AS(std::logic_error, same, "lab graph: the graph's structure changed with the target length (T {} against T {})", s.T[j],
+                s.T[0]);
   }
   return s;
 }

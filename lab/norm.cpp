@@ -24,6 +24,7 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "nn/masks.h"
+#include "tensor/check.h"
 #include "train/loop/batch_loss.h"
 
 namespace gf::lab {
@@ -323,7 +324,7 @@ void check_claims(Report& r, const LayerResult& lr, const DepthResult& dr, const
 void run(Report& r) {
   Settings s{r.integer("d-model"), r.integer("heads"), r.integer("ff"), r.integer("layers"), r.integer("batches"), r.integer("max-tokens"),
              parse_increasing_ints(r.text("depths"), "lab norm: --depths"), r.integer("steps"), r.integer("warmup"), r.real("lr")};
-  if (s.layers < 2) throw std::invalid_argument("lab norm: --layers must be at least 2");
+  GF_CHECK(s.layers >= 2, "lab norm: --layers must be at least 2, got {}", s.layers);
   const IdData data = builtin_corpus(r.integer("pairs"), 1);
   r.say(fmt::format("built-in English -> Korean corpus: {} training pairs, vocabularies {} / {}; d_model {}, {} heads, FFN {}, no dropout",
                     data.train.size(), data.src_vocab, data.tgt_vocab, s.d_model, s.heads, s.ff));

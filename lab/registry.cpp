@@ -1,8 +1,11 @@
 // The list of labs: adding one is writing lab/<name>.cpp with its Lab, declaring it in labs.h, and
 // one line here.
+#include <fmt/format.h>
+
 #include <stdexcept>
 
 #include "lab/labs.h"
+#include "tensor/check.h"
 
 namespace gf::lab {
 
@@ -23,12 +26,12 @@ const std::vector<Lab>& labs() {
 }
 
 const Lab& find_lab(const std::string& name) {
-  std::string known;
+  std::vector<std::string> known;
   for (const auto& l : labs()) {
     if (l.name == name) return l;
-    known += (known.empty() ? "" : ", ") + l.name;
+    known.push_back(l.name);
   }
-  throw std::invalid_argument("lab: no lab named '" + name + "' (labs: " + known + ")");
+  GF_FAIL("lab: no lab named '{}' (labs: {})", name, fmt::join(known, ", "));
 }
 
 }  // namespace gf::lab

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -33,8 +34,7 @@ std::string Cell::str() const {
 }
 
 Table& Table::row(std::vector<Cell> cells) {
-  if (cells.size() != columns.size())
-    throw std::invalid_argument(fmt::format("table '{}': a row of {} cells for {} columns", name, cells.size(), columns.size()));
+  GF_CHECK(cells.size() == columns.size(), "table '{}': a row of {} cells for {} columns", name, cells.size(), columns.size());
   rows.push_back(std::move(cells));
   return *this;
 }
@@ -44,7 +44,7 @@ Report::Report(const Lab& lab, std::map<std::string, std::string> settings, std:
   for (const char* common : {"out", "seeds", "seed"}) require_setting(common);
   for (const Option& o : lab.options) require_setting(o.name);
   out_dir_ = settings_.at("out");
-  if (seeds() < 1) throw std::invalid_argument(fmt::format("lab {}: --seeds must be at least 1, got {}", lab.name, seeds()));
+  GF_CHECK(seeds() >= 1, "lab {}: --seeds must be at least 1, got {}", lab.name, seeds());
   json_["lab"] = lab.name;
   json_["title"] = lab.title;
   json_["reference"] = lab.reference;
@@ -59,7 +59,7 @@ Report::Report(const Lab& lab, std::map<std::string, std::string> settings, std:
 }
 
 void Report::require_setting(const std::string& name) const {
-  if (!settings_.count(name)) throw std::logic_error(fmt::format("lab {}: setting '{}' was not given", lab_.name, name));
+  GF_CHECK_AS(std::logic_error, settings_.count(name), "lab {}: setting '{}' was not given", lab_.name, name);
 }
 
 int64_t Report::integer(const std::string& name) const {
@@ -72,7 +72,7 @@ int64_t Report::integer(const std::string& name) const {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != v.size()) throw std::invalid_argument(fmt::format("lab {}: --{} expects an integer, got '{}'", lab_.name, name, v));
+  GF_CHECK(used != 0 && used == v.size(), "lab {}: --{} expects an integer, got '{}'", lab_.name, name, v);
   return x;
 }
 
@@ -86,7 +86,7 @@ double Report::real(const std::string& name) const {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != v.size()) throw std::invalid_argument(fmt::format("lab {}: --{} expects a number, got '{}'", lab_.name, name, v));
+  GF_CHECK(used != 0 && used == v.size(), "lab {}: --{} expects a number, got '{}'", lab_.name, name, v);
   return x;
 }
 
@@ -158,7 +158,7 @@ void Report::claim(const std::string& statement, bool holds, const std::string& 
 }
 
 int Report::finish() {
-  if (claims_.empty()) throw std::logic_error("lab " + lab_.name + " checked no claim");
+  GF_CHECK_AS(std::logic_error, !claims_.empty(), "lab {} checked no claim", lab_.name);
   size_t held = 0;
   for (const auto& c : claims_) held += c.holds;
   const bool agrees = held == claims_.size();

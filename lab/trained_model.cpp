@@ -9,6 +9,7 @@
 
 #include "lab/common.h"
 #include "lab/report.h"
+#include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
 #include "train/loop/checkpoint.h"
@@ -64,7 +65,8 @@ std::vector<train::EncodedPair> test_pairs_of(const train::RunConfig& c, const t
     train::RunData d = train::load_run_data(c, false);
     pairs = d.test.empty() ? d.valid : d.test;
   }
-  if (pairs.empty()) throw std::runtime_error("trained model: the run's data has no test or validation pairs to study");
+  GF_CHECK_AS(std::runtime_error, !pairs.empty(), "trained model: the run's data ({}) has no test or validation pairs to study",
+              c.data_description());
   return train::encode_pairs(pairs, src, tgt);
 }
 
@@ -73,7 +75,7 @@ TrainedModel from_translator(train::Translator t, const std::string& origin) {
   m.test = test_pairs_of(t.config, t.src_vocab, t.tgt_vocab);
   m.src_words = std::move(t.src_vocab);
   m.tgt_words = std::move(t.tgt_vocab);
-  if (!t.net->seq2seq()) throw std::runtime_error("trained model: " + origin + " is a " + t.config.arch + " run; the labs study an encoder-decoder");
+  GF_CHECK_AS(std::runtime_error, t.net->seq2seq(), "trained model: {} is a {} run; the labs study an encoder-decoder", origin, t.config.arch);
   std::shared_ptr<train::TranslationModel> owner(std::move(t.net));
   m.model = std::shared_ptr<nn::Seq2SeqTransformer>(owner, owner->seq2seq());  // shares the owner's lifetime
   m.model->eval();
@@ -151,7 +153,7 @@ TrainedModel trained_model(Report& r, int seed_index) {
   m.model->eval();
   m.losses = fr.losses;
   m.steps = static_cast<int64_t>(fr.losses.size());
-  if (fr.diverged) throw std::runtime_error(fmt::format("trained model: training diverged at step {} (lower --lr)", fr.diverged_at));
+  GF_CHECK_AS(std::runtime_error, !fr.diverged, "trained model: training diverged at step {} (lower --lr)", fr.diverged_at);
   if (!dir.empty()) save_cache(dir, c, data, *m.model, m.losses, m.train_seconds);
   m.description = fmt::format("trained here in {:.0f} s: d_model {}, {} heads, {}+{} layers, ff {}, {} parameters; {} steps on {} pairs, loss {:.3f} -> {:.3f}{}",
                               m.train_seconds, c.layer.d_model, c.layer.nhead, c.layers, c.layers, c.layer.dim_feedforward, parameter_count(*m.model), m.steps, data.train.size(),

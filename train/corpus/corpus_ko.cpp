@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tensor/check.h"
 #include "train/corpus/corpus_ko_lexicon.h"
 
 namespace gf::train {
@@ -25,8 +26,8 @@ template <class T, class KeyOf>
 std::unordered_map<std::string, const T*> index_by(const std::vector<T>& table, KeyOf key_of, const char* what) {
   std::unordered_map<std::string, const T*> index;
   for (const T& entry : table)
-    if (!index.emplace(key_of(entry), &entry).second)
-      throw std::logic_error(fmt::format("korean corpus: duplicate {} '{}'", what, key_of(entry)));
+    GF_CHECK_AS(std::logic_error, index.emplace(key_of(entry), &entry).second, "korean corpus: duplicate {} '{}'", what,
+                key_of(entry));
   return index;
 }
 
@@ -53,8 +54,7 @@ struct Lexicon {
   template <class T>
   const T* find(const std::unordered_map<std::string, const T*>& index, const std::string& key, const char* what) const {
     auto it = index.find(key);
-    if (it == index.end())
-      throw std::invalid_argument(fmt::format("render_sentence: unknown {} '{}'", what, key));
+    GF_CHECK(it != index.end(), "render_sentence: unknown {} '{}'", what, key);
     return it->second;
   }
 
@@ -433,13 +433,11 @@ SentencePair render(const Clause& c) {
     case Frame::Existence: return render_existence(c);
     case Frame::Possession: return render_possession(c);
   }
-  throw std::invalid_argument("render_sentence: bad frame");
+  GF_FAIL("render_sentence: bad frame {}", static_cast<int>(c.frame));
 }
 
 // ---------------------------------------------------------------------------------------------
 // SentenceSpec -> Clause, checking that the parts fit together.
-
-[[noreturn]] void bad_spec(const std::string& what) { throw std::invalid_argument("render_sentence: " + what); }
 
 const Verb* find_verb(Frame frame, const std::string& base, const std::string& object, const std::string& object2) {
   for (const Verb& v : kVerbs) {
@@ -448,9 +446,9 @@ const Verb* find_verb(Frame frame, const std::string& base, const std::string& o
     if (contains(v.objects, object) && (object2.empty() || contains(v.objects, object2))) return &v;
   }
   if (frame == Frame::Transitive)
-    bad_spec(fmt::format("no transitive verb '{}' takes the object '{}'{}", base, object,
-                         object2.empty() ? "" : " and '" + object2 + "'"));
-  bad_spec(fmt::format("no {} verb '{}'", frame == Frame::Motion ? "motion" : "intransitive", base));
+    GF_FAIL("render_sentence: no transitive verb '{}' takes the object '{}'{}", base, object,
+            object2.empty() ? std::string() : fmt::format(" and '{}'", object2));
+  GF_FAIL("render_sentence: no {} verb '{}'", frame == Frame::Motion ? "motion" : "intransitive", base);
 }
 
 Clause resolve(const SentenceSpec& spec) {
@@ -464,41 +462,41 @@ Clause resolve(const SentenceSpec& spec) {
   c.subject_det = spec.subject_det;
   const bool needs_subject = spec.frame != Frame::Existence;
   if (needs_subject) {
-    if (spec.subject.empty()) bad_spec("missing subject");
+    GF_CHECK(!spec.subject.empty(), "render_sentence: missing subject");
     auto it = lex.subjects.find(spec.subject);
     if (it != lex.subjects.end()) c.subject = it->second;
     else if (spec.frame == Frame::Adjective) c.subject_noun = lex.find(lex.nouns, spec.subject, "subject");
-    else bad_spec(fmt::format("unknown subject '{}'", spec.subject));
+    else GF_FAIL("render_sentence: unknown subject '{}'", spec.subject);
   }
   const bool verb_frame = spec.frame == Frame::Transitive || spec.frame == Frame::Intransitive ||
                           spec.frame == Frame::Motion;
   if (verb_frame) {
-    if (spec.verb.empty()) bad_spec("missing verb");
+    GF_CHECK(!spec.verb.empty(), "render_sentence: missing verb");
     c.verb = find_verb(spec.frame, spec.verb, spec.object, spec.object2);
   }
   const bool needs_object = spec.frame == Frame::Transitive || spec.frame == Frame::Copula ||
                             spec.frame == Frame::Existence || spec.frame == Frame::Possession;
-  if (needs_object && spec.object.empty()) bad_spec("missing object");
+  GF_CHECK(!needs_object || !spec.object.empty(), "render_sentence: missing object");
   if (!spec.object.empty()) c.object = lex.find(lex.nouns, spec.object, "noun");
   if (!spec.object2.empty()) c.object2 = lex.find(lex.nouns, spec.object2, "noun");
   if (!spec.adjective.empty()) c.adjective = lex.find(lex.adjectives, spec.adjective, "adjective");
-  if (spec.frame == Frame::Adjective && !c.adjective) bad_spec("missing adjective");
-  if (c.adjective && spec.frame != Frame::Adjective && !c.adjective->attributive)
-    bad_spec(fmt::format("'{}' cannot stand before a noun", spec.adjective));
+  GF_CHECK(spec.frame != Frame::Adjective || c.adjective, "render_sentence: missing adjective");
+  GF_CHECK(!c.adjective || spec.frame == Frame::Adjective || c.adjective->attributive,
+           "render_sentence: '{}' cannot stand before a noun", spec.adjective);
   if (!spec.place.empty()) c.place = lex.find(lex.places, spec.place, "place");
-  if (spec.frame == Frame::Motion && !c.place) bad_spec("missing destination (place)");
+  GF_CHECK(spec.frame != Frame::Motion || c.place, "render_sentence: missing destination (place)");
   if (!spec.spot.empty()) c.spot = lex.find(lex.spots, spec.spot, "spot");
-  if (spec.frame == Frame::Existence && !c.spot) bad_spec("missing spot");
+  GF_CHECK(spec.frame != Frame::Existence || c.spot, "render_sentence: missing spot");
   if (!spec.companion.empty()) c.companion = lex.find(lex.nouns, spec.companion, "companion");
   if (!spec.instrument.empty()) c.instrument = lex.find(lex.instruments, spec.instrument, "instrument");
   if (!spec.time.empty()) {
     c.time = lex.find(lex.times, spec.time, "time");
-    if (!(c.time->tenses & tense_bit(spec.tense)))
-      bad_spec(fmt::format("the time '{}' does not fit the {} tense", spec.time,
-                           spec.tense == Tense::Present ? "present" : spec.tense == Tense::Past ? "past" : "future"));
+    GF_CHECK(c.time->tenses & tense_bit(spec.tense), "render_sentence: the time '{}' does not fit the {} tense", spec.time,
+             spec.tense == Tense::Present ? "present" : spec.tense == Tense::Past ? "past" : "future");
   }
-  if (c.verb && c.verb->stative && (spec.tense == Tense::Future || c.place || c.time || c.companion || c.instrument))
-    bad_spec(fmt::format("'{}' takes no future, place, time, companion or instrument", spec.verb));
+  const bool extras = spec.tense == Tense::Future || c.place || c.time || c.companion || c.instrument;
+  GF_CHECK(!(c.verb && c.verb->stative && extras), "render_sentence: '{}' takes no future, place, time, companion or instrument",
+           spec.verb);
   return c;
 }
 
@@ -732,12 +730,12 @@ void write_lines_atomically(const std::filesystem::path& file, const std::vector
   const std::filesystem::path tmp = file.string() + fmt::format(".tmp.{}", ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(fmt::format("save_corpus: cannot write '{}'", tmp.string()));
+    GF_CHECK_AS(std::runtime_error, out, "save_corpus: cannot write '{}'", tmp.string());
     for (const SentencePair& p : pairs) out << (source ? p.src : p.tgt) << '\n';
     out.close();
     if (!out) {
       std::filesystem::remove(tmp);
-      throw std::runtime_error(fmt::format("save_corpus: error writing '{}'", tmp.string()));
+      GF_FAIL_AS(std::runtime_error, "save_corpus: error writing '{}'", tmp.string());
     }
   }
   std::filesystem::rename(tmp, file);
@@ -748,7 +746,7 @@ void write_lines_atomically(const std::filesystem::path& file, const std::vector
 SentencePair render_sentence(const SentenceSpec& spec) { return render(resolve(spec)); }
 
 CorpusSplits make_korean_corpus(uint64_t seed, size_t total) {
-  if (total < 20) throw std::invalid_argument(fmt::format("make_korean_corpus: total {} is below 20", total));
+  GF_CHECK(total >= 20, "make_korean_corpus: total {} is below 20", total);
   constexpr size_t kMinTokens = 4, kMaxTokens = 14;
   Generator gen(seed);
   std::vector<SentencePair> pairs;
@@ -758,9 +756,8 @@ CorpusSplits make_korean_corpus(uint64_t seed, size_t total) {
   size_t misses = 0;  // consecutive draws that added nothing
   Clause c;
   while (pairs.size() < total) {
-    if (misses > 200000)
-      throw std::invalid_argument(fmt::format(
-          "make_korean_corpus: the grammar gave only {} distinct sentences; asked for {}", pairs.size(), total));
+    GF_CHECK(misses <= 200000, "make_korean_corpus: the grammar gave only {} distinct sentences; asked for {}", pairs.size(),
+             total);
     ++misses;
     if (!gen.draw(c)) continue;
     SentencePair p = render(c);

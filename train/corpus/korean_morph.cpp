@@ -1,11 +1,10 @@
 #include "train/corpus/korean_morph.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <array>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "train/data/utf8.h"
 
 namespace gf::train::korean {
@@ -33,8 +32,7 @@ char32_t join(Syllable s) { return kFirstSyllable + static_cast<char32_t>((s.lea
 
 char32_t last_syllable(std::string_view word, const char* op) {
   std::u32string cps = utf8::decode(word);
-  if (cps.empty() || !is_syllable(cps.back()))
-    throw std::invalid_argument(fmt::format("korean::{}: '{}' does not end in a Hangul syllable", op, word));
+  GF_CHECK(!cps.empty() && is_syllable(cps.back()), "korean::{}: '{}' does not end in a Hangul syllable", op, word);
   return cps.back();
 }
 
@@ -72,9 +70,7 @@ Irregular irregular_class(const std::u32string& stem) {
 Stem parse_stem(std::string_view dictionary_form, const char* op) {
   std::u32string cps = utf8::decode(dictionary_form);
   const bool ok = cps.size() >= 2 && cps.back() == U'다' && std::all_of(cps.begin(), cps.end(), is_syllable);
-  if (!ok)
-    throw std::invalid_argument(
-        fmt::format("korean::{}: '{}' is not a Hangul dictionary form ending in 다", op, dictionary_form));
+  GF_CHECK(ok, "korean::{}: '{}' is not a Hangul dictionary form ending in 다", op, dictionary_form);
   cps.pop_back();
   Stem stem{cps, Irregular::None};
   stem.irregular = irregular_class(stem.syllables);
@@ -234,7 +230,7 @@ std::string polite(std::string_view dictionary_form, Tense tense, bool honorific
     case Tense::Past: return utf8::encode(past(stem));
     case Tense::Future: return utf8::encode(with_eu_tail(stem, kTailRieul)) + " 것입니다";
   }
-  throw std::invalid_argument("korean::polite: bad tense");
+  GF_FAIL("korean::polite: bad tense {}", static_cast<int>(tense));
 }
 
 std::string polite_negative(std::string_view dictionary_form, Tense tense, bool honorific) {

@@ -1,10 +1,10 @@
 #include "train/data/batching.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <random>
 #include <stdexcept>
+
+#include "tensor/check.h"
 
 namespace gf::train {
 
@@ -17,13 +17,12 @@ std::vector<EncodedPair> encode_pairs(const std::vector<TokenPair>& pairs, const
 }
 
 Batch collate(const std::vector<EncodedPair>& pairs, std::span<const size_t> indices) {
-  if (indices.empty()) throw std::invalid_argument("collate: empty batch");
+  GF_CHECK(!indices.empty(), "collate: empty batch");
   Batch b;
   b.indices.assign(indices.begin(), indices.end());
   b.rows = static_cast<int64_t>(indices.size());
   for (size_t i : indices) {
-    if (i >= pairs.size())
-      throw std::invalid_argument(fmt::format("collate: pair index {} is out of range for {} pairs", i, pairs.size()));
+    GF_CHECK(i < pairs.size(), "collate: pair index {} is out of range for {} pairs", i, pairs.size());
     b.src_len = std::max(b.src_len, static_cast<int64_t>(pairs[i].src.size()));
     b.tgt_len = std::max(b.tgt_len, static_cast<int64_t>(pairs[i].tgt.size()) + 2);
   }
@@ -44,7 +43,7 @@ Batch collate(const std::vector<EncodedPair>& pairs, std::span<const size_t> ind
 
 std::vector<std::vector<size_t>> bucket_by_length(const std::vector<EncodedPair>& pairs,
                                                   std::vector<size_t> candidates, int64_t max_tokens) {
-  if (max_tokens < 1) throw std::invalid_argument(fmt::format("bucket_by_length: max_tokens {} < 1", max_tokens));
+  GF_CHECK(max_tokens >= 1, "bucket_by_length: max_tokens {} < 1", max_tokens);
   auto lengths = [&](size_t i) { return std::pair(pairs[i].src.size(), pairs[i].tgt.size()); };
   // Python's sorted() is stable, so equal lengths keep their index order.
   std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) { return lengths(a) < lengths(b); });
@@ -82,8 +81,8 @@ void seeded_shuffle(std::vector<size_t>& items, uint64_t seed) {
 
 BatchPlan::BatchPlan(const std::vector<EncodedPair>& pairs, int64_t max_tokens, int64_t max_len)
     : pairs_(&pairs), max_tokens_(max_tokens) {
-  if (max_tokens < 1) throw std::invalid_argument(fmt::format("BatchPlan: max_tokens {} < 1", max_tokens));
-  if (max_len < 0) throw std::invalid_argument(fmt::format("BatchPlan: max_len {} < 0", max_len));
+  GF_CHECK(max_tokens >= 1, "BatchPlan: max_tokens {} < 1", max_tokens);
+  GF_CHECK(max_len >= 0, "BatchPlan: max_len {} < 0", max_len);
   std::vector<size_t> candidates;
   candidates.reserve(pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "train/data/utf8.h"
 
 namespace gf::train {
@@ -15,15 +16,14 @@ namespace {
 
 std::string read_file(const std::filesystem::path& file, std::string_view op) {
   std::error_code ec;
-  if (!std::filesystem::exists(file, ec))
-    throw std::runtime_error(fmt::format("{}: '{}' does not exist", op, file.string()));
-  if (std::filesystem::is_directory(file, ec))
-    throw std::runtime_error(fmt::format("{}: '{}' is a directory, not a text file", op, file.string()));
+  GF_CHECK_AS(std::runtime_error, std::filesystem::exists(file, ec), "{}: '{}' does not exist", op, file.string());
+  GF_CHECK_AS(std::runtime_error, !std::filesystem::is_directory(file, ec), "{}: '{}' is a directory, not a text file", op,
+              file.string());
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::runtime_error(fmt::format("{}: cannot open '{}': {}", op, file.string(), std::strerror(errno)));
+  GF_CHECK_AS(std::runtime_error, in, "{}: cannot open '{}': {}", op, file.string(), std::strerror(errno));
   std::ostringstream buf;
   buf << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(fmt::format("{}: error reading '{}'", op, file.string()));
+  GF_CHECK_AS(std::runtime_error, !in.bad(), "{}: error reading '{}'", op, file.string());
   return std::move(buf).str();
 }
 
@@ -53,9 +53,8 @@ std::vector<std::string> read_text_lines(const std::filesystem::path& file, std:
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     if (line.ends_with('\r')) line.remove_suffix(1);
     const size_t bad = utf8::find_invalid(line);
-    if (bad != std::string_view::npos)
-      throw std::invalid_argument(fmt::format("{}:{}: invalid UTF-8 at byte {} (0x{:02x})", file.string(),
-                                              lines.size() + 1, bad + 1, static_cast<unsigned char>(line[bad])));
+    GF_CHECK(bad == std::string_view::npos, "{}:{}: invalid UTF-8 at byte {} (0x{:02x})", file.string(), lines.size() + 1,
+             bad + 1, static_cast<unsigned char>(line[bad]));
     lines.emplace_back(line);
   }
   return lines;
@@ -63,9 +62,8 @@ std::vector<std::string> read_text_lines(const std::filesystem::path& file, std:
 
 ParallelText read_parallel_files(const std::filesystem::path& src_file, const std::filesystem::path& tgt_file) {
   const std::vector<std::string> src = read_text_lines(src_file, "read_parallel"), tgt = read_text_lines(tgt_file, "read_parallel");
-  if (src.size() != tgt.size())
-    throw std::invalid_argument(fmt::format("read_parallel: '{}' has {} lines but '{}' has {} lines", src_file.string(),
-                                            src.size(), tgt_file.string(), tgt.size()));
+  GF_CHECK(src.size() == tgt.size(), "read_parallel: '{}' has {} lines but '{}' has {} lines", src_file.string(), src.size(),
+           tgt_file.string(), tgt.size());
   ParallelText out;
   out.pairs.reserve(src.size());
   for (size_t i = 0; i < src.size(); ++i) add_pair(out, src[i], tgt[i]);
@@ -99,11 +97,10 @@ ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file) {
         ++out.stats.skipped_empty;
         continue;
       }
-      throw std::invalid_argument(fmt::format("{}:{}: no tab between source and target", tsv_file.string(), i + 1));
+      GF_FAIL("{}:{}: no tab between source and target", tsv_file.string(), i + 1);
     }
-    if (line.find('\t', tab + 1) != std::string_view::npos)
-      throw std::invalid_argument(
-          fmt::format("{}:{}: more than one tab; expected `source<TAB>target`", tsv_file.string(), i + 1));
+    GF_CHECK(line.find('\t', tab + 1) == std::string_view::npos, "{}:{}: more than one tab; expected `source<TAB>target`",
+             tsv_file.string(), i + 1);
     add_pair(out, line.substr(0, tab), line.substr(tab + 1));
   }
   return out;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "train/corpus/corpus_ko.h"
 #include "train/data/utf8.h"
 
@@ -38,7 +39,7 @@ RunData load_run_data(const RunConfig& c, bool need_train) {
     return d;
   }
   fs::path data(c.data);
-  if (!fs::exists(data)) throw std::runtime_error("--data '" + c.data + "' does not exist");
+  GF_CHECK_AS(std::runtime_error, fs::exists(data), "--data '{}' does not exist", c.data);
   if (fs::is_regular_file(data)) {
     ParallelText all = read_parallel_tsv(data);
     d.skipped_empty += all.stats.skipped_empty;
@@ -58,7 +59,7 @@ RunData load_run_data(const RunConfig& c, bool need_train) {
     }
     return d;
   }
-  if (!fs::is_directory(data)) throw std::runtime_error("--data '" + c.data + "' is neither a folder nor a file");
+  GF_CHECK_AS(std::runtime_error, fs::is_directory(data), "--data '{}' is neither a folder nor a file", c.data);
   auto read = [&](const std::string& split, std::vector<TokenPair>& into) {
     ParallelText t = read_parallel_dir(data, split, c.src, c.tgt);
     d.skipped_empty += t.stats.skipped_empty;
@@ -75,8 +76,9 @@ RunData load_run_data(const RunConfig& c, bool need_train) {
         valid = s;
         break;
       }
-    if (valid.empty())
-      throw std::runtime_error("--data '" + c.data + "' has no validation split (val." + c.src + "/val." + c.tgt + " or valid.*); name one with --valid-split");
+    GF_CHECK_AS(std::runtime_error, !valid.empty(),
+                "--data '{}' has no validation split (val.{}/val.{}, valid.* or dev.*); name one with --valid-split", c.data, c.src,
+                c.tgt);
   }
   read(valid, d.valid);
   d.valid_name = (data / (valid + "." + c.src)).string();

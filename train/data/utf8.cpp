@@ -1,8 +1,8 @@
 #include "train/data/utf8.h"
 
-#include <fmt/format.h>
-
 #include <stdexcept>
+
+#include "tensor/check.h"
 
 namespace gf::train::utf8 {
 namespace {
@@ -69,9 +69,7 @@ std::u32string decode(std::string_view text) {
   while (i < text.size()) {
     char32_t cp;
     const size_t len = decode_one(text, i, cp);
-    if (len == 0)
-      throw std::invalid_argument(fmt::format("utf8::decode: invalid UTF-8 at byte {} (0x{:02x})", i,
-                                              static_cast<unsigned char>(text[i])));
+    GF_CHECK(len != 0, "utf8::decode: invalid UTF-8 at byte {} (0x{:02x})", i, static_cast<unsigned char>(text[i]));
     out.push_back(cp);
     i += len;
   }
@@ -116,7 +114,7 @@ std::vector<std::string> split_whitespace(std::string_view text) {
   while (i < text.size()) {
     char32_t cp;
     size_t len = decode_one(text, i, cp);
-    if (len == 0) throw std::invalid_argument(fmt::format("utf8::split_whitespace: invalid UTF-8 at byte {}", i));
+    GF_CHECK(len != 0, "utf8::split_whitespace: invalid UTF-8 at byte {}", i);
     if (is_space(cp)) {
       if (start != std::string_view::npos) tokens.emplace_back(text.substr(start, i - start));
       start = std::string_view::npos;

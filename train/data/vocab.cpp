@@ -7,6 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "train/data/utf8.h"
 
 namespace gf::train {
@@ -50,16 +51,13 @@ Vocab::Vocab() : Vocab(std::vector<std::string>(kSpecials.begin(), kSpecials.end
 
 Vocab::Vocab(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
   for (size_t i = 0; i < kSpecials.size(); ++i)
-    if (i >= tokens_.size() || tokens_[i] != kSpecials[i])
-      throw std::invalid_argument(fmt::format("Vocab: token {} must be '{}', got '{}'", i, kSpecials[i],
-                                              i < tokens_.size() ? tokens_[i] : std::string("(none)")));
+    GF_CHECK(i < tokens_.size() && tokens_[i] == kSpecials[i], "Vocab: token {} must be '{}', got '{}'", i, kSpecials[i],
+             i < tokens_.size() ? tokens_[i] : std::string("(none)"));
   index_.reserve(tokens_.size());
   for (size_t i = 0; i < tokens_.size(); ++i) {
-    if (const char* problem = token_problem(tokens_[i]))
-      throw std::invalid_argument(fmt::format("Vocab: token {} '{}': {}", i, tokens_[i], problem));
+    if (const char* problem = token_problem(tokens_[i])) GF_FAIL("Vocab: token {} '{}': {}", i, tokens_[i], problem);
     auto [it, fresh] = index_.emplace(tokens_[i], static_cast<int64_t>(i));
-    if (!fresh)
-      throw std::invalid_argument(fmt::format("Vocab: token {} '{}' duplicates token {}", i, tokens_[i], it->second));
+    GF_CHECK(fresh, "Vocab: token {} '{}' duplicates token {}", i, tokens_[i], it->second);
   }
 }
 
@@ -86,8 +84,7 @@ int64_t Vocab::id(std::string_view token) const {
 }
 
 const std::string& Vocab::token(int64_t id) const {
-  if (id < 0 || id >= size())
-    throw std::out_of_range(fmt::format("Vocab::token: id {} is outside [0, {})", id, size()));
+  GF_CHECK_AS(std::out_of_range, id >= 0 && id < size(), "Vocab::token: id {} is outside [0, {})", id, size());
   return tokens_[static_cast<size_t>(id)];
 }
 
@@ -122,20 +119,21 @@ void Vocab::save(const std::filesystem::path& file) const {
   const std::filesystem::path tmp = file.string() + fmt::format(".tmp.{}", ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(fmt::format("Vocab::save: cannot write '{}'", tmp.string()));
+    GF_CHECK_AS(std::runtime_error, out, "Vocab::save: cannot write '{}'", tmp.string());
     for (const std::string& w : tokens_) out << w << '\n';
     out.close();
     if (!out) {
       std::error_code ec;
       std::filesystem::remove(tmp, ec);
-      throw std::runtime_error(fmt::format("Vocab::save: error writing '{}'", tmp.string()));
+      GF_FAIL_AS(std::runtime_error, "Vocab::save: error writing '{}'", tmp.string());
     }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, file, ec);
   if (ec) {
+    const std::string why = ec.message();
     std::filesystem::remove(tmp, ec);
-    throw std::runtime_error(fmt::format("Vocab::save: cannot rename '{}' to '{}'", tmp.string(), file.string()));
+    GF_FAIL_AS(std::runtime_error, "Vocab::save: cannot rename '{}' to '{}': {}", tmp.string(), file.string(), why);
   }
 }
 
@@ -145,16 +143,13 @@ Vocab Vocab::load(const std::filesystem::path& file) {
   std::unordered_map<std::string_view, size_t> first_line;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& w = lines[i];
-    if (i < kSpecials.size() && w != kSpecials[i])
-      throw std::invalid_argument(fmt::format("{}:{}: expected '{}', found '{}'", name, i + 1, kSpecials[i], w));
-    if (const char* problem = token_problem(w)) throw std::invalid_argument(fmt::format("{}:{}: {}", name, i + 1, problem));
+    GF_CHECK(i >= kSpecials.size() || w == kSpecials[i], "{}:{}: expected '{}', found '{}'", name, i + 1, kSpecials[i], w);
+    if (const char* problem = token_problem(w)) GF_FAIL("{}:{}: {}", name, i + 1, problem);
     auto [it, fresh] = first_line.emplace(w, i + 1);
-    if (!fresh)
-      throw std::invalid_argument(fmt::format("{}:{}: duplicate token '{}' (first on line {})", name, i + 1, w, it->second));
+    GF_CHECK(fresh, "{}:{}: duplicate token '{}' (first on line {})", name, i + 1, w, it->second);
   }
-  if (lines.size() < kSpecials.size())
-    throw std::invalid_argument(fmt::format("{}:{}: file ends before the {} special tokens", name, lines.size() + 1,
-                                            kSpecials.size()));
+  GF_CHECK(lines.size() >= kSpecials.size(), "{}:{}: file ends before the {} special tokens", name, lines.size() + 1,
+           kSpecials.size());
   return Vocab(std::move(lines));
 }
 

@@ -11,6 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/softmax.h"
 #include "nn/masks.h"
+#include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 
 namespace gf::train {
@@ -306,10 +307,9 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
 
 void check_request(const Tensor& src, const DecodeOptions& opt) {
   check_dtype(src, DType::Int64, "translate_batch");
-  if (src.ndim() != 2) throw std::invalid_argument("translate_batch: src must be (B, S), got " + shape_str(src.shape()));
-  if (opt.beam < 1) throw std::invalid_argument("translate_batch: beam must be >= 1, got " + std::to_string(opt.beam));
-  if (opt.beam > 1 && !opt.stop_at_eos)
-    throw std::invalid_argument("translate_batch: stop_at_eos = false is for greedy decoding only, got beam " + std::to_string(opt.beam));
+  GF_CHECK(src.ndim() == 2, "translate_batch: src must be (B, S), got {}", shape_str(src.shape()));
+  GF_CHECK(opt.beam >= 1, "translate_batch: beam must be >= 1, got {}", opt.beam);
+  GF_CHECK(opt.beam == 1 || opt.stop_at_eos, "translate_batch: stop_at_eos = false is for greedy decoding only, got beam {}", opt.beam);
 }
 
 std::vector<std::vector<int64_t>> decode(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
@@ -341,9 +341,8 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
     DecodeOptions o = opt;
     // The positions of prompt and output must fit the table.
     o.max_extra = std::min(opt.max_extra, model.options().max_len - 1 - 2 * S);
-    if (o.max_extra < 1 - S)
-      throw std::invalid_argument("translate_batch: a source of " + std::to_string(S) + " tokens leaves no room in the decoder-only model's " +
-                                  std::to_string(model.options().max_len) + " positions");
+    GF_CHECK(o.max_extra >= 1 - S, "translate_batch: a source of {} tokens leaves no room in the decoder-only model's {} positions", S,
+             model.options().max_len);
     Tensor part = rows_of(src, rows).narrow(1, 0, S).contiguous();  // (R, S)
     MakeSteps make = [&](const Tensor& r, int64_t steps) { return std::make_unique<DecoderOnlySteps>(model, r, o, steps); };
     DecodeStats st;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "tensor/io/safetensors.h"
 #include "train/loop/batch_loss.h"
 #include "train/loop/checkpoint.h"
@@ -17,12 +18,12 @@ std::string run_file(const std::string& dir, const std::string& name) { return (
 
 Translator Translator::load(const std::string& path) {
   fs::path p(path);
-  if (!fs::exists(p)) throw std::runtime_error("--model '" + path + "' does not exist");
+  GF_CHECK_AS(std::runtime_error, fs::exists(p), "--model '{}' does not exist", path);
   std::string dir = fs::is_directory(p) ? p.string() : p.parent_path().string();
   if (dir.empty()) dir = ".";
   Translator t;
   std::string cfg = run_file(dir, "config.json");
-  if (!fs::exists(cfg)) throw std::runtime_error("'" + dir + "' has no config.json: not a gradflow run folder");
+  GF_CHECK_AS(std::runtime_error, fs::exists(cfg), "'{}' has no config.json: not a gradflow run folder", dir);
   t.config = RunConfig::from_json(read_text_file(cfg), cfg);
   t.src_vocab = Vocab::load(run_file(dir, "vocab.src.txt"));
   t.tgt_vocab = Vocab::load(run_file(dir, "vocab.tgt.txt"));
@@ -44,7 +45,7 @@ Translator Translator::load(const std::string& path) {
 
 const nn::Seq2SeqTransformer& Translator::seq2seq() const {
   if (const nn::Seq2SeqTransformer* m = net->seq2seq()) return *m;
-  throw std::runtime_error("this needs an encoder-decoder model; the run's --arch is " + config.arch);
+  GF_FAIL_AS(std::runtime_error, "this needs an encoder-decoder model; the run's --arch is {}", config.arch);
 }
 
 DecodeOptions Translator::default_decode_options() const { return net->decode_options(); }
@@ -61,7 +62,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
   for (size_t i = 0; i < sentences.size(); ++i) {
     // Tokenised as the training files were (Python's str.split()), so no token differs between the two.
     if (size_t bad = utf8::find_invalid(sentences[i]); bad != std::string::npos)
-      throw std::invalid_argument("translate: input line " + std::to_string(i + 1) + ": invalid UTF-8 at byte " + std::to_string(bad));
+      GF_FAIL("translate: input line {}: invalid UTF-8 at byte {}", i + 1, bad);
     Tokens toks = utf8::split_whitespace(sentences[i]);
     // Longer than the positional table allows: keep the head (and say so in the output's length).
     if (static_cast<int64_t>(toks.size()) > config.max_len) toks.resize(static_cast<size_t>(config.max_len));

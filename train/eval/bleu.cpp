@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "tensor/check.h"
+
 namespace gf {
 namespace {
 
@@ -141,21 +143,18 @@ int64_t closest_ref_len(int64_t hyp_len, const std::vector<int64_t>& ref_lens) {
 }
 
 void check_tokenizer(const std::string& tokenize) {
-  if (tokenize != "13a" && tokenize != "none")
-    throw std::invalid_argument(fmt::format("corpus_bleu: unknown tokenize '{}' (expected '13a' or 'none')", tokenize));
+  GF_CHECK(tokenize == "13a" || tokenize == "none", "corpus_bleu: unknown tokenize '{}' (expected '13a' or 'none')", tokenize);
 }
 
 // Statistics plus the nrefs field of the signature ("1", "2", ... or "var").
 BleuStats collect_stats(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& ref_streams,
                         const std::string& tokenize, std::string* nrefs_out) {
   check_tokenizer(tokenize);
-  if (hyps.empty()) throw std::invalid_argument("corpus_bleu: no hypotheses (the corpus is empty)");
-  if (ref_streams.empty()) throw std::invalid_argument("corpus_bleu: no reference streams");
+  GF_CHECK(!hyps.empty(), "corpus_bleu: no hypotheses (the corpus is empty)");
+  GF_CHECK(!ref_streams.empty(), "corpus_bleu: no reference streams");
   for (size_t k = 0; k < ref_streams.size(); ++k)
-    if (ref_streams[k].size() != hyps.size())
-      throw std::invalid_argument(fmt::format("corpus_bleu: {} hypotheses but {} references{}", hyps.size(),
-                                              ref_streams[k].size(),
-                                              ref_streams.size() > 1 ? fmt::format(" in stream {}", k) : ""));
+    GF_CHECK(ref_streams[k].size() == hyps.size(), "corpus_bleu: {} hypotheses but {} references{}", hyps.size(),
+             ref_streams[k].size(), ref_streams.size() > 1 ? fmt::format(" in stream {}", k) : "");
 
   BleuStats stats;
   std::set<size_t> nrefs_seen;
@@ -172,7 +171,7 @@ BleuStats collect_stats(const std::vector<std::string>& hyps, const std::vector<
         slot = std::max(slot, c);
       }
     }
-    if (ref_lens.empty()) throw std::invalid_argument(fmt::format("corpus_bleu: empty reference for segment {}", i));
+    GF_CHECK(!ref_lens.empty(), "corpus_bleu: empty reference for segment {}", i);
     nrefs_seen.insert(ref_lens.size());
 
     const auto hyp_tokens = split_whitespace(bleu_tokenize(hyps[i], tokenize));

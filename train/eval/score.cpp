@@ -3,11 +3,13 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "tensor/check.h"
+
 namespace gf::train {
 
 TestScore score_test_split(const Translator& t, const std::vector<TokenPair>& pairs, const DecodeOptions& opt, int64_t batch_size,
                            const std::string& tokenize, bool with_loss) {
-  if (pairs.empty()) throw std::invalid_argument("score_test_split: the test set is empty");
+  GF_CHECK(!pairs.empty(), "score_test_split: the test set is empty");
   TestScore s;
   for (const auto& p : pairs) {
     s.sources.push_back(join_tokens(p.first));

@@ -1,12 +1,15 @@
 #include "train/loop/checkpoint.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
 
@@ -17,7 +20,7 @@ using json = nlohmann::json;
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open '" + path + "'");
+  GF_CHECK_AS(std::runtime_error, in, "read_text_file: cannot open '{}': {}", path, std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -58,7 +61,7 @@ RunState state_from_json(const std::string& text, const std::string& where) {
     for (auto& p : j.at("train_curve")) s.train_curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
     for (auto& p : j.at("valid_curve")) s.valid_curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
   } catch (const json::exception& e) {
-    throw std::runtime_error(where + ": malformed run state: " + e.what());
+    GF_FAIL_AS(std::runtime_error, "{}: malformed run state: {}", where, e.what());
   }
   return s;
 }
@@ -83,7 +86,7 @@ void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::st
 
 RunState load_state(const std::string& dir) {
   std::string path = (fs::path(dir) / "state.json").string();
-  if (!fs::exists(path)) throw std::runtime_error("'" + dir + "' has no state.json: not a gradflow training folder (or no epoch finished)");
+  GF_CHECK_AS(std::runtime_error, fs::exists(path), "'{}' has no state.json: not a gradflow training folder (or no epoch finished)", dir);
   return state_from_json(read_text_file(path), path);
 }
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "nn/masks.h"
+#include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "train/loop/batch_loss.h"
 #include "train/loop/checkpoint.h"
@@ -28,9 +29,8 @@ double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_
 
 void check_mask(const Tensor& m, int64_t rows, int64_t cols, const char* what) {
   if (!m.defined()) return;
-  if (m.dtype() != DType::Bool || m.ndim() != 2 || m.size(0) != rows || m.size(1) != cols)
-    throw std::invalid_argument(fmt::format("head_entropy: {} must be bool ({}, {}), got {} {}", what, rows, cols, dtype_name(m.dtype()),
-                                            shape_str(m.shape())));
+  GF_CHECK(m.dtype() == DType::Bool && m.ndim() == 2 && m.size(0) == rows && m.size(1) == cols,
+           "head_entropy: {} must be bool ({}, {}), got {} {}", what, rows, cols, dtype_name(m.dtype()), shape_str(m.shape()));
 }
 
 template <class T>
@@ -69,9 +69,8 @@ HeadEntropy entropy_of(const T* w, int64_t B, int64_t H, int64_t L, int64_t S, c
 }  // namespace
 
 HeadEntropy head_entropy(const Tensor& weights, const Tensor& query_pad, const Tensor& key_pad, bool causal) {
-  if (!weights.defined() || weights.ndim() != 4)
-    throw std::invalid_argument("head_entropy: weights must be (B, H, L, S), got " +
-                                (weights.defined() ? shape_str(weights.shape()) : std::string("an undefined tensor")));
+  GF_CHECK(weights.defined() && weights.ndim() == 4, "head_entropy: weights must be (B, H, L, S), got {}",
+           weights.defined() ? shape_str(weights.shape()) : std::string("an undefined tensor"));
   const int64_t B = weights.size(0), H = weights.size(1), L = weights.size(2), S = weights.size(3);
   check_mask(query_pad, B, L, "query_pad");
   check_mask(key_pad, B, S, "key_pad");
@@ -82,7 +81,7 @@ HeadEntropy head_entropy(const Tensor& weights, const Tensor& query_pad, const T
   const Tensor w = weights.contiguous();  // (B, H, L, S)
   if (w.dtype() == DType::Float32) return entropy_of(w.data<float>(), B, H, L, S, qp, kp, causal);
   if (w.dtype() == DType::Float64) return entropy_of(w.data<double>(), B, H, L, S, qp, kp, causal);
-  throw std::invalid_argument(std::string("head_entropy: weights must be float32 or float64, got ") + dtype_name(w.dtype()));
+  GF_FAIL("head_entropy: weights must be float32 or float64, got {}", dtype_name(w.dtype()));
 }
 
 std::vector<AttentionSite> attention_sites(const nn::Seq2SeqTransformer& model) {
@@ -133,9 +132,8 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
       if (!armed_) return;
       const double t0 = now_seconds();
       const Tensor& w = weights.data();  // (B, H, L, S)
-      if (w.size(2) != s->query_pad.size(1))
-        throw std::logic_error(fmt::format("EntropyProbe: {} saw weights {} but was armed for {} query positions", s->where.name,
-                                           shape_str(w.shape()), s->query_pad.size(1)));
+      GF_CHECK_AS(std::logic_error, w.size(2) == s->query_pad.size(1), "EntropyProbe: {} saw weights {} but was armed for {} query positions",
+                  s->where.name, shape_str(w.shape()), s->query_pad.size(1));
       HeadEntropy h = head_entropy(w, s->query_pad, s->key_pad, s->causal);
       if (s->sum.empty()) s->sum.assign(h.heads.size(), 0.0);
       for (size_t k = 0; k < h.heads.size(); ++k) s->sum[k] += h.heads[k] * static_cast<double>(h.rows);
@@ -152,7 +150,7 @@ EntropyProbe::~EntropyProbe() {
 }
 
 void EntropyProbe::arm(const Tensor& src, const Tensor& tgt_in) {
-  if (!seq2seq_) throw std::logic_error("EntropyProbe::arm(src, tgt_in): the probe is on a decoder-only model; use arm(ids)");
+  GF_CHECK_AS(std::logic_error, seq2seq_, "EntropyProbe::arm(src, tgt_in): the probe is on a decoder-only model; use arm(ids)");
   const Tensor src_pad = nn::make_pad_mask(src, pad_);     // (B, S)
   const Tensor tgt_pad = nn::make_pad_mask(tgt_in, pad_);  // (B, T)
   const auto& m = seq2seq_->masks;
@@ -177,7 +175,7 @@ void EntropyProbe::arm(const Tensor& src, const Tensor& tgt_in) {
 }
 
 void EntropyProbe::arm(const Tensor& ids) {
-  if (seq2seq_) throw std::logic_error("EntropyProbe::arm(ids): the probe is on an encoder-decoder; use arm(src, tgt_in)");
+  GF_CHECK_AS(std::logic_error, !seq2seq_, "EntropyProbe::arm(ids): the probe is on an encoder-decoder; use arm(src, tgt_in)");
   const Tensor pad = nn::make_pad_mask(ids, pad_);  // (B, L)
   for (auto& s : sites_) {
     s->query_pad = pad, s->key_pad = pad, s->causal = true;
@@ -306,7 +304,7 @@ double sum_sq(const Tensor& a, int64_t begin, int64_t end, const Tensor& b = Ten
   };
   if (x.dtype() == DType::Float32) return run.template operator()<float>();
   if (x.dtype() == DType::Float64) return run.template operator()<double>();
-  throw std::invalid_argument(std::string("grad stats: parameters must be float32 or float64, got ") + dtype_name(x.dtype()));
+  GF_FAIL("grad stats: parameters must be float32 or float64, got {} {}", dtype_name(x.dtype()), shape_str(x.shape()));
 }
 
 double ratio(double num, double den) { return den > 0 ? num / den : (num > 0 ? INFINITY : 0.0); }
@@ -338,7 +336,7 @@ std::vector<StatsJson> read_records(const std::string& path, int64_t last_step, 
 
 GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step)
     : model_(model), dir_(dir), every_(every) {
-  if (every < 1) throw std::invalid_argument("grad stats: the interval must be at least 1 step, got " + std::to_string(every));
+  GF_CHECK(every >= 1, "grad stats: the interval must be at least 1 step, got {}", every);
   if (const nn::Seq2SeqTransformer* s = model.seq2seq()) probe_ = std::make_unique<EntropyProbe>(*s);
   else if (const auto* d = dynamic_cast<const nn::DecoderOnlyTransformer*>(&model.module())) probe_ = std::make_unique<EntropyProbe>(*d);
   const auto named = model.module().named_parameters();
@@ -357,7 +355,7 @@ GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::s
     }
   }
   out_.open(path, resume_step > 0 ? std::ios::app : std::ios::trunc);
-  if (!out_) throw std::runtime_error("grad stats: cannot open '" + path + "' for writing");
+  GF_CHECK_AS(std::runtime_error, out_, "grad stats: cannot open '{}' for writing", path);
 }
 
 void GradStatsRecorder::begin_step(int64_t step, const Batch& batch) {
@@ -418,7 +416,7 @@ void GradStatsRecorder::after_update(double loss, double lr) {
   line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + now_seconds() - t0);
   out_ << line.dump() << '\n';
   out_.flush();
-  if (!out_) throw std::runtime_error("grad stats: writing '" + run_file(dir_, kJsonl) + "' failed");
+  GF_CHECK_AS(std::runtime_error, out_, "grad stats: writing '{}' failed", run_file(dir_, kJsonl));
   records_.push_back(std::move(line));
   before_.clear();
   step_ = 0;
@@ -501,7 +499,7 @@ ValueMap entropy_map(const std::vector<StatsJson>& records) {
 }  // namespace
 
 std::string grad_stats_svg(const std::vector<StatsJson>& all) {
-  if (all.empty()) throw std::invalid_argument("grad_stats_svg: no recorded step to draw");
+  GF_CHECK(!all.empty(), "grad_stats_svg: no recorded step to draw");
   // At most kMaxColumns columns: every k-th line and the last.
   const size_t k = (all.size() + kMaxColumns - 1) / kMaxColumns;
   std::vector<StatsJson> records;

@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
+#include "tensor/check.h"
 #include "train/loop/batch_loss.h"
 
 namespace gf::train {
@@ -39,9 +40,8 @@ class DecoderOnly : public TranslationModel {
  public:
   DecoderOnly(const RunConfig& c, const Vocab& src, const Vocab& tgt, uint64_t seed)
       : net_(decoder_only_options(c, src), seed), sep_(src.id(Vocab::kSep)) {
-    if (src.tokens() != tgt.tokens() || sep_ == Vocab::kUnk)
-      throw std::invalid_argument("decoder-only model: needs one joint vocabulary with " + std::string(Vocab::kSep) +
-                                  " for source and target (Vocab::build_joint)");
+    GF_CHECK(src.tokens() == tgt.tokens() && sep_ != Vocab::kUnk,
+             "decoder-only model: needs one joint vocabulary with {} for source and target (Vocab::build_joint)", Vocab::kSep);
   }
   nn::Module& module() override { return net_; }
   Variable loss(const Batch& b, double ls) const override {

@@ -1,9 +1,9 @@
 #include "train/loop/run_config.h"
 
-#include <fmt/format.h>
-
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "tensor/check.h"
 
 namespace gf::train {
 
@@ -76,35 +76,36 @@ RunConfig RunConfig::from_json(const std::string& text, const std::string& where
       read_legacy_model_fields(j, c.layer);
     }
   } catch (const json::exception& e) {
-    throw std::runtime_error(where + ": malformed run config: " + e.what());
+    GF_FAIL_AS(std::runtime_error, "{}: malformed run config: {}", where, e.what());
   }
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(where + ": " + e.what());
+    GF_FAIL_AS(std::runtime_error, "{}: {}", where, e.what());
   }
   return c;
 }
 
 void RunConfig::validate() const {
   auto positive = [](const char* name, double v) {
-    if (!(v > 0)) throw std::invalid_argument(std::string("--") + name + " must be positive, got " + fmt::format("{}", v));
+    GF_CHECK(v > 0, "--{} must be positive, got {}", name, v);
   };
-  if (arch != "encoder-decoder" && arch != "decoder-only")
-    throw std::invalid_argument("--arch must be encoder-decoder or decoder-only, got '" + arch + "'");
+  GF_CHECK(arch == "encoder-decoder" || arch == "decoder-only", "--arch must be encoder-decoder or decoder-only, got '{}'", arch);
   layer.validate();
   positive("layers", static_cast<double>(layers));
   positive("lr", lr);
   positive("max-tokens", static_cast<double>(max_tokens));
   positive("min-freq", static_cast<double>(min_freq));
   positive("max-len", static_cast<double>(max_len));
-  if (layer.d_model % 2 != 0) throw std::invalid_argument(fmt::format("--d-model must be even for sinusoidal positions, got {}", layer.d_model));
-  if (label_smoothing < 0 || label_smoothing >= 1) throw std::invalid_argument(fmt::format("--label-smoothing must be in [0, 1), got {}", label_smoothing));
-  if (warmup < 1) throw std::invalid_argument(fmt::format("--warmup must be at least 1, got {}", warmup));
-  if (epochs < 0 || steps < 0 || minutes < 0) throw std::invalid_argument("--epochs, --steps and --minutes cannot be negative");
-  if (max_len + 2 > 512) throw std::invalid_argument(fmt::format("--max-len must be at most 510 (the positional table holds 512), got {}", max_len));
-  if (arch == "decoder-only" && 2 * max_len + 2 > 512)
-    throw std::invalid_argument(fmt::format("--max-len must be at most 255 for the decoder-only model (source, <sep> and target share 512 positions), got {}", max_len));
+  GF_CHECK(layer.d_model % 2 == 0, "--d-model must be even for sinusoidal positions, got {}", layer.d_model);
+  // These two state the failing condition, as before: a NaN --label-smoothing or --minutes is not caught here.
+  if (label_smoothing < 0 || label_smoothing >= 1) GF_FAIL("--label-smoothing must be in [0, 1), got {}", label_smoothing);
+  GF_CHECK(warmup >= 1, "--warmup must be at least 1, got {}", warmup);
+  if (epochs < 0 || steps < 0 || minutes < 0)
+    GF_FAIL("--epochs, --steps and --minutes cannot be negative, got {}, {} and {}", epochs, steps, minutes);
+  GF_CHECK(max_len + 2 <= 512, "--max-len must be at most 510 (the positional table holds 512), got {}", max_len);
+  GF_CHECK(arch != "decoder-only" || 2 * max_len + 2 <= 512,
+           "--max-len must be at most 255 for the decoder-only model (source, <sep> and target share 512 positions), got {}", max_len);
 }
 
 }  // namespace gf::train

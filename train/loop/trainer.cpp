@@ -14,6 +14,7 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "optim/adam.h"
+#include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
 #include "tensor/kernels/random.h"
@@ -78,8 +79,8 @@ class Run {
   void setup() {
     fs::create_directories(opt_.out);
     data_ = load_run_data(config_);
-    if (data_.train.empty()) throw std::runtime_error("train: the training split is empty");
-    if (data_.valid.empty()) throw std::runtime_error("train: the validation split is empty");
+    GF_CHECK_AS(std::runtime_error, !data_.train.empty(), "train: the training split ({}) is empty", data_.train_name);
+    GF_CHECK_AS(std::runtime_error, !data_.valid.empty(), "train: the validation split ({}) is empty", data_.valid_name);
     if (opt_.resume) {
       src_vocab_ = Vocab::load(run_file(opt_.out, "vocab.src.txt"));
       tgt_vocab_ = Vocab::load(run_file(opt_.out, "vocab.tgt.txt"));
@@ -111,8 +112,8 @@ class Run {
     state_ = load_state(opt_.out);
     net_->module().load_state_dict(load_safetensors(run_file(opt_.out, state_.model_file)).tensors, true);
     adam_->load_state_dict(load_safetensors(run_file(opt_.out, state_.optim_file)).tensors);
-    if (adam_->steps() != state_.step)
-      throw std::runtime_error(fmt::format("{}: optimizer state is at step {} but the run state says {}", opt_.out, adam_->steps(), state_.step));
+    GF_CHECK_AS(std::runtime_error, adam_->steps() == state_.step, "{}: optimizer state is at step {} but the run state says {}", opt_.out,
+                adam_->steps(), state_.step);
   }
 
   void print_setup() const {
@@ -173,7 +174,7 @@ class Run {
     if (grad_stats_) grad_stats_->after_update(l, adam_->lr());
     if (!std::isfinite(l)) {
       if (grad_stats_) grad_stats_->write_svg();  // the diverging run's picture is the one wanted
-      throw std::runtime_error(fmt::format("train: loss became {} at step {}; lower --lr?", l, state_.step + 1));
+      GF_FAIL_AS(std::runtime_error, "train: loss became {} at step {}; lower --lr?", l, state_.step + 1);
     }
     state_.step += 1;
     return l;
@@ -303,7 +304,7 @@ class Run {
 }  // namespace
 
 TrainResult train_translator(const RunConfig& config_in, const TrainOptions& opt) {
-  if (opt.out.empty()) throw std::invalid_argument("train: --out DIR is required");
+  GF_CHECK(!opt.out.empty(), "train: --out DIR is required");
   RunConfig config = config_in;
   config.validate();
   return Run(config, opt).go();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "tensor/check.h"
 #include "train/plot/svg_doc.h"
 #include "train/plot/svg_plot.h"
 
@@ -94,9 +95,9 @@ void panel_title(std::string& out, const std::string& title, double cx, double y
 
 void check_series(const ChartSeries& s) {
   const bool band = !s.lo.empty() || !s.hi.empty();
-  if (s.x.size() != s.y.size() || (band && (s.lo.size() != s.y.size() || s.hi.size() != s.y.size())))
-    throw std::invalid_argument(fmt::format("chart series '{}': x has {} values, y {}, lo {}, hi {}; they must agree", s.name,
-                                            s.x.size(), s.y.size(), s.lo.size(), s.hi.size()));
+  GF_CHECK(s.x.size() == s.y.size() && (!band || (s.lo.size() == s.y.size() && s.hi.size() == s.y.size())),
+           "chart series '{}': x has {} values, y {}, lo {}, hi {}; they must agree", s.name, s.x.size(), s.y.size(), s.lo.size(),
+           s.hi.size());
 }
 
 void draw_chart(std::string& out, const Chart& c, double ox, double oy) {
@@ -214,11 +215,11 @@ std::string viridis(double t) {
 
 void draw_value_map(std::string& out, const ValueMap& m, double ox, double oy) {
   const size_t R = m.values.size(), C = R ? m.values[0].size() : 0;
-  for (const auto& row : m.values)
-    if (row.size() != C) throw std::invalid_argument(fmt::format("value map '{}': rows differ in length", m.title));
-  if ((!m.row_labels.empty() && m.row_labels.size() != R) || (!m.col_labels.empty() && m.col_labels.size() != C))
-    throw std::invalid_argument(fmt::format("value map '{}': {} row labels for {} rows, {} column labels for {} columns", m.title,
-                                            m.row_labels.size(), R, m.col_labels.size(), C));
+  for (size_t i = 0; i < R; ++i)
+    GF_CHECK(m.values[i].size() == C, "value map '{}': row {} has {} values but row 0 has {}", m.title, i, m.values[i].size(), C);
+  GF_CHECK((m.row_labels.empty() || m.row_labels.size() == R) && (m.col_labels.empty() || m.col_labels.size() == C),
+           "value map '{}': {} row labels for {} rows, {} column labels for {} columns", m.title, m.row_labels.size(), R,
+           m.col_labels.size(), C);
   auto row_label = [&](size_t i) { return m.row_labels.empty() ? std::to_string(i) : m.row_labels[i]; };
   auto col_label = [&](size_t j) { return m.col_labels.empty() ? std::to_string(j) : m.col_labels[j]; };
   double label_w = 0;
@@ -286,8 +287,8 @@ void draw_value_map(std::string& out, const ValueMap& m, double ox, double oy) {
 }  // namespace
 
 std::vector<double> log_ticks(double lo, double hi) {
-  if (!(lo > 0) || !(hi > 0) || !std::isfinite(lo) || !std::isfinite(hi))
-    throw std::invalid_argument(fmt::format("log_ticks: bounds must be positive and finite, got [{}, {}]", lo, hi));
+  GF_CHECK(lo > 0 && hi > 0 && std::isfinite(lo) && std::isfinite(hi), "log_ticks: bounds must be positive and finite, got [{}, {}]", lo,
+           hi);
   if (hi < lo) std::swap(lo, hi);
   const int e0 = static_cast<int>(std::floor(std::log10(lo) + 1e-9));
   const int e1 = std::max(e0 + 1, static_cast<int>(std::ceil(std::log10(hi) - 1e-9)));
@@ -309,7 +310,7 @@ std::vector<double> log_ticks(double lo, double hi) {
 }
 
 std::string figure_svg(const std::string& title, const std::vector<Panel>& panels, int columns) {
-  if (columns < 1) throw std::invalid_argument("figure_svg: columns must be at least 1, got " + std::to_string(columns));
+  GF_CHECK(columns >= 1, "figure_svg: columns must be at least 1, got {}", columns);
   const int n = static_cast<int>(panels.size());
   const int cols = std::max(1, std::min(columns, n)), rows = (n + cols - 1) / cols;
   const double head = title.empty() ? 8 : 36;

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "tensor/check.h"
+
 namespace gf {
 namespace {
 
@@ -199,15 +201,12 @@ HeatmapPanel prepare_panel(const std::string& op, const std::string& title,
   p.T = static_cast<int>(weights.size());
   p.S = p.T > 0 ? static_cast<int>(weights[0].size()) : 0;
   for (int i = 0; i < p.T; ++i)
-    if (static_cast<int>(weights[i].size()) != p.S)
-      throw std::invalid_argument(fmt::format("{}: '{}': row {} has {} weights but row 0 has {}", op, title, i,
-                                              weights[i].size(), p.S));
-  if (!row_labels.empty() && static_cast<int>(row_labels.size()) != p.T)
-    throw std::invalid_argument(
-        fmt::format("{}: '{}': {} row labels for {} rows of weights", op, title, row_labels.size(), p.T));
-  if (!col_labels.empty() && p.T > 0 && static_cast<int>(col_labels.size()) != p.S)
-    throw std::invalid_argument(
-        fmt::format("{}: '{}': {} column labels for {} columns of weights", op, title, col_labels.size(), p.S));
+    GF_CHECK(static_cast<int>(weights[i].size()) == p.S, "{}: '{}': row {} has {} weights but row 0 has {}", op, title, i,
+             weights[i].size(), p.S);
+  GF_CHECK(row_labels.empty() || static_cast<int>(row_labels.size()) == p.T, "{}: '{}': {} row labels for {} rows of weights", op,
+           title, row_labels.size(), p.T);
+  GF_CHECK(col_labels.empty() || p.T == 0 || static_cast<int>(col_labels.size()) == p.S,
+           "{}: '{}': {} column labels for {} columns of weights", op, title, col_labels.size(), p.S);
   for (int i = 0; i < p.T; ++i) p.rows.push_back(row_labels.empty() ? std::to_string(i) : row_labels[i]);
   for (int j = 0; j < p.S; ++j) p.cols.push_back(col_labels.empty() ? std::to_string(j) : col_labels[j]);
   for (const auto& s : p.rows) p.row_text.push_back(truncate_label(s, kMaxLabelEm));
@@ -359,8 +358,7 @@ std::string xml_escape(const std::string& text) {
 }
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
-  if (!std::isfinite(lo) || !std::isfinite(hi))
-    throw std::invalid_argument(fmt::format("nice_ticks: bounds must be finite, got [{}, {}]", lo, hi));
+  GF_CHECK(std::isfinite(lo) && std::isfinite(hi), "nice_ticks: bounds must be finite, got [{}, {}]", lo, hi);
   if (hi < lo) std::swap(lo, hi);
   if (hi == lo) {
     const double pad = lo == 0 ? 1.0 : std::abs(lo) * 0.1;
@@ -421,7 +419,7 @@ std::string attention_heatmap_svg(const std::vector<std::vector<float>>& weights
 }
 
 std::string attention_grid_svg(const std::vector<Heatmap>& maps, int columns) {
-  if (columns < 1) throw std::invalid_argument(fmt::format("attention_grid_svg: columns must be >= 1, got {}", columns));
+  GF_CHECK(columns >= 1, "attention_grid_svg: columns must be >= 1, got {}", columns);
   std::string out;
   if (maps.empty()) {
     open_svg(out, 240, 40);
