@@ -98,10 +98,9 @@ void RunConfig::validate() const {
   positive("min-freq", static_cast<double>(min_freq));
   positive("max-len", static_cast<double>(max_len));
   GF_CHECK(layer.d_model % 2 == 0, "--d-model must be even for sinusoidal positions, got {}", layer.d_model);
-  // These two state the failing condition, as before: a NaN --label-smoothing or --minutes is not caught here.
-  if (label_smoothing < 0 || label_smoothing >= 1) GF_FAIL("--label-smoothing must be in [0, 1), got {}", label_smoothing);
+  GF_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}", label_smoothing);  // NaN fails too
   GF_CHECK(warmup >= 1, "--warmup must be at least 1, got {}", warmup);
-  if (epochs < 0 || steps < 0 || minutes < 0)
+  if (epochs < 0 || steps < 0 || !(minutes >= 0))
     GF_FAIL("--epochs, --steps and --minutes cannot be negative, got {}, {} and {}", epochs, steps, minutes);
   GF_CHECK(max_len + 2 <= 512, "--max-len must be at most 510 (the positional table holds 512), got {}", max_len);
   GF_CHECK(arch != "decoder-only" || 2 * max_len + 2 <= 512,
