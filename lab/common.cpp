@@ -144,6 +144,16 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
   return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : NAN;
 }
 
+double sign_test_p(int64_t wins, int64_t n) {
+  GF_CHECK(n >= 0 && wins >= 0 && wins <= n, "sign_test_p: need 0 <= wins <= n, got wins {}, n {}", wins, n);
+  // Summed in log space: C(n, i) / 2^n underflows nothing at the sizes a lab uses, but 2^n would.
+  double p = 0;
+  for (int64_t i = wins; i <= n; ++i)
+    p += std::exp(std::lgamma(static_cast<double>(n + 1)) - std::lgamma(static_cast<double>(i + 1)) -
+                  std::lgamma(static_cast<double>(n - i + 1)) - static_cast<double>(n) * std::log(2.0));
+  return std::min(p, 1.0);
+}
+
 // ---------------------------------------------------------------- data
 
 IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,

@@ -256,6 +256,15 @@ TEST_CASE("spearman: rank correlation with average ranks for ties; NaN when a si
   CHECK(std::isnan(spearman({1}, {1})));
 }
 
+TEST_CASE("sign_test_p: the binomial upper tail at one half") {
+  CHECK(sign_test_p(10, 10) == doctest::Approx(1.0 / 1024));
+  CHECK(sign_test_p(0, 10) == doctest::Approx(1));
+  CHECK(sign_test_p(5, 10) == doctest::Approx(638.0 / 1024));                       // (252 + 210 + 120 + 45 + 10 + 1) / 1024
+  CHECK(sign_test_p(64, 100) == doctest::Approx(0.0033185).epsilon(1e-4));         // scipy.stats.binomtest(64, 100, alternative='greater')
+  CHECK(sign_test_p(0, 0) == doctest::Approx(1));
+  CHECK_THROWS_WITH_AS(sign_test_p(11, 10), doctest::Contains("sign_test_p"), std::invalid_argument);
+}
+
 TEST_CASE("l2_norm, max_abs, count_nonfinite") {
   const Tensor t = Tensor::of({3.0, -4.0}, {2});
   CHECK(l2_norm(t) == doctest::Approx(5));
