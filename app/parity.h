@@ -17,6 +17,7 @@ struct ParityCaseResult {
   double worst_abs = 0, worst_rel = 0;
   std::string worst_where;  // which tensor and element, for the failure line
   std::string error;        // set when the case could not run (unknown kind, unreadable file)
+  std::string note;         // what was compared differently, said after the result
 };
 
 ParityCaseResult run_parity_case(const std::string& path, DType dtype);

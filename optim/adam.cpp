@@ -114,4 +114,11 @@ double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup) {
   return base_lr * std::min(s / w, std::sqrt(w / s));
 }
 
+UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup) {
+  const double norm = clip > 0 ? clip_grad_norm(params, clip) : NAN;
+  adam.set_lr(warmup_inverse_sqrt(base_lr, step, warmup));
+  adam.step();
+  return {norm, adam.lr()};
+}
+
 }  // namespace gf::optim

@@ -52,4 +52,13 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm);
 // factor(step) = min((step + 1) / warmup, sqrt(warmup / (step + 1))); lr = base * factor.
 double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup);
 
+// The update after backward, as the trainer makes it: clip the global gradient norm to `clip`
+// (0: no clipping), set the learning rate of 0-based `step` by warmup_inverse_sqrt, one Adam step.
+// The PyTorch parity cases of kind seq2seq_train check exactly this function.
+struct UpdateInfo {
+  double grad_norm;  // before clipping (NaN when clip is 0: not computed)
+  double lr;         // the rate used
+};
+UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup);
+
 }  // namespace gf::optim

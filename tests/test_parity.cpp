@@ -1,6 +1,7 @@
 // PyTorch parity: the standard reference cases (copied from ../shared/parity/cases), a variant set
 // with other shapes and settings (scripts/make_parity_variant.py) and the extend set (RMSNorm,
-// grouped-query attention: scripts/make_parity_extend.py), in float64 and float32.
+// grouped-query attention: scripts/make_parity_extend.py), and whole training steps
+// (../shared/parity/training), in float64 and float32.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -36,6 +37,34 @@ TEST_CASE("variant cases pass in float32") { expect_all_pass("variant", DType::F
 // RMSNorm and grouped-query attention against formula-written PyTorch (scripts/make_parity_extend.py).
 TEST_CASE("extend cases (RMSNorm, grouped-query and multi-query attention) pass in float64") { expect_all_pass("extend", DType::Float64); }
 TEST_CASE("extend cases pass in float32") { expect_all_pass("extend", DType::Float32); }
+// Whole training steps (loss, clipping, warm-up schedule, Adam), copied from ../shared/parity/training
+// (make_training_parity.py): every step's loss, gradient norm and rate, and the final parameters.
+TEST_CASE("training cases (6 Adam steps, Post-LN and Pre-LN) pass in float64 (within 1e-9)") { expect_all_pass("training", DType::Float64); }
+TEST_CASE("training cases pass in float32, the parameters PyTorch left in place compared with their start") {
+  expect_all_pass("training", DType::Float32);
+  std::ostringstream out;
+  app::run_parity_dir(cases("training"), DType::Float32, out);
+  CHECK(out.str().find("parameter elements PyTorch left in place") != std::string::npos);
+}
+
+TEST_CASE("a training case fails when the optimizer differs from PyTorch's (beta2 0.999 instead of 0.98)") {
+  fs::path dir = fs::temp_directory_path() / "gradflow_parity_train_bad";
+  fs::create_directories(dir);
+  SafetensorsFile f = load_safetensors(cases("training") + "/train_postnorm.safetensors");
+  std::string meta = f.metadata.at("case");
+  const size_t at = meta.find("0.98]");
+  REQUIRE(at != std::string::npos);
+  f.metadata["case"] = meta.replace(at, 4, "0.999");
+  save_safetensors((dir / "train_postnorm.safetensors").string(), f.tensors, f.metadata);
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    app::ParityCaseResult r = app::run_parity_case((dir / "train_postnorm.safetensors").string(), dt);
+    CHECK(r.error.empty());
+    CHECK_FALSE(r.passed);
+    INFO(r.worst_where);
+    CHECK((r.worst_where.find("out.") == 0 || r.worst_where.find("final.param.") == 0));  // a loss, norm or parameter
+  }
+  fs::remove_all(dir);
+}
 
 TEST_CASE("a wrong parameter makes a case fail, naming the worst element") {
   fs::path dir = fs::temp_directory_path() / "gradflow_parity_bad";

@@ -167,9 +167,7 @@ class Run {
     adam_->zero_grad();
     loss.backward();
     if (grad_stats_) grad_stats_->after_backward();
-    if (config_.clip > 0) optim::clip_grad_norm(params_, config_.clip);
-    adam_->set_lr(optim::warmup_inverse_sqrt(config_.lr, state_.step, config_.warmup));
-    adam_->step();
+    optim::scheduled_update(*adam_, params_, config_.clip, config_.lr, state_.step, config_.warmup);
     const double l = loss.item();
     if (grad_stats_) grad_stats_->after_update(l, adam_->lr());
     if (!std::isfinite(l)) {
