@@ -164,6 +164,16 @@ std::pair<std::vector<int64_t>, int64_t> step_limits(const Tensor& src, const De
   return {limit, max_steps};
 }
 
+// <pad> and the start token are never outputs (as in fairseq's search): a <pad> fed back would
+// be masked out of the prefix as padding, and the model was never trained to predict either.
+void forbid_specials(Tensor& lp, const DecodeOptions& opt) {  // lp: (R, V) float32, contiguous
+  const int64_t R = lp.size(0), V = lp.size(1);
+  float* p = lp.data<float>();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t tok : {opt.pad, opt.bos})
+      if (tok >= 0 && tok < V) p[r * V + tok] = -INFINITY;
+}
+
 // The rows' prefixes as one (R, t+1) tensor: <bos> and the tokens so far.
 template <class TokensOf>
 Tensor prefix_tensor(int64_t R, int64_t t, int64_t bos, TokensOf tokens_of) {
@@ -187,6 +197,7 @@ std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& mak
   for (int64_t t = 0; t < max_steps && !alive.empty(); ++t) {
     const int64_t R = static_cast<int64_t>(alive.size());
     Tensor lp = step->next_log_probs(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& { return emitted[alive[r]]; })).contiguous();  // (R, V)
+    forbid_specials(lp, opt);
     if (stats && opt.use_cache) step->record(*stats, t + 1);
     const int64_t V = lp.size(1);
     std::vector<int64_t> keep;
@@ -226,19 +237,24 @@ struct Candidate {
 };
 
 // The best continuations of sentence b's live rows: each row's K+1 best tokens are enough, since
-// the sentence keeps at most K (one may be <eos>). Best first.
+// the sentence keeps at most K (one may be <eos>). Best first. At the first step all K rows of a
+// sentence hold the same empty hypothesis; only one of them may propose, or the K best
+// candidates would be K copies of the greedy token and the search would be greedy.
 std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam, const Tensor& lp, int64_t K) {
   const int64_t V = lp.size(1);
   std::vector<Candidate> out;
   std::vector<int64_t> idx(static_cast<size_t>(V));
+  std::vector<bool> proposed(beam.size(), false);
   for (size_t r = 0; r < live.size(); ++r) {
-    if (live[r].sentence != b) continue;
+    if (live[r].sentence != b || proposed[static_cast<size_t>(live[r].beam)]) continue;
+    proposed[static_cast<size_t>(live[r].beam)] = true;
     const Hypothesis& h = beam[static_cast<size_t>(live[r].beam)];
     const float* row = lp.data<float>() + static_cast<int64_t>(r) * V;
     for (int64_t v = 0; v < V; ++v) idx[v] = v;
     const int64_t take = std::min<int64_t>(K + 1, V);
     std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), [&](int64_t a, int64_t c) { return row[a] > row[c]; });
-    for (int64_t j = 0; j < take; ++j) out.push_back({h.log_prob + row[idx[j]], static_cast<int64_t>(r), idx[j]});
+    for (int64_t j = 0; j < take; ++j)
+      if (row[idx[j]] > -INFINITY) out.push_back({h.log_prob + row[idx[j]], static_cast<int64_t>(r), idx[j]});  // not a forbidden token
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& c) { return a.log_prob > c.log_prob; });
   return out;
@@ -262,6 +278,7 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     Tensor lp = step->next_log_probs(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& {
                   return beams[live[r].sentence][live[r].beam].tokens;
                 })).contiguous();  // (R, V)
+    forbid_specials(lp, opt);
     if (stats && opt.use_cache) step->record(*stats, t + 1);
     std::vector<int64_t> keep_rows;
     std::vector<LiveRow> next_live;
