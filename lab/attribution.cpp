@@ -318,7 +318,7 @@ void claims(Report& r, const std::vector<Paired>& paired, const std::string& las
   // Neither paper claims anything per head, so this is reported, not checked.
   r.say("per head (reported, not a claim of either paper): " + ev2);
   // A paired sign test, not a fixed margin: a first version asked for a median difference of at
-  // least +0.05, which one seed missed (+0.037, rollout higher in 64 of 100 sentences) when OpenBLAS
+  // least +0.05, which one seed missed (+0.037, rollout higher in 64 of 99 untied sentences) when OpenBLAS
   // chose another sgemm kernel and the model trained to slightly different weights.
   r.claim("rollout agrees with gradient attribution better than the last layer's raw attention: rollout's rho is higher in more "
           "sentences than chance allows (one-sided sign test p < 0.01, ties dropped) and the median paired difference is positive "

@@ -8,11 +8,16 @@
 namespace gf::train {
 
 BatchTensors to_tensors(const Batch& b) {
+  return teacher_forced(Tensor::from_vector(b.src, {b.rows, b.src_len}),   // (B, S)
+                        Tensor::from_vector(b.tgt, {b.rows, b.tgt_len}));  // (B, T)
+}
+
+BatchTensors teacher_forced(const Tensor& src, const Tensor& tgt) {
+  const int64_t T = tgt.size(1);
   BatchTensors t;
-  t.src = Tensor::from_vector(b.src, {b.rows, b.src_len});                // (B, S)
-  Tensor tgt = Tensor::from_vector(b.tgt, {b.rows, b.tgt_len});           // (B, T)
-  t.tgt_in = tgt.narrow(1, 0, b.tgt_len - 1).contiguous();               // (B, T-1)
-  t.labels = tgt.narrow(1, 1, b.tgt_len - 1).contiguous().reshape({-1});  // (B*(T-1))
+  t.src = src;                                                   // (B, S)
+  t.tgt_in = tgt.narrow(1, 0, T - 1).contiguous();               // (B, T-1)
+  t.labels = tgt.narrow(1, 1, T - 1).contiguous().reshape({-1});  // (B*(T-1))
   return t;
 }
 

@@ -11,6 +11,8 @@ struct BatchTensors {
   Tensor src, tgt_in, labels;
 };
 BatchTensors to_tensors(const Batch& b);
+// The same from tensors: src (B, S) and tgt (B, T) = <bos> .. <eos> PAD, split for teacher forcing.
+BatchTensors teacher_forced(const Tensor& src, const Tensor& tgt);
 
 // Label-smoothed cross-entropy over the non-PAD labels, mean per token.
 Variable batch_loss(const nn::Seq2SeqTransformer& model, const BatchTensors& t, double label_smoothing);
