@@ -41,7 +41,7 @@ int cmd_attention(int argc, char** argv) {
           "layer and head, and their average, as an SVG to open in a browser. With --grad, also the gradient-times-input\n"
           "attribution of each output token to the source tokens (lab/attribution_maps.h), for comparison.");
   f.add_string("model", "", "run folder or weights file");
-  f.add_string("src", "", "the source sentence (whitespace-tokenised)");
+  f.add_string("src", "", "the source sentence (whitespace-tokenised, or raw text for a run with --subwords; the axes show its pieces)");
   f.add_string("out", "attention.svg", "SVG file to write");
   f.add_bool("grad", "add a panel: |d log p(y_t) / d x_s . x_s| per output token t and source token s, each row divided by its sum");
   if (!f.parse(argc, argv)) return 0;
@@ -49,7 +49,7 @@ int cmd_attention(int argc, char** argv) {
   train::Translator t = train::Translator::load(f.str("model"));
   if (size_t bad = train::utf8::find_invalid(f.str("src")); bad != std::string::npos)
     GF_FAIL_AS(UsageError, "attention: --src is not valid UTF-8 (byte {})", bad);
-  std::vector<std::string> src_tokens = train::utf8::split_whitespace(f.str("src"));
+  std::vector<std::string> src_tokens = t.segmenters.src.split(f.str("src"));  // words, or the run's subword pieces
   GF_CHECK_AS(UsageError, !src_tokens.empty(), "attention: --src \"...\" must hold at least one token");
   GF_CHECK_AS(UsageError, static_cast<int64_t>(src_tokens.size()) <= t.config.max_len, "attention: --src has {} tokens; the model takes at most {}",
               src_tokens.size(), t.config.max_len);
@@ -95,8 +95,7 @@ int cmd_attention(int argc, char** argv) {
   maps.push_back({"average of all layers and heads", avg, rows, cols});
   if (f.on("grad")) maps.push_back(gradient_panel(model, src_ids, out_ids, rows, cols));
   write_file_atomic(f.str("out"), attention_grid_svg(maps, static_cast<int>(H)));
-  std::string translation;
-  for (size_t i = 0; i + 1 < rows.size(); ++i) translation += (i ? " " : "") + rows[i];
+  const std::string translation = t.segmenters.tgt.join(std::vector<std::string>(rows.begin(), rows.end() - 1));  // without <eos>
   fmt::print("{}\nwrote {} ({} layers x {} heads + average{})\n", translation, f.str("out"), d.cross_weights.size(), H,
              f.on("grad") ? " + gradient x input" : "");
   return 0;

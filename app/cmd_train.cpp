@@ -39,10 +39,14 @@ int cmd_train(int argc, char** argv) {
   train::RunConfig d;  // defaults shown in --help
   Flags f("train",
           "Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
-          "4 minutes); with --data DIR it reads DIR/{train,val,test*}.{SRC,TGT} (one sentence a line, whitespace tokens),\n"
-          "or a TSV file of source<TAB>target lines. Checkpoints go to --out each epoch; --resume DIR continues a run.");
+          "4 minutes); with --data DIR it reads DIR/{train,val,test*}.{SRC,TGT} (one sentence a line), or a TSV file of\n"
+          "source<TAB>target lines. Text is split on whitespace (pre-tokenised data), or with --subwords N into SentencePiece\n"
+          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.");
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
   add_recipe_flags(f, d, true);
+  f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
+  f.add_string("subword-type", d.subword_type, "subword model: unigram or bpe");
+  f.add_bool("joint-vocab", "one subword model and vocabulary for source and target (needed by --arch decoder-only)");
   f.add_string("train-split", d.train_split, "training split name");
   f.add_string("valid-split", "", "validation split (default: val or valid; with a .tsv: a TSV file)");
   f.add_string("test-split", "", "test split (default: test or the first test* split; with a .tsv: a TSV file)");
@@ -77,7 +81,7 @@ int cmd_train(int argc, char** argv) {
     opt.resume = true;
     c = train::RunConfig::from_json(train::read_text_file(train::run_file(opt.out, "config.json")), train::run_file(opt.out, "config.json"));
     std::vector<std::string> fixed = model_flag_names();
-    fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq"});
+    fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq", "subwords", "subword-type", "joint-vocab"});
     for (const std::string& flag : fixed)
       GF_CHECK_AS(UsageError, !f.given(flag), "train: --{} cannot change when resuming (the run folder fixes it)", flag);
     if (f.given("epochs") || f.given("steps") || f.given("minutes")) {
@@ -89,6 +93,9 @@ int cmd_train(int argc, char** argv) {
     opt.out = f.str("out");
     c.data = f.str("data");
     read_recipe_flags(f, c);
+    c.subwords = f.integer("subwords");
+    c.subword_type = f.str("subword-type");
+    c.joint_vocab = f.on("joint-vocab");
     c.train_split = f.str("train-split");
     c.valid_split = f.str("valid-split");
     c.test_split = f.str("test-split");

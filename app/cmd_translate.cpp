@@ -58,12 +58,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int cmd_translate(int argc, char** argv) {
   Flags f("translate",
-          "Translates sentences (whitespace-tokenised, one a line) from stdin or --input with a trained model, one output line\n"
-          "per input line. --model is a run folder (its best checkpoint) or one of its .safetensors files.");
+          "Translates sentences (one a line) from stdin or --input with a trained model, one output line per input line: raw\n"
+          "text in and detokenised text out for a run trained with --subwords, whitespace-tokenised text otherwise.\n"
+          "--model is a run folder (its best checkpoint) or one of its .safetensors files.");
   f.add_string("model", "", "run folder or weights file");
   f.add_string("input", "", "input file (default: stdin)");
   add_decode_flags(f);
-  f.add_bool("verbose", "report speed and KV-cache memory on stderr");
+  f.add_bool("verbose", "report each sentence's source and output pieces, speed and KV-cache memory on stderr");
   if (!f.parse(argc, argv)) return 0;
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "translate: --model DIR is required");
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
@@ -71,10 +72,14 @@ int cmd_translate(int argc, char** argv) {
   std::vector<std::string> lines = read_lines(f.str("input"));
   train::DecodeStats stats;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::string> out = t.translate(lines, decode_options(f, t), f.integer("batch-size"), &stats);
+  train::Translator::Pieces pieces;
+  std::vector<std::string> out = t.translate(lines, decode_options(f, t), f.integer("batch-size"), &stats, &pieces);
   double dt = seconds_since(t0);
   for (const auto& s : out) fmt::print("{}\n", s);
   if (f.on("verbose")) {
+    for (size_t i = 0; i < lines.size(); ++i)
+      fmt::print(stderr, "{}: source pieces: {}\n{}: output pieces: {}\n", i + 1, train::join_tokens(pieces.source[i]), i + 1,
+                 train::join_tokens(pieces.output[i]));
     fmt::print(stderr, "translated {} sentences in {:.2f}s ({:.1f} sentences/s), weights {}\n", lines.size(), dt,
                dt > 0 ? static_cast<double>(lines.size()) / dt : 0.0, t.weights_file);
     if (stats.self_bytes_per_token > 0) {
@@ -97,7 +102,7 @@ int cmd_eval(int argc, char** argv) {
   f.add_string("model", "", "run folder or weights file");
   f.add_string("data", "", "data folder (default: the run's own data)");
   f.add_string("split", "", "split to score (default: the run's test split)");
-  f.add_string("tokenize", "none", "BLEU tokenizer: none (pre-tokenised text) or 13a");
+  f.add_string("tokenize", "", "BLEU tokenizer: 13a (sacreBLEU's default, for detokenised text) or none (pre-tokenised text); default: 13a for a run with --subwords, none otherwise");
   f.add_string("output", "", "also write the translations to this file");
   add_decode_flags(f);
   if (!f.parse(argc, argv)) return 0;
@@ -109,7 +114,7 @@ int cmd_eval(int argc, char** argv) {
   if (!f.str("split").empty()) c.test_split = f.str("split");
   train::RunData data = train::load_run_data(c, false);
   GF_CHECK_AS(std::runtime_error, !data.test.empty(), "eval: no test split found for {}; name one with --split", c.data_description());
-  const std::string tok = f.str("tokenize");
+  const std::string tok = f.str("tokenize").empty() ? t.bleu_tokenize() : f.str("tokenize");
   GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "eval: --tokenize must be 13a or none, got '{}'", tok);
   train::DecodeOptions o = decode_options(f, t);
   const train::TestScore s = train::score_test_split(t, data.test, o, f.integer("batch-size"), tok, true);
@@ -122,7 +127,8 @@ int cmd_eval(int argc, char** argv) {
   fmt::print("model: {}\n", t.weights_file);
   fmt::print("test: {} ({} sentences)\n", data.test_name, s.hypotheses.size());
   fmt::print("loss {:.4f} per target token, perplexity {:.2f}\n", s.nll, std::exp(s.nll));
-  fmt::print("{} ({}, {})\n", s.bleu.format(), o.beam == 1 ? "greedy" : fmt::format("beam {}", o.beam), s.bleu.signature);
+  fmt::print("{} ({}{})\n", s.bleu.format(true), o.beam == 1 ? "greedy" : fmt::format("beam {}, length penalty {}", o.beam, o.length_penalty),
+             t.segmenters.tgt.subwords() ? ", detokenised subword output" : "");
   fmt::print("exact match {:.1f}% ({}/{}); decoded in {:.1f}s ({:.1f} sentences/s)\n", 100.0 * s.exact_share, s.exact, s.hypotheses.size(),
              s.decode_seconds, n / std::max(s.decode_seconds, 1e-9));
   return 0;

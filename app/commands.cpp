@@ -14,6 +14,7 @@ const std::vector<Command>& commands() {
       {"bench", "training and decoding throughput, measured as the PyTorch reference measures itself (JSON)", cmd_bench},
       {"parity", "compare modules with PyTorch reference cases, outputs and gradients", cmd_parity},
       {"lab", "the gradient-flow lab: experiments on gradients in attention, each checked against its paper", cmd_lab},
+      {"corpus", "write the built-in corpus to files, tokenised or as raw text (for --subwords)", cmd_corpus},
       {"demo", "train a tiny network for a few steps and print its gradients", cmd_demo},
       {"info", "show the version, the OpenBLAS kernel in use and the thread count", cmd_info},
   };

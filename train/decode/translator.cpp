@@ -25,8 +25,10 @@ Translator Translator::load(const std::string& path) {
   std::string cfg = run_file(dir, "config.json");
   GF_CHECK_AS(std::runtime_error, fs::exists(cfg), "'{}' has no config.json: not a gradflow run folder", dir);
   t.config = RunConfig::from_json(read_text_file(cfg), cfg);
+  t.segmenters = load_run_subwords(t.config, dir);
   t.src_vocab = Vocab::load(run_file(dir, "vocab.src.txt"));
   t.tgt_vocab = Vocab::load(run_file(dir, "vocab.tgt.txt"));
+  check_run_vocabularies(t.segmenters, t.src_vocab, t.tgt_vocab, dir);
   if (fs::is_directory(p)) {
     if (fs::exists(run_file(dir, "best.safetensors"))) {
       t.weights_file = run_file(dir, "best.safetensors");
@@ -51,22 +53,29 @@ const nn::Seq2SeqTransformer& Translator::seq2seq() const {
 DecodeOptions Translator::default_decode_options() const { return net->decode_options(); }
 
 double Translator::mean_nll(const std::vector<TokenPair>& pairs) const {
-  std::vector<EncodedPair> enc = encode_pairs(pairs, src_vocab, tgt_vocab);
+  std::vector<EncodedPair> enc = encode_pairs(segment_pairs(pairs, segmenters), src_vocab, tgt_vocab);
   BatchPlan plan(enc, config.max_tokens, 0);
   return evaluate_loss(*net, plan);
 }
 
+Tokens Translator::source_tokens(const std::string& sentence) const {
+  // Split as the training text was (whitespace as Python's str.split(), or the run's subword model).
+  Tokens toks = segmenters.src.split(sentence);
+  // Longer than the positional table allows: keep the head (and say so in the output's length).
+  if (static_cast<int64_t>(toks.size()) > config.max_len) toks.resize(static_cast<size_t>(config.max_len));
+  return toks;
+}
+
 std::vector<std::string> Translator::translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size,
-                                               DecodeStats* stats) const {
+                                               DecodeStats* stats, Pieces* pieces) const {
   std::vector<std::vector<int64_t>> ids(sentences.size());
+  if (pieces) *pieces = {std::vector<Tokens>(sentences.size()), std::vector<Tokens>(sentences.size())};
   for (size_t i = 0; i < sentences.size(); ++i) {
-    // Tokenised as the training files were (Python's str.split()), so no token differs between the two.
     if (size_t bad = utf8::find_invalid(sentences[i]); bad != std::string::npos)
-      GF_FAIL("translate: input line {}: invalid UTF-8 at byte {}", i + 1, bad);
-    Tokens toks = utf8::split_whitespace(sentences[i]);
-    // Longer than the positional table allows: keep the head (and say so in the output's length).
-    if (static_cast<int64_t>(toks.size()) > config.max_len) toks.resize(static_cast<size_t>(config.max_len));
+      GF_FAIL("translate: input line {}: invalid UTF-8 at byte {}", i + 1, bad + 1);
+    Tokens toks = source_tokens(sentences[i]);
     ids[i] = src_vocab.encode(toks);
+    if (pieces) pieces->source[i] = std::move(toks);
   }
   // Similar lengths together: less padding, fewer wasted steps.
   std::vector<size_t> order(sentences.size());
@@ -95,7 +104,11 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
       stats->self_bytes_per_token = batch_stats.self_bytes_per_token;
       stats->cross_bytes_per_src_token = batch_stats.cross_bytes_per_src_token;
     }
-    for (size_t b = 0; b < rows.size(); ++b) out[rows[b]] = tgt_vocab.decode_text(hyps[b]);
+    for (size_t b = 0; b < rows.size(); ++b) {
+      Tokens toks = tgt_vocab.decode(hyps[b]);
+      out[rows[b]] = segmenters.tgt.join(toks);
+      if (pieces) pieces->output[rows[b]] = std::move(toks);
+    }
   }
   return out;
 }

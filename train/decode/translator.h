@@ -9,6 +9,7 @@
 #include "train/decode/decode.h"
 #include "train/loop/model.h"
 #include "train/data/parallel_text.h"
+#include "train/data/run_subwords.h"
 #include "train/loop/run_config.h"
 #include "train/data/vocab.h"
 
@@ -16,6 +17,7 @@ namespace gf::train {
 
 struct Translator {
   RunConfig config;
+  RunSegmenters segmenters;  // text <-> tokens: whitespace, or the run's SentencePiece models
   Vocab src_vocab, tgt_vocab;
   std::unique_ptr<TranslationModel> net;  // the config's architecture
   std::string weights_file;               // what was loaded
@@ -28,12 +30,23 @@ struct Translator {
   // .safetensors weight files. Errors name the missing or malformed file.
   static Translator load(const std::string& path);
 
-  // Whitespace-tokenised sentences in, translations out (same order). Sentences are batched by
-  // length, batch_size at a time. Empty input lines give empty translations.
+  // Sentences in, translations out (same order): whitespace-tokenised text, or raw text for a run
+  // with subwords (its translations are detokenised raw text). Sentences are batched by length,
+  // batch_size at a time. Empty input lines give empty translations. `pieces`, when given, receives
+  // each sentence's source tokens and output tokens (the subword pieces).
+  struct Pieces {
+    std::vector<Tokens> source, output;
+  };
   std::vector<std::string> translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size = 64,
-                                     DecodeStats* stats = nullptr) const;
+                                     DecodeStats* stats = nullptr, Pieces* pieces = nullptr) const;
+  // The source side's tokens of a sentence, as translate() feeds them to the model (cut to max_len).
+  Tokens source_tokens(const std::string& sentence) const;
+  // BLEU's tokeniser for this run's output: 13a (sacreBLEU's default) for detokenised subword
+  // output, none for whitespace tokens (pre-tokenised text, scored as it is).
+  std::string bleu_tokenize() const { return segmenters.tgt.subwords() ? "13a" : "none"; }
   DecodeOptions default_decode_options() const;
-  // Mean negative log-likelihood per target token (teacher forcing, no smoothing).
+  // Mean negative log-likelihood per target token (teacher forcing, no smoothing); the pairs are
+  // text split on whitespace, re-split by the run's segmenters.
   double mean_nll(const std::vector<TokenPair>& pairs) const;
 };
 

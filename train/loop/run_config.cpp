@@ -26,6 +26,7 @@ nn::Seq2SeqOptions RunConfig::model_options(int64_t src_vocab, int64_t tgt_vocab
 
 #define GF_CONFIG_FIELDS(X)                                                                                              \
   X(data) X(src) X(tgt) X(train_split) X(valid_split) X(test_split) X(corpus_seed) X(corpus_size) X(min_freq) X(max_len) \
+  X(subwords) X(subword_type) X(joint_vocab)                                                                             \
   X(max_tokens) X(arch) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
   X(steps) X(minutes) X(seed) X(log_every)
 #define GF_LAYER_FIELDS(X) \
@@ -102,6 +103,11 @@ void RunConfig::validate() const {
   GF_CHECK(warmup >= 1, "--warmup must be at least 1, got {}", warmup);
   if (epochs < 0 || steps < 0 || !(minutes >= 0))
     GF_FAIL("--epochs, --steps and --minutes cannot be negative, got {}, {} and {}", epochs, steps, minutes);
+  GF_CHECK(subwords >= 0, "--subwords cannot be negative, got {}", subwords);
+  GF_CHECK(subword_type == "unigram" || subword_type == "bpe", "--subword-type must be unigram or bpe, got '{}'", subword_type);
+  GF_CHECK(!joint_vocab || subwords > 0, "--joint-vocab needs --subwords N (whitespace vocabularies are joint only for --arch decoder-only)");
+  GF_CHECK(arch != "decoder-only" || subwords == 0 || joint_vocab,
+           "--arch decoder-only reads source and target as one sequence: with --subwords it needs --joint-vocab");
   GF_CHECK(max_len + 2 <= 512, "--max-len must be at most 510 (the positional table holds 512), got {}", max_len);
   GF_CHECK(arch != "decoder-only" || 2 * max_len + 2 <= 512,
            "--max-len must be at most 255 for the decoder-only model (source, <sep> and target share 512 positions), got {}", max_len);

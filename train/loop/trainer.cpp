@@ -1,6 +1,7 @@
 #include "train/loop/trainer.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,8 @@
 #include "train/loop/model.h"
 #include "train/loop/progress.h"
 #include "train/data/run_data.h"
+#include "train/data/run_subwords.h"
+#include "tensor/parallel.h"
 #include "train/plot/svg_plot.h"
 #include "train/decode/translator.h"
 
@@ -81,17 +84,9 @@ class Run {
     data_ = load_run_data(config_);
     GF_CHECK_AS(std::runtime_error, !data_.train.empty(), "train: the training split ({}) is empty", data_.train_name);
     GF_CHECK_AS(std::runtime_error, !data_.valid.empty(), "train: the validation split ({}) is empty", data_.valid_name);
-    if (opt_.resume) {
-      src_vocab_ = Vocab::load(run_file(opt_.out, "vocab.src.txt"));
-      tgt_vocab_ = Vocab::load(run_file(opt_.out, "vocab.tgt.txt"));
-    } else {
-      std::tie(src_vocab_, tgt_vocab_) = build_vocabularies(config_, data_.train);
-      src_vocab_.save(run_file(opt_.out, "vocab.src.txt"));
-      tgt_vocab_.save(run_file(opt_.out, "vocab.tgt.txt"));
-      write_file_atomic(run_file(opt_.out, "config.json"), config_.to_json());
-    }
-    train_pairs_ = encode_pairs(data_.train, src_vocab_, tgt_vocab_);
-    valid_pairs_ = encode_pairs(data_.valid, src_vocab_, tgt_vocab_);
+    setup_vocabularies();
+    train_pairs_ = encode_pairs(segment_pairs(data_.train, segmenters_), src_vocab_, tgt_vocab_);
+    valid_pairs_ = encode_pairs(segment_pairs(data_.valid, segmenters_), src_vocab_, tgt_vocab_);
     plan_ = std::make_unique<BatchPlan>(train_pairs_, config_.max_tokens, config_.max_len);
     valid_plan_ = std::make_unique<BatchPlan>(valid_pairs_, config_.max_tokens, config_.max_len);
 
@@ -108,6 +103,27 @@ class Run {
     file_meta_ = {{"format", "gradflow"}, {"config", config_.to_json()}};
   }
 
+  // Whitespace vocabularies are counted from the training split; subword models are learnt from
+  // it, and their pieces are the vocabularies. A resumed run reads back what the first one saved.
+  void setup_vocabularies() {
+    if (opt_.resume) {
+      segmenters_ = load_run_subwords(config_, opt_.out);
+      src_vocab_ = Vocab::load(run_file(opt_.out, "vocab.src.txt"));
+      tgt_vocab_ = Vocab::load(run_file(opt_.out, "vocab.tgt.txt"));
+      check_run_vocabularies(segmenters_, src_vocab_, tgt_vocab_, opt_.out);
+      return;
+    }
+    if (config_.subwords > 0) {
+      segmenters_ = train_run_subwords(config_, data_.train, opt_.out, max_threads());
+      std::tie(src_vocab_, tgt_vocab_) = subword_vocabularies(segmenters_);
+    } else {
+      std::tie(src_vocab_, tgt_vocab_) = build_vocabularies(config_, data_.train);
+    }
+    src_vocab_.save(run_file(opt_.out, "vocab.src.txt"));
+    tgt_vocab_.save(run_file(opt_.out, "vocab.tgt.txt"));
+    write_file_atomic(run_file(opt_.out, "config.json"), config_.to_json());
+  }
+
   void resume() {
     state_ = load_state(opt_.out);
     net_->module().load_state_dict(load_safetensors(run_file(opt_.out, state_.model_file)).tensors, true);
@@ -122,7 +138,10 @@ class Run {
     fmt::print(log, "  train {} pairs ({} batches of <= {} tokens; {} skipped over --max-len {}), valid {}, test {}{}\n", plan_->pairs_used(),
                plan_->size(), config_.max_tokens, plan_->skipped_too_long(), config_.max_len, valid_plan_->pairs_used(), data_.test.size(),
                data_.skipped_empty ? fmt::format(" ({} empty lines skipped)", data_.skipped_empty) : "");
-    fmt::print(log, "  vocab: source {}, target {} (min freq {})\n", src_vocab_.size(), tgt_vocab_.size(), config_.min_freq);
+    const std::string kind = config_.subwords > 0 ? fmt::format("SentencePiece {}{}, {}", config_.subword_type, config_.joint_vocab ? " joint" : "",
+                                                                fmt::join(subword_model_files(config_), " "))
+                                                  : fmt::format("whitespace tokens, min freq {}", config_.min_freq);
+    fmt::print(log, "  vocab: source {}, target {} ({})\n", src_vocab_.size(), tgt_vocab_.size(), kind);
     const nn::TransformerLayerOptions& l = config_.layer;
     fmt::print(log, "model: {}, d_model {}, heads {} (kv {}), layers {}{}, ff {}, {}, {} {}, dropout {}, {} parameters\n", config_.arch, l.d_model,
                l.nhead, l.key_value_heads(), config_.layers, config_.arch == "decoder-only" ? "" : fmt::format("+{}", config_.layers),
@@ -264,14 +283,14 @@ class Run {
   // Sample translations and test scores with the best weights, as `gradflow eval` scores them.
   void report() {
     const Translator tr = Translator::load(opt_.out);
-    const TestScore s = score_test_split(tr, data_.test, tr.default_decode_options(), 64, "none", false);
+    const TestScore s = score_test_split(tr, data_.test, tr.default_decode_options(), 64, tr.bleu_tokenize(), false);
     result_.test_bleu = s.bleu.score;
     result_.test_exact = s.exact_share;
     fmt::print("\nsample translations ({}, greedy):\n", data_.test_name);
     for (int64_t i = 0; i < std::min<int64_t>(opt_.samples, static_cast<int64_t>(s.hypotheses.size())); ++i)
       fmt::print("  src: {}\n  ref: {}\n  out: {}\n\n", s.sources[i], s.references[i], s.hypotheses[i]);
-    fmt::print("test ({} sentences, greedy, best checkpoint): BLEU {:.2f} (tokenize none), exact match {:.1f}% ({}/{}), decoded in {:.1f}s\n",
-               s.hypotheses.size(), s.bleu.score, 100.0 * s.exact_share, s.exact, s.hypotheses.size(), s.decode_seconds);
+    fmt::print("test ({} sentences, greedy, best checkpoint): BLEU {:.2f} ({}), exact match {:.1f}% ({}/{}), decoded in {:.1f}s\n",
+               s.hypotheses.size(), s.bleu.score, s.bleu.signature, 100.0 * s.exact_share, s.exact, s.hypotheses.size(), s.decode_seconds);
     std::fflush(stdout);
   }
 
@@ -280,6 +299,7 @@ class Run {
   RunConfig config_;
   const TrainOptions& opt_;
   RunData data_;
+  RunSegmenters segmenters_;  // whitespace, or the run's subword models
   Vocab src_vocab_, tgt_vocab_;
   std::vector<EncodedPair> train_pairs_, valid_pairs_;
   std::unique_ptr<BatchPlan> plan_, valid_plan_;  // hold indices into the pairs above
