@@ -47,6 +47,7 @@ int cmd_train(int argc, char** argv) {
   f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
   f.add_string("subword-type", d.subword_type, "subword model: unigram or bpe");
   f.add_bool("joint-vocab", "one subword model and vocabulary for source and target (needed by --arch decoder-only)");
+  f.add_int("average-last", 0, "keep the last K epochs' weights (epoch-NNNN.safetensors) and write their mean as average.safetensors at the end (0: off)");
   f.add_string("train-split", d.train_split, "training split name");
   f.add_string("valid-split", "", "validation split (default: val or valid; with a .tsv: a TSV file)");
   f.add_string("test-split", "", "test split (default: test or the first test* split; with a .tsv: a TSV file)");
@@ -96,6 +97,7 @@ int cmd_train(int argc, char** argv) {
     c.subwords = f.integer("subwords");
     c.subword_type = f.str("subword-type");
     c.joint_vocab = f.on("joint-vocab");
+    c.average_last = f.integer("average-last");
     c.train_split = f.str("train-split");
     c.valid_split = f.str("valid-split");
     c.test_split = f.str("test-split");

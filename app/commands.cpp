@@ -9,6 +9,7 @@ const std::vector<Command>& commands() {
       {"train", "train the translator (built-in English->Korean corpus, or --data)", cmd_train},
       {"translate", "translate sentences with a trained model (greedy or beam search, KV cache)", cmd_translate},
       {"eval", "score a trained model on a test split: loss, perplexity, BLEU, exact match", cmd_eval},
+      {"average", "the mean of several checkpoints' weights (a run's last epochs)", cmd_average},
       {"bleu", "corpus BLEU of a hypothesis file against a reference file (sacreBLEU's default)", cmd_bleu},
       {"attention", "draw a translation's cross-attention weights (every layer and head) as SVG", cmd_attention},
       {"bench", "training and decoding throughput, measured as the PyTorch reference measures itself (JSON)", cmd_bench},

@@ -25,5 +25,6 @@ int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_lab(int argc, char** argv);
 int cmd_corpus(int argc, char** argv);
+int cmd_average(int argc, char** argv);
 
 }  // namespace gf::app

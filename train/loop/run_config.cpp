@@ -28,7 +28,7 @@ nn::Seq2SeqOptions RunConfig::model_options(int64_t src_vocab, int64_t tgt_vocab
   X(data) X(src) X(tgt) X(train_split) X(valid_split) X(test_split) X(corpus_seed) X(corpus_size) X(min_freq) X(max_len) \
   X(subwords) X(subword_type) X(joint_vocab)                                                                             \
   X(max_tokens) X(arch) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
-  X(steps) X(minutes) X(seed) X(log_every)
+  X(steps) X(minutes) X(seed) X(log_every) X(average_last)
 #define GF_LAYER_FIELDS(X) \
   X(d_model) X(nhead) X(kv_heads) X(dim_feedforward) X(activation) X(norm) X(norm_first) X(dropout) X(layer_norm_eps)
 
@@ -103,6 +103,7 @@ void RunConfig::validate() const {
   GF_CHECK(warmup >= 1, "--warmup must be at least 1, got {}", warmup);
   if (epochs < 0 || steps < 0 || !(minutes >= 0))
     GF_FAIL("--epochs, --steps and --minutes cannot be negative, got {}, {} and {}", epochs, steps, minutes);
+  GF_CHECK(average_last >= 0, "--average-last cannot be negative, got {}", average_last);
   GF_CHECK(subwords >= 0, "--subwords cannot be negative, got {}", subwords);
   GF_CHECK(subword_type == "unigram" || subword_type == "bpe", "--subword-type must be unigram or bpe, got '{}'", subword_type);
   GF_CHECK(!joint_vocab || subwords > 0, "--joint-vocab needs --subwords N (whitespace vocabularies are joint only for --arch decoder-only)");

@@ -30,6 +30,7 @@ struct RunConfig {
   double lr = 1e-3, label_smoothing = 0.1, clip = 1.0;
   int64_t warmup = 800;
   double beta1 = 0.9, beta2 = 0.98, adam_eps = 1e-9;
+  int64_t average_last = 0;  // > 1: keep the last K epochs' weights and write their mean (train/loop/average.h)
   // ---- budget and run ----
   int64_t epochs = 0, steps = 0;  // 0 = no limit of that kind
   double minutes = 0;

@@ -19,6 +19,7 @@
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
 #include "tensor/kernels/random.h"
+#include "train/loop/average.h"
 #include "train/loop/batch_loss.h"
 #include "train/data/batching.h"
 #include "train/eval/bleu.h"
@@ -251,6 +252,29 @@ class Run {
     state_.batch_in_epoch = 0;
     result_.epochs_done += 1;
     checkpoint();
+    if (config_.average_last > 1) keep_epoch_weights(state_.epoch - 1);
+  }
+
+  // The finished epoch's weights join the last --average-last kept for averaging; older ones go.
+  void keep_epoch_weights(int64_t epoch) {
+    save_safetensors(epoch_weight_file(opt_.out, epoch), net_->module().state_dict(), file_meta_);
+    std::vector<std::string> kept = epoch_weight_files(opt_.out);
+    std::error_code ec;
+    for (size_t i = 0; i + static_cast<size_t>(config_.average_last) < kept.size(); ++i) fs::remove(kept[i], ec);
+  }
+
+  // average.safetensors: the mean of the kept epochs' weights, with its validation loss.
+  void write_average() {
+    std::vector<std::string> kept = epoch_weight_files(opt_.out);
+    if (config_.average_last < 2 || kept.size() < 2) return;
+    if (kept.size() > static_cast<size_t>(config_.average_last)) kept.erase(kept.begin(), kept.end() - config_.average_last);
+    save_safetensors(run_file(opt_.out, "average.safetensors"), average_weights(kept), file_meta_);
+    std::unique_ptr<TranslationModel> avg = make_translation_model(config_, src_vocab_, tgt_vocab_, config_.seed);
+    avg->module().load_state_dict(load_safetensors(run_file(opt_.out, "average.safetensors")).tensors, true);
+    avg->module().eval();
+    const double valid = evaluate_loss(*avg, *valid_plan_);
+    fmt::print("average.safetensors: mean of the last {} epochs' weights ({} .. {}), valid loss {:.4f} (best epoch's {:.4f})\n", kept.size(),
+               fs::path(kept.front()).filename().string(), fs::path(kept.back()).filename().string(), valid, state_.best_valid_loss);
   }
 
   void checkpoint() {
@@ -271,6 +295,7 @@ class Run {
     }
     if (!fs::exists(run_file(opt_.out, "best.safetensors")))
       save_safetensors(run_file(opt_.out, "best.safetensors"), net_->module().state_dict(), file_meta_);
+    write_average();
     result_.steps = state_.step;
     result_.train_seconds = elapsed();
     const double call_seconds = now_seconds() - start_;
@@ -291,6 +316,12 @@ class Run {
       fmt::print("  src: {}\n  ref: {}\n  out: {}\n\n", s.sources[i], s.references[i], s.hypotheses[i]);
     fmt::print("test ({} sentences, greedy, best checkpoint): BLEU {:.2f} ({}), exact match {:.1f}% ({}/{}), decoded in {:.1f}s\n",
                s.hypotheses.size(), s.bleu.score, s.bleu.signature, 100.0 * s.exact_share, s.exact, s.hypotheses.size(), s.decode_seconds);
+    if (fs::exists(run_file(opt_.out, "average.safetensors"))) {
+      const Translator avg = Translator::load(run_file(opt_.out, "average.safetensors"));
+      const TestScore a = score_test_split(avg, data_.test, avg.default_decode_options(), 64, avg.bleu_tokenize(), false);
+      fmt::print("test ({} sentences, greedy, average.safetensors): BLEU {:.2f}, exact match {:.1f}%\n", a.hypotheses.size(), a.bleu.score,
+                 100.0 * a.exact_share);
+    }
     std::fflush(stdout);
   }
 

@@ -1,0 +1,47 @@
+// gradflow average: the element-wise mean of checkpoints' weights (train/loop/average.h).
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "app/commands.h"
+#include "app/flags.h"
+#include "tensor/check.h"
+#include "tensor/io/safetensors.h"
+#include "train/loop/average.h"
+
+namespace gf::app {
+
+int cmd_average(int argc, char** argv) {
+  Flags f("average",
+          "Writes the mean of several checkpoints' weights. With --model RUN, the last --last K of the run's kept epoch\n"
+          "weights (epoch-NNNN.safetensors; `train --average-last K` keeps them) into RUN/average.safetensors; or any\n"
+          "--files a.safetensors,b.safetensors,... of the same model into --out. Score the result with\n"
+          "`gradflow eval --model RUN/average.safetensors`.");
+  f.add_string("model", "", "run folder whose epoch-NNNN.safetensors to average");
+  f.add_int("last", 5, "how many of the run's last epochs");
+  f.add_string("files", "", "comma-separated weight files instead of --model");
+  f.add_string("out", "", "file to write (default with --model: RUN/average.safetensors)");
+  if (!f.parse(argc, argv)) return 0;
+  std::vector<std::string> files;
+  std::string out = f.str("out");
+  if (!f.str("files").empty()) {
+    std::istringstream in(f.str("files"));
+    for (std::string file; std::getline(in, file, ',');)
+      if (!file.empty()) files.push_back(file);
+    GF_CHECK_AS(UsageError, !out.empty(), "average: --files needs --out FILE");
+  } else {
+    GF_CHECK_AS(UsageError, !f.str("model").empty(), "average: give --model RUN or --files a,b,...");
+    GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("model")), "average: --model '{}' is not a run folder", f.str("model"));
+    GF_CHECK_AS(UsageError, f.integer("last") >= 1, "average: --last must be at least 1, got {}", f.integer("last"));
+    files = train::epoch_weight_files(f.str("model"));
+    GF_CHECK_AS(UsageError, !files.empty(), "average: '{}' keeps no epoch-NNNN.safetensors (train with --average-last K)", f.str("model"));
+    if (files.size() > static_cast<size_t>(f.integer("last"))) files.erase(files.begin(), files.end() - f.integer("last"));
+    if (out.empty()) out = (std::filesystem::path(f.str("model")) / "average.safetensors").string();
+  }
+  save_safetensors(out, train::average_weights(files), load_safetensors(files.front()).metadata);
+  fmt::print("wrote {}: the mean of {} files ({} .. {})\n", out, files.size(), files.front(), files.back());
+  return 0;
+}
+
+}  // namespace gf::app
