@@ -1,9 +1,11 @@
 // Beam search against exhaustive search: with a beam wider than the number of hypotheses and no
 // length penalty, it must return the most probable output of all, scored independently by the
-// teacher-forced model.
+// teacher-forced model. And on scripted log-probabilities: when to stop with a length penalty.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -81,4 +83,107 @@ TEST_CASE("beam search wider than the hypothesis space finds the most probable o
   }
   MESSAGE("greedy missed the most probable output in " << greedy_missed << " of 18");
   CHECK(greedy_missed > 0);  // otherwise this test could not tell beam search from greedy
+}
+
+namespace {
+
+// A scripted model over kV2 tokens (<pad> 0, 1, <bos> 2, <eos> 3, words a..d = 4..7): for a source
+// token and an output prefix, the probabilities of a few tokens; the rest of the mass is spread
+// evenly over the other tokens. A prefix not in the script ends: <eos> 0.9.
+constexpr int64_t kV2 = 8, kA = 4, kB = 5, kC = 6, kD = 7;
+using Script = std::map<std::pair<int64_t, std::vector<int64_t>>, std::vector<std::pair<int64_t, double>>>;
+
+std::vector<float> scripted_row(const Script& script, int64_t src_token, const std::vector<int64_t>& prefix) {
+  auto it = script.find({src_token, prefix});
+  const std::vector<std::pair<int64_t, double>> given = it != script.end() ? it->second : std::vector<std::pair<int64_t, double>>{{kEos, 0.9}};
+  double rest = 1;
+  for (const auto& [tok, p] : given) rest -= p;
+  std::vector<float> row(kV2, static_cast<float>(std::log(rest / static_cast<double>(kV2 - static_cast<int64_t>(given.size())))));
+  for (const auto& [tok, p] : given) row[static_cast<size_t>(tok)] = static_cast<float>(std::log(p));
+  return row;
+}
+
+// next(src (R, 1), prefix (R, t)) -> (R, kV2) from the script; counts its calls (decoding steps).
+train::NextLogProbs scripted(const Script& script, int* calls) {
+  return [&script, calls](const Tensor& src, const Tensor& prefix) {
+    ++*calls;
+    const int64_t R = prefix.size(0), t = prefix.size(1);
+    std::vector<float> out;
+    for (int64_t r = 0; r < R; ++r) {
+      std::vector<int64_t> p;
+      for (int64_t j = 1; j < t; ++j) p.push_back(static_cast<int64_t>(prefix.at({r, j})));  // after <bos>
+      const auto row = scripted_row(script, static_cast<int64_t>(src.at({r, 0})), p);
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return Tensor::from_vector(out, {R, kV2});  // (R, V)
+  };
+}
+
+// Source 4: "a" <eos> is the most probable output (0.5 * 0.5 = 0.25), "a c" <eos> (0.5 * 0.4 * 0.9
+// = 0.18) the best per token. After two steps a beam of 2 holds two finished hypotheses, "a" and
+// "b" (0.3 * 0.6 = 0.18), while "a c" is still live. Source 5: something short to batch with it.
+const Script kScript = {
+    {{4, {}}, {{kA, 0.5}, {kB, 0.3}, {kEos, 0.1}}},
+    {{4, {kA}}, {{kEos, 0.5}, {kC, 0.4}}},
+    {{4, {kB}}, {{kEos, 0.6}, {kD, 0.3}}},
+    {{5, {}}, {{kB, 0.6}, {kEos, 0.3}}},
+    {{5, {kB}}, {{kD, 0.5}, {kEos, 0.4}}},
+};
+
+std::vector<std::vector<int64_t>> run(const std::vector<int64_t>& sources, const train::DecodeOptions& opt, int* calls = nullptr) {
+  int n = 0;
+  return train::translate_batch_with(scripted(kScript, calls ? calls : &n), Tensor::from_vector(sources, {static_cast<int64_t>(sources.size()), 1}), opt);
+}
+
+}  // namespace
+
+TEST_CASE("beam search does not stop at K finished hypotheses while a live one can still score higher after length normalisation") {
+  train::DecodeOptions o;
+  o.beam = 2, o.max_extra = 3;  // limit: 1 + 3 = 4 tokens
+  o.length_penalty = 1.0;
+  int calls = 0;
+  // log p / (tokens + 1): "a" -1.386 / 2 = -0.693, "a c" -1.715 / 3 = -0.572. Stopping once two
+  // hypotheses were finished (after step 2) returned "a".
+  CHECK(run({4}, o, &calls) == std::vector<std::vector<int64_t>>{{kA, kC}});
+  // After step 3 "a c" is finished and every live hypothesis is below it for any length up to the
+  // limit (log p <= -5.9, / 5 < -1.1): no 4th step.
+  CHECK(calls == 3);
+  o.length_penalty = 0;  // plain log p: "a" is the best
+  CHECK(run({4}, o) == std::vector<std::vector<int64_t>>{{kA}});
+  o.beam = 1;  // greedy: "a", then <eos> (0.5 > 0.4)
+  CHECK(run({4}, o) == std::vector<std::vector<int64_t>>{{kA}});
+}
+
+TEST_CASE("beam search: a batch decodes as each sentence alone (scripted log-probabilities)") {
+  const std::vector<int64_t> sources{4, 5, 4, 5, 4};
+  for (int64_t K : {2, 3, 5})
+    for (double lp : {0.0, 0.6, 1.0, 2.0}) {
+      train::DecodeOptions o;
+      o.beam = K, o.length_penalty = lp, o.max_extra = 3;
+      INFO("beam " << K << ", length penalty " << lp);
+      const auto batch = run(sources, o);
+      for (size_t i = 0; i < sources.size(); ++i) CHECK(batch[i] == run({sources[i]}, o)[0]);
+    }
+}
+
+TEST_CASE("beam search with a length penalty: a batch decodes as each sentence alone, cached and uncached (small model)") {
+  NoGradGuard ng;
+  nn::Seq2SeqOptions o;
+  o.src_vocab = o.tgt_vocab = kV;
+  o.layer.d_model = 8, o.layer.nhead = 2, o.layer.dim_feedforward = 16, o.layer.dropout = 0;
+  o.num_layers = 1;
+  nn::Seq2SeqTransformer m(o, 3);
+  m.eval();
+  Tensor src = Tensor::from_vector(std::vector<int64_t>{1, 4, 5, 4, 0, 0, 5, 5, 0}, {3, 3});  // (3, 3), PAD-padded
+  train::DecodeOptions beam;
+  beam.beam = 3, beam.length_penalty = 1.0, beam.max_extra = 4;
+  train::DecodeOptions uncached = beam;
+  uncached.use_cache = false;
+  const auto got = train::translate_batch(m, src, beam);
+  CHECK(train::translate_batch(m, src, uncached) == got);
+  const std::vector<int64_t> lengths{3, 1, 2};
+  for (int64_t b = 0; b < 3; ++b) {
+    Tensor one = src.narrow(0, b, 1).narrow(1, 0, lengths[static_cast<size_t>(b)]).contiguous();  // (1, S_b)
+    CHECK(train::translate_batch(m, one, beam)[0] == got[static_cast<size_t>(b)]);
+  }
 }

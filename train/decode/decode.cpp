@@ -154,6 +154,19 @@ class DecoderOnlySteps : public StepModel {
   std::vector<nn::KVCache> caches_;
 };
 
+// Log-probabilities from a function of each row's source and prefix (tests script a model with it).
+class FunctionSteps : public StepModel {
+ public:
+  FunctionSteps(const NextLogProbs& next, const Tensor& src) : next_(next), src_(src) {}
+  Tensor next_log_probs(const Tensor& prefix) override { return next_(src_, prefix); }  // (R, V)
+  void select_rows(const std::vector<int64_t>& rows) override { src_ = rows_of(src_, rows); }
+  void record(DecodeStats& st, int64_t step) const override { st.steps = step; }
+
+ private:
+  const NextLogProbs& next_;
+  Tensor src_;  // (R, S)
+};
+
 // Each row may emit at most its source length + max_extra tokens; returns those limits and the
 // longest, the number of steps to run.
 std::pair<std::vector<int64_t>, int64_t> step_limits(const Tensor& src, const DecodeOptions& opt) {
@@ -220,11 +233,36 @@ std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& mak
 }
 
 // ---------------------------------------------------------------- beam search
+//
+// Each sentence keeps K live hypotheses, ranked by log p, and a list of finished ones, ranked by
+// score(). Each step the live ones propose their best tokens; taken best first, a candidate that
+// ends in <eos> or reaches the length limit is finished and the first K others stay live, so a
+// finished hypothesis never takes a live one's place. A sentence stops when no live hypothesis can
+// still finish above the best finished one: with a length penalty a longer hypothesis may score
+// higher than a shorter one of higher log p, so K finished hypotheses are not a reason to stop.
+// (Above 1 the penalty makes every hypothesis' score rise towards 0 as it grows, so the search
+// prefers ever longer outputs, up to the limit: use 1 or less.)
 
 struct Hypothesis {
   std::vector<int64_t> tokens;  // after <bos>, without <eos>
   double log_prob = 0;
 };
+
+// What beam search maximises: log p / (tokens + 1)^length_penalty, the +1 counting <eos>.
+double score(double log_prob, int64_t tokens, double length_penalty) {
+  return log_prob / std::pow(static_cast<double>(tokens + 1), length_penalty);
+}
+double score(const Hypothesis& h, double length_penalty) {
+  return score(h.log_prob, static_cast<int64_t>(h.tokens.size()), length_penalty);
+}
+
+// The highest score a live hypothesis can still finish with. More tokens only lower log p (<= 0),
+// so the best it can do is keep log p and end at the length whose divisor is largest; the divisor
+// is monotonic in length, so that is its own length or the limit (which, for a positive penalty,
+// makes this bound loose: the search stops once log p has fallen far enough).
+double best_reachable(const Hypothesis& h, int64_t limit, double length_penalty) {
+  return std::max(score(h, length_penalty), score(h.log_prob, limit, length_penalty));
+}
 
 // One live hypothesis per cache row: which sentence it belongs to and its place in that beam.
 struct LiveRow {
@@ -237,8 +275,8 @@ struct Candidate {
 };
 
 // The best continuations of sentence b's live rows: each row's K+1 best tokens are enough, since
-// the sentence keeps at most K (one may be <eos>). Best first. At the first step all K rows of a
-// sentence hold the same empty hypothesis; only one of them may propose, or the K best
+// at most one of them is <eos> and the sentence keeps K others. Best first. At the first step all
+// K rows of a sentence hold the same empty hypothesis; only one of them may propose, or the K best
 // candidates would be K copies of the greedy token and the search would be greedy.
 std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam, const Tensor& lp, int64_t K) {
   const int64_t V = lp.size(1);
@@ -260,6 +298,37 @@ std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, c
   return out;
 }
 
+// One step of one sentence: takes the candidates best first until K stay live; those ending in
+// <eos> (or at `limit` tokens) before that go to `finished`. Returns the new live hypotheses and
+// appends, for each, the cache row it continues to `rows`.
+std::vector<Hypothesis> extend(const std::vector<Candidate>& cands, const std::vector<Hypothesis>& beam, const std::vector<LiveRow>& live,
+                               int64_t K, int64_t limit, int64_t eos, std::vector<Hypothesis>& finished, std::vector<int64_t>& rows) {
+  std::vector<Hypothesis> next;
+  for (const Candidate& c : cands) {
+    if (static_cast<int64_t>(next.size()) >= K) break;
+    Hypothesis h{beam[static_cast<size_t>(live[c.row].beam)].tokens, c.log_prob};
+    if (c.token != eos) h.tokens.push_back(c.token);
+    if (c.token == eos || static_cast<int64_t>(h.tokens.size()) >= limit) {
+      finished.push_back(std::move(h));
+      continue;
+    }
+    next.push_back(std::move(h));
+    rows.push_back(c.row);
+  }
+  return next;
+}
+
+// Done when a finished hypothesis scores at least what every live one can still reach (live ones
+// dropped then could not have won).
+bool can_stop(const std::vector<Hypothesis>& finished, const std::vector<Hypothesis>& live, int64_t limit, double length_penalty) {
+  if (finished.empty()) return false;
+  double best = -INFINITY;
+  for (const Hypothesis& h : finished) best = std::max(best, score(h, length_penalty));
+  for (const Hypothesis& h : live)
+    if (best_reachable(h, limit, length_penalty) > best) return false;
+  return true;
+}
+
 std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
   const int64_t B = src.size(0), K = opt.beam;
   auto [limit, max_steps] = step_limits(src, opt);
@@ -268,7 +337,6 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
   for (int64_t b = 0; b < B; ++b)
     for (int64_t k = 0; k < K; ++k) rep.push_back(b);
   std::unique_ptr<StepModel> step = make_steps(rows_of(src, rep), max_steps + 1);
-  auto normalized = [&](const Hypothesis& h) { return h.log_prob / std::pow(static_cast<double>(h.tokens.size() + 1), opt.length_penalty); };
   std::vector<std::vector<Hypothesis>> beams(static_cast<size_t>(B), std::vector<Hypothesis>(1)), finished(static_cast<size_t>(B));
   std::vector<LiveRow> live;  // one per cache row
   for (int64_t b = 0; b < B; ++b)
@@ -285,20 +353,8 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     std::vector<std::vector<Hypothesis>> next_beams(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int64_t> rows_b;  // this sentence's rows for the next step
-      for (const Candidate& c : candidates(b, live, beams[b], lp, K)) {
-        if (static_cast<int64_t>(next_beams[b].size()) >= K) break;
-        Hypothesis h{beams[b][live[c.row].beam].tokens, c.log_prob};
-        if (c.token != opt.eos) h.tokens.push_back(c.token);
-        // <eos>, or the length limit reached: the hypothesis is complete.
-        if (c.token == opt.eos || static_cast<int64_t>(h.tokens.size()) >= limit[b]) {
-          finished[b].push_back(std::move(h));
-          continue;
-        }
-        next_beams[b].push_back(std::move(h));
-        rows_b.push_back(c.row);
-      }
-      // A sentence with K finished hypotheses stops here (its live ones are dropped).
-      if (static_cast<int64_t>(finished[b].size()) >= K) {
+      next_beams[b] = extend(candidates(b, live, beams[b], lp, K), beams[b], live, K, limit[b], opt.eos, finished[b], rows_b);
+      if (can_stop(finished[b], next_beams[b], limit[b], opt.length_penalty)) {
         next_beams[b].clear();
         continue;
       }
@@ -314,9 +370,11 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     auto& pool = finished[b];
-    for (auto& h : beams[b]) pool.push_back(h);
+    for (auto& h : beams[b]) pool.push_back(h);  // still live: only when the limit allowed no step at all
     if (pool.empty()) continue;
-    auto best = std::max_element(pool.begin(), pool.end(), [&](const Hypothesis& a, const Hypothesis& c) { return normalized(a) < normalized(c); });
+    auto best = std::max_element(pool.begin(), pool.end(), [&](const Hypothesis& a, const Hypothesis& c) {
+      return score(a, opt.length_penalty) < score(c, opt.length_penalty);
+    });
     out[b] = best->tokens;
   }
   return out;
@@ -372,6 +430,13 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
     for (size_t i = 0; i < rows.size(); ++i) out[rows[i]] = std::move(hyps[i]);
   }
   return out;
+}
+
+std::vector<std::vector<int64_t>> translate_batch_with(const NextLogProbs& next, const Tensor& src, const DecodeOptions& opt) {
+  check_request(src, opt);
+  if (src.size(0) == 0) return {};
+  MakeSteps make = [&](const Tensor& rows, int64_t) { return std::make_unique<FunctionSteps>(next, rows); };
+  return decode(src, make, opt, nullptr);
 }
 
 }  // namespace gf::train

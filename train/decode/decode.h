@@ -5,6 +5,7 @@
 // "source <sep>" fills the cache in one pass, then the target grows one position a step. Stops at
 // <eos> or at the source length + max_extra tokens.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "nn/decoder_only.h"
@@ -14,7 +15,7 @@ namespace gf::train {
 
 struct DecodeOptions {
   int64_t beam = 1;             // 1 = greedy
-  double length_penalty = 1.0;  // beam: a hypothesis scores log p / length^length_penalty
+  double length_penalty = 1.0;  // beam: a hypothesis scores log p / (tokens + 1)^length_penalty, <eos> counted
   int64_t max_extra = 50;       // tokens past the source length
   bool use_cache = true;        // false recomputes the whole prefix every step (for tests)
   // false (greedy only): every row runs for exactly (longest source in the batch + max_extra)
@@ -39,5 +40,11 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
 // (<sep>); rows are decoded in groups of equal source length, so no prompt holds padding.
 std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt,
                                                   DecodeStats* stats = nullptr);
+
+// Decoding with next-token log-probabilities from a function instead of a model, so tests can
+// script them: next(src, prefix) gets the rows' sources (R, S) and outputs so far (R, t), each
+// starting with opt.bos, and returns (R, V) float32 log-probabilities.
+using NextLogProbs = std::function<Tensor(const Tensor& src, const Tensor& prefix)>;
+std::vector<std::vector<int64_t>> translate_batch_with(const NextLogProbs& next, const Tensor& src, const DecodeOptions& opt);
 
 }  // namespace gf::train
