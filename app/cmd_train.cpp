@@ -80,6 +80,7 @@ int cmd_train(int argc, char** argv) {
   if (!f.str("resume").empty()) {
     opt.out = f.str("resume");
     opt.resume = true;
+    GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
     c = train::RunConfig::from_json(train::read_text_file(train::run_file(opt.out, "config.json")), train::run_file(opt.out, "config.json"));
     std::vector<std::string> fixed = model_flag_names();
     fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq", "subwords", "subword-type", "joint-vocab"});
@@ -109,6 +110,8 @@ int cmd_train(int argc, char** argv) {
     c.seed = static_cast<uint64_t>(f.integer("seed"));
     c.log_every = f.integer("log-every");
     if (c.builtin()) apply_builtin_defaults(f, c);
+    GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),
+                "train: --out '{}' is a file, not a folder; name a new or existing folder", opt.out);
     GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
                 "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
   }

@@ -16,6 +16,7 @@
 #include "train/data/run_data.h"
 #include "train/decode/translator.h"
 #include "train/eval/score.h"
+#include "train/data/utf8.h"
 #include "tensor/io/atomic_file.h"
 
 namespace gf::app {
@@ -36,7 +37,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 void add_decode_flags(Flags& f) {
   f.add_int("beam", 1, "beam size (1 = greedy)");
-  f.add_double("length-penalty", 1.0, "beam search: score / length^this");
+  f.add_double("length-penalty", 1.0, "beam search: a hypothesis scores log p / (tokens + 1)^this; 0 = raw log p, favouring short outputs; above 1 favours ever longer ones");
   f.add_int("batch-size", 64, "sentences decoded together");
   f.add_int("threads", 0, "threads (default: the hardware's)");
 }
@@ -48,6 +49,17 @@ train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) 
   GF_CHECK_AS(UsageError, o.beam >= 1, "{}: --beam must be at least 1, got {}", f.command(), o.beam);
   GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
   return o;
+}
+
+// The model reads at most max_len source tokens; longer lines are cut (translate() keeps the head).
+void warn_long_lines(const train::Translator& t, const std::vector<std::string>& lines) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (train::utf8::find_invalid(lines[i]) != std::string::npos) continue;  // translate() names the line and byte
+    const size_t n = t.segmenters.src.split(lines[i]).size();
+    if (static_cast<int64_t>(n) > t.config.max_len)
+      fmt::print(stderr, "translate: warning: input line {} has {} tokens; the model reads at most {} (--max-len of its run), so only its first {} are translated\n",
+                 i + 1, n, t.config.max_len, t.config.max_len);
+  }
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -70,6 +82,7 @@ int cmd_translate(int argc, char** argv) {
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   train::Translator t = train::Translator::load(f.str("model"));
   std::vector<std::string> lines = read_lines(f.str("input"));
+  warn_long_lines(t, lines);
   train::DecodeStats stats;
   auto t0 = std::chrono::steady_clock::now();
   train::Translator::Pieces pieces;
@@ -108,14 +121,15 @@ int cmd_eval(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "eval: --model DIR is required");
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  const std::string tok_flag = f.str("tokenize");
+  GF_CHECK_AS(UsageError, tok_flag.empty() || tok_flag == "13a" || tok_flag == "none", "eval: --tokenize must be 13a or none, got '{}'", tok_flag);
   train::Translator t = train::Translator::load(f.str("model"));
   train::RunConfig c = t.config;
   if (!f.str("data").empty()) c.data = f.str("data");
   if (!f.str("split").empty()) c.test_split = f.str("split");
   train::RunData data = train::load_run_data(c, false);
   GF_CHECK_AS(std::runtime_error, !data.test.empty(), "eval: no test split found for {}; name one with --split", c.data_description());
-  const std::string tok = f.str("tokenize").empty() ? t.bleu_tokenize() : f.str("tokenize");
-  GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "eval: --tokenize must be 13a or none, got '{}'", tok);
+  const std::string tok = tok_flag.empty() ? t.bleu_tokenize() : tok_flag;
   train::DecodeOptions o = decode_options(f, t);
   const train::TestScore s = train::score_test_split(t, data.test, o, f.integer("batch-size"), tok, true);
   if (!f.str("output").empty()) {

@@ -99,6 +99,10 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     }
     GF_CHECK(it->second.shape() == dst.shape(), "load_state_dict: '{}' has shape {} in the checkpoint but {} in the model",
              key, shape_str(it->second.shape()), shape_str(dst.shape()));
+    // float64 <-> float32 converts, as PyTorch's load_state_dict does; integer or bool weights for a
+    // floating parameter are a wrong file, not a precision choice.
+    GF_CHECK(is_floating(it->second.dtype()) == is_floating(dst.dtype()), "load_state_dict: '{}' is {} in the checkpoint but {} in the model",
+             key, dtype_name(it->second.dtype()), dtype_name(dst.dtype()));
     dst.copy_(it->second);
     used.insert(key);
   };

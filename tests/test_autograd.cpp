@@ -109,7 +109,19 @@ TEST_CASE("retain_grad keeps an intermediate gradient; hooks see and can replace
   int handle = h2.register_hook([](const Tensor& g) { return Tensor::full(g.shape(), 2.0 * g.item(), g.dtype()); });
   (h2 * 1.0).backward();
   CHECK(x2.grad().item() == 6.0);
+  // Removed, the hook no longer runs: a fresh graph gives the plain gradient 3.
   h2.remove_hook(handle);
+  x2.zero_grad();
+  Variable h3 = x2 * 3.0;
+  int calls = 0;
+  const int counting = h3.register_hook([&](const Tensor&) {
+    ++calls;
+    return Tensor();
+  });
+  h3.remove_hook(counting);
+  (h3 * 1.0).backward();
+  CHECK(calls == 0);
+  CHECK(x2.grad().item() == 3.0);
 }
 
 TEST_CASE("hooks on leaves see the gradient before it accumulates") {

@@ -2,6 +2,7 @@
 // known, the parameter groups of a translator, and `train --grad-stats` end to end: the lines it
 // writes, that recording leaves training unchanged, and that a resumed run appends.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("gradflow_test_" + name);
+  fs::path d = fs::temp_directory_path() / ("gradflow_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   return d;
 }

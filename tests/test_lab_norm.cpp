@@ -2,6 +2,7 @@
 // 1, Admin's output change, the attention-only stack) on tiny models, and tiny runs of both labs
 // that must write their JSON with every claim.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -30,7 +31,7 @@ train::Batch tiny_batch(const IdData& data) { return batches(data.train, 64, 1).
 // Runs lab `name` with its defaults overridden by `settings` into a fresh folder; returns the JSON.
 nlohmann::json run_lab(const std::string& name, std::map<std::string, std::string> settings, int* exit_code) {
   const Lab& l = find_lab(name);
-  const auto dir = std::filesystem::temp_directory_path() / ("gradflow_test_lab_" + name);
+  const auto dir = std::filesystem::temp_directory_path() / ("gradflow_test_lab_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::map<std::string, std::string> all{{"out", dir.string()}, {"seeds", "2"}, {"seed", "1"}};
   for (const auto& o : l.options) all[o.name] = o.default_value.empty() ? "0" : o.default_value;

@@ -3,6 +3,7 @@
 // teacher-forced forward from given embeddings against the model's own, blank-out against a
 // direct computation, attention rollout's rows, the model cache, and the SVG panel.
 #include <doctest/doctest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -41,7 +42,7 @@ const std::vector<int64_t> kSrc = {4, 6, 5, 4, 6};  // (S = 5)
 const std::vector<int64_t> kOut = {7, 5, 8, 3};      // (T = 4), ends with <eos>
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("gradflow_test_lab_trained_" + name);
+  fs::path d = fs::temp_directory_path() / ("gradflow_test_lab_trained_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   return d;
 }

@@ -4,6 +4,7 @@
 // when" as a test; it takes minutes, not seconds (the labs' own timing is in docs/labs.md, measured
 // alone, not here).
 #include <doctest/doctest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -18,7 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 void run_lab(const std::string& name, const std::string& extra = "") {
-  const fs::path out = fs::temp_directory_path() / ("gradflow_lab_full_" + name);
+  const fs::path out = fs::temp_directory_path() / ("gradflow_lab_full_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(out);
   const fs::path log = out.string() + ".log";
   const std::string cmd = std::string(GRADFLOW_BINARY_DIR) + "/gradflow lab " + name + " --out " + out.string() + " " + extra + " > " +

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -21,10 +22,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A folder path no other process uses (mkdtemp makes it; the trainer creates what is below it).
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("gradflow_test_" + name);
-  fs::remove_all(d);
-  return d;
+  std::string tmpl = (fs::temp_directory_path() / ("gradflow_test_" + name + "_XXXXXX")).string();
+  REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+  return fs::path(tmpl) / "run";
 }
 
 // A small, quick configuration on a subset of the built-in corpus.
@@ -80,8 +82,8 @@ TEST_CASE("resuming gives the same losses as an uninterrupted run with the same 
     CHECK(second.step_losses[i].first == full.step_losses[13 + i].first);
     CHECK(second.step_losses[i].second == full.step_losses[13 + i].second);
   }
-  fs::remove_all(a);
-  fs::remove_all(b);
+  fs::remove_all(a.parent_path());
+  fs::remove_all(b.parent_path());
 }
 
 TEST_CASE("a run killed while writing a checkpoint leaves the last good one loadable and resumable") {
@@ -102,7 +104,7 @@ TEST_CASE("a run killed while writing a checkpoint leaves the last good one load
   std::string resume = gradflow() + " train --quiet --resume " + dir.string() + " --epochs 2 --samples 0 > /dev/null 2>&1";
   CHECK(std::system(resume.c_str()) == 0);
   CHECK(load_state(dir.string()).epoch == 3);
-  fs::remove_all(dir);
+  fs::remove_all(dir.parent_path());
 }
 
 TEST_CASE("training learns the built-in corpus; cached and uncached decoding agree") {
@@ -146,21 +148,23 @@ TEST_CASE("training learns the built-in corpus; cached and uncached decoding agr
   for (size_t i = 0; i < bs.size(); ++i) beam_exact += bs[i] == refs[i];
   MESSAGE("beam 4 exact: " << beam_exact);
   CHECK(beam_exact > 100);
-  fs::remove_all(dir);
+  fs::remove_all(dir.parent_path());
 }
 
 TEST_CASE("bad flags and inputs get clear errors, not crashes") {
-  auto run = [](const std::string& args) {
-    std::string cmd = gradflow() + " " + args + " > /tmp/gradflow_test_out.txt 2>&1";
+  const fs::path scratch = fresh_dir("bad_inputs").parent_path();
+  auto run = [&](const std::string& args) {
+    const std::string log = (scratch / "out.txt").string();
+    std::string cmd = gradflow() + " " + args + " > " + log + " 2>&1";
     int st = std::system(cmd.c_str());
-    std::ifstream in("/tmp/gradflow_test_out.txt");
+    std::ifstream in(log);
     std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     return std::make_pair(WEXITSTATUS(st), out);
   };
-  auto [rc1, out1] = run("train --d-model 30 --heads 4 --out /tmp/gradflow_test_bad");
+  auto [rc1, out1] = run("train --d-model 30 --heads 4 --out " + (scratch / "bad").string());
   CHECK(rc1 == 2);
   CHECK(out1.find("not divisible") != std::string::npos);
-  auto [rc2, out2] = run("train --data /nonexistent/dir --out /tmp/gradflow_test_bad2");
+  auto [rc2, out2] = run("train --data /nonexistent/dir --out " + (scratch / "bad2").string());
   CHECK(rc2 == 1);
   CHECK(out2.find("/nonexistent/dir") != std::string::npos);
   auto [rc3, out3] = run("train --epochs two");
@@ -183,5 +187,6 @@ TEST_CASE("bad flags and inputs get clear errors, not crashes") {
   auto [rc6, out6] = run("train --data " + d.string() + " --src en --tgt ko --out " + (d / "run").string());
   CHECK(rc6 == 1);
   CHECK(out6.find("train.en' has 2 lines but") != std::string::npos);
-  fs::remove_all(d);
+  fs::remove_all(d.parent_path());
+  fs::remove_all(scratch);
 }

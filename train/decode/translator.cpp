@@ -40,7 +40,11 @@ Translator Translator::load(const std::string& path) {
   }
   t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
   SafetensorsFile f = load_safetensors(t.weights_file);
-  t.net->module().load_state_dict(f.tensors, true);
+  try {
+    t.net->module().load_state_dict(f.tensors, true);
+  } catch (const std::exception& e) {  // name the file: a run folder holds several
+    GF_FAIL_AS(std::runtime_error, "'{}' does not fit the model of {}: {}", t.weights_file, cfg, e.what());
+  }
   t.net->module().eval();
   return t;
 }

@@ -83,7 +83,8 @@ class Run {
   void setup() {
     fs::create_directories(opt_.out);
     data_ = load_run_data(config_);
-    GF_CHECK_AS(std::runtime_error, !data_.train.empty(), "train: the training split ({}) is empty", data_.train_name);
+    GF_CHECK_AS(std::runtime_error, !data_.train.empty(), "train: the training split ({}) is empty{}", data_.train_name,
+                data_.skipped_empty ? fmt::format(" ({} pairs with an empty side were skipped while reading)", data_.skipped_empty) : "");
     GF_CHECK_AS(std::runtime_error, !data_.valid.empty(), "train: the validation split ({}) is empty", data_.valid_name);
     setup_vocabularies();
     train_pairs_ = encode_pairs(segment_pairs(data_.train, segmenters_), src_vocab_, tgt_vocab_);

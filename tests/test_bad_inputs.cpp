@@ -1,0 +1,280 @@
+// Bad input, tried on purpose: a table of wrong flags, data files, checkpoints and C++ API calls.
+// Each must end with a clear message naming what and where (checked by a fragment of it) and a
+// non-zero exit: 2 for a usage error, 1 for bad data or files. Nothing may crash (no signal, no
+// "terminate called"), hang, or change a run folder that already holds good output.
+// docs/errors.md lists the same table with the full messages.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/matmul.h"
+#include "nn/multihead_attention.h"
+#include "tensor/io/safetensors.h"
+#include "train/loop/trainer.h"
+
+using namespace gf;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    std::string tmpl = (fs::temp_directory_path() / "gf_test_bad_inputs_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  void write(const std::string& name, const std::string& bytes) const {
+    fs::create_directories((dir / name).parent_path());
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+  }
+};
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Outcome {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out;     // stdout and stderr
+};
+
+// Runs build/gradflow ARGS in `cwd` with stdin from /dev/null and a 120 s limit (a hang fails).
+Outcome gradflow(const fs::path& cwd, const std::string& args) {
+  const std::string cmd = "cd '" + cwd.string() + "' && timeout 120 " + std::string(GRADFLOW_BINARY_DIR) + "/gradflow " + args +
+                          " < /dev/null 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  Outcome r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// A small trained run folder (whitespace tokens, the built-in corpus) to break copies of.
+fs::path trained_run(const Scratch& s) {
+  train::RunConfig c;
+  c.corpus_size = 600;
+  c.min_freq = 1;
+  c.src = "en";
+  c.tgt = "ko";
+  c.layer.d_model = 32;
+  c.layer.nhead = 2;
+  c.layer.dim_feedforward = 64;
+  c.layers = 1;
+  c.steps = 4;
+  train::TrainOptions o;
+  o.out = (s.dir / "good").string();
+  o.quiet = true;
+  o.final_eval = false;
+  train::train_translator(c, o);
+  return o.out;
+}
+
+// A copy of the run whose best.safetensors is changed by `edit`.
+std::string broken_copy(const Scratch& s, const std::string& name, const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+  const fs::path to = s.dir / name;
+  fs::copy(s.dir / "good", to, fs::copy_options::recursive);
+  SafetensorsFile f = load_safetensors((to / "best.safetensors").string());
+  edit(f.tensors);
+  save_safetensors((to / "best.safetensors").string(), f.tensors, f.metadata);
+  return name;
+}
+
+// The output line holding `fragment` (the whole message, for docs/errors.md), with | escaped.
+std::string message_line(const std::string& out, const std::string& fragment) {
+  const size_t at = out.find(fragment);
+  if (at == std::string::npos) return "(not found)";
+  const size_t begin = out.rfind('\n', at) == std::string::npos ? 0 : out.rfind('\n', at) + 1;
+  std::string line = out.substr(begin, out.find('\n', at) - begin);
+  for (size_t i = 0; (i = line.find('|', i)) != std::string::npos; i += 2) line.replace(i, 1, "\\|");
+  return line;
+}
+
+const std::string kNorm = "transformer.decoder.norm.bias";
+
+const char* const kErrorsIntro = R"(# Errors: bad input, tried on purpose
+
+Every row below is what the command printed when `tests/test_bad_inputs.cpp` ran it on
+purpose-made bad input. CI runs that test and checks, for each row, a fragment of the message, the
+exit code (2: a usage error, fix the command; 1: bad data or files), that nothing crashed or hung,
+and that the good run folder the table breaks copies of is left unchanged (its checkpoint and
+state byte for byte). The file is that test's own output; regenerate it with
+
+    GRADFLOW_ERRORS_MD=docs/errors.md ./build/tests/test_bad_inputs
+
+"good" is a small run folder the test trains; "missing", "extra", "misshaped", "wrongdtype",
+"truncated", "vocab", "badconfig" and "badstate" are copies of it with one thing broken. A float64
+checkpoint loads into a float32 model (converted, as PyTorch's `load_state_dict` does); integer
+weights do not. A line longer than the model's `--max-len` is not an error for `translate`: its
+head is translated and a warning names the line (tested separately). Subword runs' own errors
+(a missing or mismatched SentencePiece model, a `--subwords` size the text cannot fill) are in
+`tests/test_subwords.cpp`.
+
+| bad input | command (in a scratch folder) | exit | message |
+| --- | --- | --- | --- |
+)";
+
+struct BadInput {
+  std::string what;     // the bad input, as docs/errors.md names it
+  std::string args;     // gradflow arguments, run in the scratch folder
+  int exit_code;        // 2 usage, 1 data or file
+  std::string message;  // a fragment of the message that must appear
+};
+
+// Data files for the table, written once into the scratch folder.
+void write_fixtures(const Scratch& s) {
+  s.write("empty/train.de", "");
+  s.write("empty/train.en", "");
+  s.write("empty/val.de", "a b\n");
+  s.write("empty/val.en", "c d\n");
+  s.write("emptysrc/train.de", "\n  \n");
+  s.write("emptysrc/train.en", "x\ny\n");
+  s.write("emptysrc/val.de", "a\n");
+  s.write("emptysrc/val.en", "b\n");
+  s.write("lines/train.de", "a\nb\n");
+  s.write("lines/train.en", "c\n");
+  s.write("utf/train.de", "a b\n\xff\xfe c\n");
+  s.write("utf/train.en", "c\nd\n");
+  std::string garbage;
+  for (int i = 0; i < 2000; ++i) garbage += static_cast<char>((i * 7919 + 13) % 256);
+  s.write("bin/train.de", garbage);
+  s.write("bin/train.en", "x\n");
+  s.write("noval/train.de", "a\n");
+  s.write("noval/train.en", "b\n");
+  s.write("notab.tsv", "a b\n");
+  s.write("twotabs.tsv", "a\tb\tc\n");
+  s.write("afile", "not a folder\n");
+  s.write("bad_utf8.txt", "hello \xc3\x28 world\n");
+  s.write("hyp.txt", "a b\nc d\n");
+  s.write("ref3.txt", "a b\nc d\ne f\n");
+}
+
+}  // namespace
+
+TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero exit") {
+  Scratch s;
+  write_fixtures(s);
+  const fs::path good = trained_run(s);
+  const std::string good_best = slurp(good / "best.safetensors"), good_state = slurp(good / "state.json");
+  broken_copy(s, "missing", [](auto& t) { t.erase(kNorm); });
+  broken_copy(s, "extra", [](auto& t) { t["extra.weight"] = t.at(kNorm); });
+  broken_copy(s, "misshaped", [](auto& t) { t[kNorm] = Tensor::zeros({t.at(kNorm).size(0) / 2}); });
+  broken_copy(s, "wrongdtype", [](auto& t) { t[kNorm] = Tensor::zeros({t.at(kNorm).size(0)}, DType::Int64); });
+  fs::copy(good, s.dir / "truncated", fs::copy_options::recursive);
+  s.write("truncated/best.safetensors", good_best.substr(0, good_best.size() / 2));
+  fs::copy(good, s.dir / "vocab", fs::copy_options::recursive);
+  s.write("vocab/vocab.tgt.txt", "<pad>\n<unk>\n<bos>\n<eos>\nx\n");
+  fs::copy(good, s.dir / "badconfig", fs::copy_options::recursive);
+  s.write("badconfig/config.json", "{ \"d_model\": ");
+  fs::copy(good, s.dir / "badstate", fs::copy_options::recursive);
+  s.write("badstate/state.json", "{\"step\": 3}");
+  std::string long_line;
+  for (int i = 0; i < 10000; ++i) long_line += "w" + std::to_string(i) + " ";
+  s.write("long.txt", long_line + "\n");
+
+  const std::vector<BadInput> table = {
+      // ---- command line
+      {"--beam 0", "translate --model good --beam 0", 2, "--beam must be at least 1, got 0"},
+      {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be at least 1, got -3"},
+      {"--batch-size 0", "translate --model good --batch-size 0", 2, "--batch-size must be at least 1"},
+      {"a negative learning rate", "train --lr -1", 2, "--lr must be positive, got -1"},
+      {"a learning rate that is not a number", "train --lr fast", 2, "--lr expects a number, got 'fast'"},
+      {"--max-tokens 0", "train --max-tokens 0", 2, "--max-tokens must be positive"},
+      {"dropout above 1", "train --dropout 1.5", 2, "dropout must be in [0, 1), got 1.5"},
+      {"a width the heads do not divide", "train --d-model 30 --heads 4", 2, "d_model 30 is not divisible by nhead 4"},
+      {"kv heads that do not divide the heads", "train --kv-heads 3", 2, "kv_heads must divide nhead 4"},
+      {"an integer flag given a word", "train --epochs two", 2, "--epochs expects an integer, got 'two'"},
+      {"a negative time budget", "train --minutes -5", 2, "cannot be negative"},
+      {"an absurd --max-len", "train --max-len 100000", 2, "--max-len must be at most 510"},
+      {"label smoothing of 1", "train --label-smoothing 1", 2, "--label-smoothing must be in [0, 1)"},
+      {"--warmup 0", "train --warmup 0", 2, "--warmup must be at least 1"},
+      {"a negative --subwords", "train --subwords -1", 2, "--subwords cannot be negative"},
+      {"an unknown subword model type", "train --subwords 100 --subword-type word", 2, "--subword-type must be unigram or bpe"},
+      {"an unknown flag", "train --frobnicate", 2, "unknown flag --frobnicate"},
+      {"an unknown command", "frobnicate", 2, "unknown command 'frobnicate'"},
+      {"an output folder that is a file", "train --out afile", 2, "--out 'afile' is a file, not a folder"},
+      {"an output folder that holds a run", "train --out good", 2, "'good' already holds a run; use --resume good"},
+      {"--resume of a file", "train --resume afile", 2, "--resume 'afile' is not a run folder"},
+      {"an unknown BLEU tokeniser", "eval --model good --tokenize intl", 2, "--tokenize must be 13a or none, got 'intl'"},
+      {"average without kept epochs", "average --model good", 2, "keeps no epoch-NNNN.safetensors"},
+      // ---- data files
+      {"an empty corpus", "train --data empty --out r1", 1, "the training split (empty/train.de) is empty"},
+      {"a source side with only empty lines", "train --data emptysrc --out r2", 1, "2 pairs with an empty side were skipped"},
+      {"files of different line counts", "train --data lines --out r3", 1, "'lines/train.de' has 2 lines but 'lines/train.en' has 1 lines"},
+      {"invalid UTF-8", "train --data utf --out r4", 1, "utf/train.de:2: invalid UTF-8 at byte 1 (0xff)"},
+      {"binary garbage as text", "train --data bin --out r5", 1, "bin/train.de:1: invalid UTF-8"},
+      {"a TSV line without a tab", "train --data notab.tsv --out r6", 1, "notab.tsv:1: no tab between source and target"},
+      {"a TSV line with two tabs", "train --data twotabs.tsv --out r7", 1, "twotabs.tsv:1: more than one tab"},
+      {"a data folder that does not exist", "train --data nowhere --out r8", 1, "--data 'nowhere' does not exist"},
+      {"a data folder without a validation split", "train --data noval --out r9", 1, "has no validation split"},
+      {"invalid UTF-8 to translate", "translate --model good --input bad_utf8.txt", 1, "bad_utf8.txt:1: invalid UTF-8 at byte 7 (0xc3)"},
+      {"BLEU of files with different line counts", "bleu hyp.txt ref3.txt", 1, "hyp.txt has 2 lines but ref3.txt has 3"},
+      // ---- checkpoints and run folders
+      {"a model that does not exist", "translate --model nowhere", 1, "--model 'nowhere' does not exist"},
+      {"a checkpoint missing a tensor", "translate --model missing", 1, "missing key '" + kNorm + "'"},
+      {"a checkpoint with an extra tensor", "translate --model extra", 1, "unexpected key 'extra.weight'"},
+      {"a mis-shaped tensor", "translate --model misshaped", 1, "'" + kNorm + "' has shape (16,) in the checkpoint but (32,) in the model"},
+      {"a tensor of the wrong dtype", "translate --model wrongdtype", 1, "'" + kNorm + "' is int64 in the checkpoint but float32 in the model"},
+      {"a truncated checkpoint", "translate --model truncated", 1, "truncated/best.safetensors"},
+      {"a vocabulary that does not match the checkpoint", "translate --model vocab", 1, "vocab/best.safetensors' does not fit the model"},
+      {"a malformed config.json", "translate --model badconfig", 1, "badconfig/config.json: malformed run config"},
+      {"a malformed state.json", "train --resume badstate --steps 1", 1, "badstate/state.json: malformed run state"},
+  };
+  CHECK(table.size() >= 30);
+  std::string doc;  // docs/errors.md's table, from these very runs
+  for (const BadInput& b : table) {
+    CAPTURE(b.what);
+    CAPTURE(b.args);
+    const Outcome r = gradflow(s.dir, b.args);
+    CAPTURE(r.out);
+    CHECK(r.exit_code == b.exit_code);
+    CHECK(r.out.find(b.message) != std::string::npos);
+    CHECK(r.out.find("terminate called") == std::string::npos);
+    CHECK(r.out.find("Segmentation") == std::string::npos);
+    doc += "| " + b.what + " | `gradflow " + b.args + "` | " + std::to_string(r.exit_code) + " | `` " + message_line(r.out, b.message) + " `` |\n";
+  }
+  // GRADFLOW_ERRORS_MD=docs/errors.md ./build/tests/test_bad_inputs rewrites docs/errors.md from these runs.
+  if (const char* md = std::getenv("GRADFLOW_ERRORS_MD")) std::ofstream(md) << kErrorsIntro << doc;
+  // Nothing above touched the good run, the one refused for --out included.
+  CHECK(slurp(good / "best.safetensors") == good_best);
+  CHECK(slurp(good / "state.json") == good_state);
+  for (const char* r : {"r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"}) CHECK_FALSE(fs::exists(s.dir / r / "state.json"));
+}
+
+TEST_CASE("a 10,000-token line is translated from its head, with a warning naming the line") {
+  Scratch s;
+  const fs::path good = trained_run(s);
+  std::string long_line;
+  for (int i = 0; i < 10000; ++i) long_line += "the ";
+  s.write("in.txt", "i read a book .\n" + long_line + "\n");
+  const Outcome r = gradflow(s.dir, "translate --model good --input in.txt");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("input line 2 has 10000 tokens; the model reads at most 100") != std::string::npos);
+}
+
+TEST_CASE("bad C++ API calls name the op and both shapes") {
+  Variable a(Tensor::zeros({2, 5, 16})), b(Tensor::zeros({12, 16}));
+  CHECK_THROWS_WITH_AS(matmul(a, b), doctest::Contains("(2, 5, 16) @ (12, 16)"), std::invalid_argument);
+  Variable logits(Tensor::zeros({4, 10}));
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, Tensor::zeros({4})), doctest::Contains("target must be int64"), std::invalid_argument);
+  CHECK_THROWS_AS(cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>{0, 1, 12, 2}, {4})), std::out_of_range);
+  nn::MultiheadAttention mha(16, 4);
+  Variable x(Tensor::zeros({2, 3, 16})), wrong(Tensor::zeros({2, 3, 8}));
+  CHECK_THROWS_WITH_AS(mha.forward(wrong, x, x), doctest::Contains("must be (B, len, 16), got (2, 3, 8)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(mha.forward(x, x, x, Tensor::zeros({2, 4}, DType::Bool)), doctest::Contains("key_padding_mask"), std::invalid_argument);
+  CHECK_THROWS_AS(nn::MultiheadAttention(30, 4), std::invalid_argument);
+}
