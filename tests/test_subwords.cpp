@@ -242,6 +242,9 @@ TEST_CASE("subwords: the command line trains on a raw TSV, translates raw text a
   const Cli tr = gradflow("translate --model " + d + "/run --input " + d + "/in.txt --verbose");
   REQUIRE(tr.status == 0);
   CHECK(tr.out.find("source pieces: ▁M") != std::string::npos);
+  const Cli att = gradflow("attention --model " + d + "/run --src \"My friend reads a book.\" --out " + d + "/att.svg");
+  REQUIRE_MESSAGE(att.status == 0, att.out);
+  CHECK(slurp(dir.path / "att.svg").find("▁friend") != std::string::npos);  // the axes show the pieces
   const Cli ev = gradflow("eval --model " + d + "/run");
   REQUIRE(ev.status == 0);
   CHECK(ev.out.find("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x = ") != std::string::npos);
