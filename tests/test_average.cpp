@@ -1,9 +1,9 @@
 // Checkpoint averaging: the mean itself, its layout checks, and the trainer's kept epochs.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
+#include "temp_dir.h"
 #include "tensor/io/safetensors.h"
 #include "train/loop/average.h"
 #include "train/loop/trainer.h"
@@ -12,20 +12,7 @@ using namespace gf;
 using namespace gf::train;
 namespace fs = std::filesystem;
 
-namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "gf_test_average_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-}  // namespace
+using TempDir = gf::test::TempDir;
 
 TEST_CASE("average_weights: the element-wise mean, in each tensor's dtype") {
   TempDir d;

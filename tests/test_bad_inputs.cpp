@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/ops/cross_entropy.h"
+#include "temp_dir.h"
 #include "autograd/ops/matmul.h"
 #include "nn/multihead_attention.h"
 #include "tensor/io/safetensors.h"
@@ -26,18 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    std::string tmpl = (fs::temp_directory_path() / "gf_test_bad_inputs_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  void write(const std::string& name, const std::string& bytes) const {
-    fs::create_directories((dir / name).parent_path());
-    std::ofstream(dir / name, std::ios::binary) << bytes;
-  }
+// The scratch folder the table runs in, with its files.
+struct Scratch : gf::test::TempDir {
+  Scratch() : TempDir("gf_test_bad_inputs") {}
 };
 
 std::string slurp(const fs::path& file) {
@@ -77,7 +69,7 @@ fs::path trained_run(const Scratch& s) {
   c.layers = 1;
   c.steps = 4;
   train::TrainOptions o;
-  o.out = (s.dir / "good").string();
+  o.out = (s.path / "good").string();
   o.quiet = true;
   o.final_eval = false;
   train::train_translator(c, o);
@@ -86,8 +78,8 @@ fs::path trained_run(const Scratch& s) {
 
 // A copy of the run whose best.safetensors is changed by `edit`.
 std::string broken_copy(const Scratch& s, const std::string& name, const std::function<void(std::map<std::string, Tensor>&)>& edit) {
-  const fs::path to = s.dir / name;
-  fs::copy(s.dir / "good", to, fs::copy_options::recursive);
+  const fs::path to = s.path / name;
+  fs::copy(s.path / "good", to, fs::copy_options::recursive);
   SafetensorsFile f = load_safetensors((to / "best.safetensors").string());
   edit(f.tensors);
   save_safetensors((to / "best.safetensors").string(), f.tensors, f.metadata);
@@ -174,17 +166,14 @@ TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero
   broken_copy(s, "extra", [](auto& t) { t["extra.weight"] = t.at(kNorm); });
   broken_copy(s, "misshaped", [](auto& t) { t[kNorm] = Tensor::zeros({t.at(kNorm).size(0) / 2}); });
   broken_copy(s, "wrongdtype", [](auto& t) { t[kNorm] = Tensor::zeros({t.at(kNorm).size(0)}, DType::Int64); });
-  fs::copy(good, s.dir / "truncated", fs::copy_options::recursive);
+  fs::copy(good, s.path / "truncated", fs::copy_options::recursive);
   s.write("truncated/best.safetensors", good_best.substr(0, good_best.size() / 2));
-  fs::copy(good, s.dir / "vocab", fs::copy_options::recursive);
+  fs::copy(good, s.path / "vocab", fs::copy_options::recursive);
   s.write("vocab/vocab.tgt.txt", "<pad>\n<unk>\n<bos>\n<eos>\nx\n");
-  fs::copy(good, s.dir / "badconfig", fs::copy_options::recursive);
+  fs::copy(good, s.path / "badconfig", fs::copy_options::recursive);
   s.write("badconfig/config.json", "{ \"d_model\": ");
-  fs::copy(good, s.dir / "badstate", fs::copy_options::recursive);
+  fs::copy(good, s.path / "badstate", fs::copy_options::recursive);
   s.write("badstate/state.json", "{\"step\": 3}");
-  std::string long_line;
-  for (int i = 0; i < 10000; ++i) long_line += "w" + std::to_string(i) + " ";
-  s.write("long.txt", long_line + "\n");
 
   const std::vector<BadInput> table = {
       // ---- command line
@@ -239,7 +228,7 @@ TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero
   for (const BadInput& b : table) {
     CAPTURE(b.what);
     CAPTURE(b.args);
-    const Outcome r = gradflow(s.dir, b.args);
+    const Outcome r = gradflow(s.path, b.args);
     CAPTURE(r.out);
     CHECK(r.exit_code == b.exit_code);
     CHECK(r.out.find(b.message) != std::string::npos);
@@ -252,7 +241,7 @@ TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero
   // Nothing above touched the good run, the one refused for --out included.
   CHECK(slurp(good / "best.safetensors") == good_best);
   CHECK(slurp(good / "state.json") == good_state);
-  for (const char* r : {"r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"}) CHECK_FALSE(fs::exists(s.dir / r / "state.json"));
+  for (const char* r : {"r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"}) CHECK_FALSE(fs::exists(s.path / r / "state.json"));
 }
 
 TEST_CASE("a 10,000-token line is translated from its head, with a warning naming the line") {
@@ -261,7 +250,7 @@ TEST_CASE("a 10,000-token line is translated from its head, with a warning namin
   std::string long_line;
   for (int i = 0; i < 10000; ++i) long_line += "the ";
   s.write("in.txt", "i read a book .\n" + long_line + "\n");
-  const Outcome r = gradflow(s.dir, "translate --model good --input in.txt");
+  const Outcome r = gradflow(s.path, "translate --model good --input in.txt");
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("input line 2 has 10000 tokens; the model reads at most 100") != std::string::npos);
 }

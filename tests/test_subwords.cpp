@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "temp_dir.h"
 #include "train/corpus/corpus_raw.h"
 #include "train/data/run_subwords.h"
 #include "train/data/subwords.h"
@@ -21,16 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder per test (two test programs at once never share one), removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "gf_test_subwords_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using TempDir = gf::test::TempDir;
 
 // The built-in corpus as raw text (capitals, attached punctuation and Korean particles).
 const CorpusSplits& raw_corpus() {
