@@ -34,12 +34,12 @@ int cmd_average(int argc, char** argv) {
     GF_CHECK_AS(UsageError, !f.str("model").empty(), "average: give --model RUN or --files a,b,...");
     GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("model")), "average: --model '{}' is not a run folder", f.str("model"));
     GF_CHECK_AS(UsageError, f.integer("last") >= 1, "average: --last must be at least 1, got {}", f.integer("last"));
-    files = train::epoch_weight_files(f.str("model"));
+    files = train::epoch_weight_files(f.str("model"), static_cast<size_t>(f.integer("last")));
     GF_CHECK_AS(UsageError, !files.empty(), "average: '{}' keeps no epoch-NNNN.safetensors (train with --average-last K)", f.str("model"));
-    if (files.size() > static_cast<size_t>(f.integer("last"))) files.erase(files.begin(), files.end() - f.integer("last"));
     if (out.empty()) out = (std::filesystem::path(f.str("model")) / "average.safetensors").string();
   }
-  save_safetensors(out, train::average_weights(files), load_safetensors(files.front()).metadata);
+  const SafetensorsFile mean = train::average_weights(files);
+  save_safetensors(out, mean.tensors, mean.metadata);
   fmt::print("wrote {}: the mean of {} files ({} .. {})\n", out, files.size(), files.front(), files.back());
   return 0;
 }

@@ -16,7 +16,6 @@
 #include "train/data/run_data.h"
 #include "train/decode/translator.h"
 #include "train/eval/score.h"
-#include "train/data/utf8.h"
 #include "tensor/io/atomic_file.h"
 
 namespace gf::app {
@@ -51,15 +50,12 @@ train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) 
   return o;
 }
 
-// The model reads at most max_len source tokens; longer lines are cut (translate() keeps the head).
-void warn_long_lines(const train::Translator& t, const std::vector<std::string>& lines) {
-  for (size_t i = 0; i < lines.size(); ++i) {
-    if (train::utf8::find_invalid(lines[i]) != std::string::npos) continue;  // translate() names the line and byte
-    const size_t n = t.segmenters.src.split(lines[i]).size();
-    if (static_cast<int64_t>(n) > t.config.max_len)
+// The model reads at most max_len source tokens; translate() cut longer lines to their head.
+void warn_long_lines(const train::Translator& t, const train::Translator::Pieces& pieces) {
+  for (size_t i = 0; i < pieces.source_length.size(); ++i)
+    if (static_cast<int64_t>(pieces.source_length[i]) > t.config.max_len)
       fmt::print(stderr, "translate: warning: input line {} has {} tokens; the model reads at most {} (--max-len of its run), so only its first {} are translated\n",
-                 i + 1, n, t.config.max_len, t.config.max_len);
-  }
+                 i + 1, pieces.source_length[i], t.config.max_len, t.config.max_len);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -82,12 +78,12 @@ int cmd_translate(int argc, char** argv) {
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   train::Translator t = train::Translator::load(f.str("model"));
   std::vector<std::string> lines = read_lines(f.str("input"));
-  warn_long_lines(t, lines);
   train::DecodeStats stats;
   auto t0 = std::chrono::steady_clock::now();
   train::Translator::Pieces pieces;
   std::vector<std::string> out = t.translate(lines, decode_options(f, t), f.integer("batch-size"), &stats, &pieces);
   double dt = seconds_since(t0);
+  warn_long_lines(t, pieces);
   for (const auto& s : out) fmt::print("{}\n", s);
   if (f.on("verbose")) {
     for (size_t i = 0; i < lines.size(); ++i)

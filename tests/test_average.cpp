@@ -19,7 +19,7 @@ TEST_CASE("average_weights: the element-wise mean, in each tensor's dtype") {
   save_safetensors(d.file("a.safetensors"), {{"w", Tensor::of({1, 2, 3, 4}, {2, 2})}, {"b", Tensor::of({0.5}, {1}, DType::Float64)}});
   save_safetensors(d.file("b.safetensors"), {{"w", Tensor::of({3, 2, 1, 0}, {2, 2})}, {"b", Tensor::of({1.5}, {1}, DType::Float64)}});
   save_safetensors(d.file("c.safetensors"), {{"w", Tensor::of({2, 5, 8, 2}, {2, 2})}, {"b", Tensor::of({4.0}, {1}, DType::Float64)}});
-  const auto m = average_weights({d.file("a.safetensors"), d.file("b.safetensors"), d.file("c.safetensors")});
+  const auto m = average_weights({d.file("a.safetensors"), d.file("b.safetensors"), d.file("c.safetensors")}).tensors;
   REQUIRE(m.size() == 2);
   CHECK(m.at("w").dtype() == DType::Float32);
   CHECK(m.at("b").dtype() == DType::Float64);

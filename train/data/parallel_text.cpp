@@ -14,19 +14,6 @@
 namespace gf::train {
 namespace {
 
-std::string read_file(const std::filesystem::path& file, std::string_view op) {
-  std::error_code ec;
-  GF_CHECK_AS(std::runtime_error, std::filesystem::exists(file, ec), "{}: '{}' does not exist", op, file.string());
-  GF_CHECK_AS(std::runtime_error, !std::filesystem::is_directory(file, ec), "{}: '{}' is a directory, not a text file", op,
-              file.string());
-  std::ifstream in(file, std::ios::binary);
-  GF_CHECK_AS(std::runtime_error, in, "{}: cannot open '{}': {}", op, file.string(), std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  GF_CHECK_AS(std::runtime_error, !in.bad(), "{}: error reading '{}'", op, file.string());
-  return std::move(buf).str();
-}
-
 // The pair of one line from each side, or nothing when either side has no tokens.
 bool add_pair(ParallelText& out, std::string_view src, std::string_view tgt) {
   ++out.stats.lines;
@@ -42,8 +29,21 @@ bool add_pair(ParallelText& out, std::string_view src, std::string_view tgt) {
 
 }  // namespace
 
+std::string read_file_bytes(const std::filesystem::path& file, std::string_view op) {
+  std::error_code ec;
+  GF_CHECK_AS(std::runtime_error, std::filesystem::exists(file, ec), "{}: '{}' does not exist", op, file.string());
+  GF_CHECK_AS(std::runtime_error, !std::filesystem::is_directory(file, ec), "{}: '{}' is a directory, not a text file", op,
+              file.string());
+  std::ifstream in(file, std::ios::binary);
+  GF_CHECK_AS(std::runtime_error, in, "{}: cannot open '{}': {}", op, file.string(), std::strerror(errno));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  GF_CHECK_AS(std::runtime_error, !in.bad(), "{}: error reading '{}'", op, file.string());
+  return std::move(buf).str();
+}
+
 std::vector<std::string> read_text_lines(const std::filesystem::path& file, std::string_view op) {
-  std::string text = read_file(file, op);
+  std::string text = read_file_bytes(file, op);
   std::string_view rest(text);
   if (rest.starts_with("\xEF\xBB\xBF")) rest.remove_prefix(3);  // UTF-8 byte-order mark
   std::vector<std::string> lines;

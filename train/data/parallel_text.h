@@ -45,6 +45,10 @@ ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_vie
 // One file, each line `source<TAB>target`.
 ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file);
 
+// The whole file as bytes. Throws std::runtime_error naming `op` and the file when it is missing,
+// a directory or unreadable.
+std::string read_file_bytes(const std::filesystem::path& file, std::string_view op);
+
 // The lines of a text file without their '\n' (and '\r' before it), the BOM removed, each checked
 // for valid UTF-8 (the error names file:line). A last line without '\n' still counts. `op` names
 // the caller in the error for a missing or unreadable file.

@@ -46,6 +46,8 @@ RunSegmenters train_run_subwords(const RunConfig& c, const std::vector<TokenPair
           Segmenter(learn(false, true, "the target side of the training text", files[1]))};
 }
 
+namespace {
+
 RunSegmenters load_run_subwords(const RunConfig& c, const std::string& dir) {
   if (c.subwords == 0) return {};
   const std::vector<std::string> files = subword_model_files(c);
@@ -55,6 +57,16 @@ RunSegmenters load_run_subwords(const RunConfig& c, const std::string& dir) {
     return {Segmenter(joint), Segmenter(joint)};
   }
   return {Segmenter(load(files[0])), Segmenter(load(files[1]))};
+}
+
+}  // namespace
+
+RunVocabularies load_run_vocabularies(const RunConfig& c, const std::string& dir) {
+  const fs::path d(dir);
+  RunVocabularies v{load_run_subwords(c, dir), Vocab::load(d / "vocab.src.txt"), Vocab::load(d / "vocab.tgt.txt")};
+  if (const Subwords* sp = v.segmenters.src.subwords()) check_vocab_matches(v.src, *sp, (d / "vocab.src.txt").string());
+  if (const Subwords* sp = v.segmenters.tgt.subwords()) check_vocab_matches(v.tgt, *sp, (d / "vocab.tgt.txt").string());
+  return v;
 }
 
 std::pair<Vocab, Vocab> subword_vocabularies(const RunSegmenters& s) {
@@ -72,12 +84,3 @@ std::vector<TokenPair> segment_pairs(const std::vector<TokenPair>& pairs, const 
 
 }  // namespace gf::train
 
-namespace gf::train {
-
-void check_run_vocabularies(const RunSegmenters& s, const Vocab& src, const Vocab& tgt, const std::string& dir) {
-  const fs::path d(dir);
-  if (s.src.subwords()) check_vocab_matches(src, *s.src.subwords(), (d / "vocab.src.txt").string());
-  if (s.tgt.subwords()) check_vocab_matches(tgt, *s.tgt.subwords(), (d / "vocab.tgt.txt").string());
-}
-
-}  // namespace gf::train

@@ -20,18 +20,18 @@ std::vector<std::string> subword_model_files(const RunConfig& c);
 
 // Learns the models from the training pairs' text and saves them into dir.
 RunSegmenters train_run_subwords(const RunConfig& c, const std::vector<TokenPair>& train, const std::string& dir, int threads);
-// Loads them from dir (whitespace segmenters when the config has no subwords).
-RunSegmenters load_run_subwords(const RunConfig& c, const std::string& dir);
+// A saved run's segmenters (whitespace when the config has no subwords) and vocabularies
+// (vocab.src.txt, vocab.tgt.txt). Throws std::invalid_argument naming the folder when the
+// vocabularies are not the subword models' pieces.
+struct RunVocabularies {
+  RunSegmenters segmenters;
+  Vocab src, tgt;
+};
+RunVocabularies load_run_vocabularies(const RunConfig& c, const std::string& dir);
 // The vocabularies of a run with subwords: the models' pieces.
 std::pair<Vocab, Vocab> subword_vocabularies(const RunSegmenters& s);
 
 // Each side re-split by its segmenter (the pairs hold whitespace tokens, joined back by one space).
 std::vector<TokenPair> segment_pairs(const std::vector<TokenPair>& pairs, const RunSegmenters& s);
 
-}  // namespace gf::train
-
-namespace gf::train {
-// Throws std::invalid_argument naming the folder when a run's saved vocabularies are not its
-// subword models' pieces (nothing to check without subwords).
-void check_run_vocabularies(const RunSegmenters& s, const Vocab& src, const Vocab& tgt, const std::string& dir);
 }  // namespace gf::train

@@ -3,9 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -57,16 +55,6 @@ std::unordered_map<std::string, std::string> trainer_args(const SubwordOptions& 
   GF_FAIL("SentencePiece could not train on {}: {}", what, message);
 }
 
-std::string read_bytes(const std::filesystem::path& file) {
-  std::error_code ec;
-  GF_CHECK_AS(std::runtime_error, std::filesystem::is_regular_file(file, ec), "Subwords::load: '{}' does not exist (a run trained with --subwords keeps its SentencePiece model there)",
-              file.string());
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  GF_CHECK_AS(std::runtime_error, in && !in.bad(), "Subwords::load: cannot read '{}'", file.string());
-  return std::move(buf).str();
-}
 
 }  // namespace
 
@@ -87,7 +75,7 @@ Subwords Subwords::train(const std::vector<std::string>& sentences, const Subwor
 
 Subwords Subwords::load(const std::filesystem::path& file) {
   Subwords s;
-  s.proto_ = read_bytes(file);
+  s.proto_ = read_file_bytes(file, "Subwords::load");
   s.sp_ = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const auto loaded = s.sp_->LoadFromSerializedProto(s.proto_);
   GF_CHECK_AS(std::runtime_error, loaded.ok(), "Subwords::load: '{}' is not a SentencePiece model: {}", file.string(), loaded.message());

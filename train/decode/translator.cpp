@@ -25,10 +25,10 @@ Translator Translator::load(const std::string& path) {
   std::string cfg = run_file(dir, "config.json");
   GF_CHECK_AS(std::runtime_error, fs::exists(cfg), "'{}' has no config.json: not a gradflow run folder", dir);
   t.config = RunConfig::from_json(read_text_file(cfg), cfg);
-  t.segmenters = load_run_subwords(t.config, dir);
-  t.src_vocab = Vocab::load(run_file(dir, "vocab.src.txt"));
-  t.tgt_vocab = Vocab::load(run_file(dir, "vocab.tgt.txt"));
-  check_run_vocabularies(t.segmenters, t.src_vocab, t.tgt_vocab, dir);
+  RunVocabularies v = load_run_vocabularies(t.config, dir);
+  t.segmenters = std::move(v.segmenters);
+  t.src_vocab = std::move(v.src);
+  t.tgt_vocab = std::move(v.tgt);
   if (fs::is_directory(p)) {
     if (fs::exists(run_file(dir, "best.safetensors"))) {
       t.weights_file = run_file(dir, "best.safetensors");
@@ -62,22 +62,18 @@ double Translator::mean_nll(const std::vector<TokenPair>& pairs) const {
   return evaluate_loss(*net, plan);
 }
 
-Tokens Translator::source_tokens(const std::string& sentence) const {
-  // Split as the training text was (whitespace as Python's str.split(), or the run's subword model).
-  Tokens toks = segmenters.src.split(sentence);
-  // Longer than the positional table allows: keep the head (and say so in the output's length).
-  if (static_cast<int64_t>(toks.size()) > config.max_len) toks.resize(static_cast<size_t>(config.max_len));
-  return toks;
-}
-
 std::vector<std::string> Translator::translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size,
                                                DecodeStats* stats, Pieces* pieces) const {
   std::vector<std::vector<int64_t>> ids(sentences.size());
-  if (pieces) *pieces = {std::vector<Tokens>(sentences.size()), std::vector<Tokens>(sentences.size())};
+  if (pieces) *pieces = {std::vector<Tokens>(sentences.size()), std::vector<Tokens>(sentences.size()), std::vector<size_t>(sentences.size())};
   for (size_t i = 0; i < sentences.size(); ++i) {
     if (size_t bad = utf8::find_invalid(sentences[i]); bad != std::string::npos)
       GF_FAIL("translate: input line {}: invalid UTF-8 at byte {}", i + 1, bad + 1);
-    Tokens toks = source_tokens(sentences[i]);
+    // Split as the training text was (whitespace as Python's str.split(), or the run's subword model).
+    Tokens toks = segmenters.src.split(sentences[i]);
+    if (pieces) pieces->source_length[i] = toks.size();
+    // Longer than the positional table allows: keep the head (pieces->source_length says so).
+    if (static_cast<int64_t>(toks.size()) > config.max_len) toks.resize(static_cast<size_t>(config.max_len));
     ids[i] = src_vocab.encode(toks);
     if (pieces) pieces->source[i] = std::move(toks);
   }

@@ -33,14 +33,14 @@ struct Translator {
   // Sentences in, translations out (same order): whitespace-tokenised text, or raw text for a run
   // with subwords (its translations are detokenised raw text). Sentences are batched by length,
   // batch_size at a time. Empty input lines give empty translations. `pieces`, when given, receives
-  // each sentence's source tokens and output tokens (the subword pieces).
+  // each sentence's source tokens as the model read them, output tokens (the subword pieces), and
+  // how many source tokens the sentence had before the cut to the run's max_len.
   struct Pieces {
     std::vector<Tokens> source, output;
+    std::vector<size_t> source_length;
   };
   std::vector<std::string> translate(const std::vector<std::string>& sentences, const DecodeOptions& opt, int64_t batch_size = 64,
                                      DecodeStats* stats = nullptr, Pieces* pieces = nullptr) const;
-  // The source side's tokens of a sentence, as translate() feeds them to the model (cut to max_len).
-  Tokens source_tokens(const std::string& sentence) const;
   // BLEU's tokeniser for this run's output: 13a (sacreBLEU's default) for detokenised subword
   // output, none for whitespace tokens (pre-tokenised text, scored as it is).
   std::string bleu_tokenize() const { return segmenters.tgt.subwords() ? "13a" : "none"; }

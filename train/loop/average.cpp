@@ -27,9 +27,15 @@ void check_same_layout(const std::map<std::string, Tensor>& a, const std::string
 
 }  // namespace
 
-std::map<std::string, Tensor> average_weights(const std::vector<std::string>& files) {
+SafetensorsFile average_weights(const std::vector<std::string>& files) {
   GF_CHECK(!files.empty(), "average: no files to average");
-  std::map<std::string, Tensor> first = load_safetensors(files[0]).tensors;
+  SafetensorsFile mean;
+  std::map<std::string, Tensor> first;
+  {
+    SafetensorsFile f = load_safetensors(files[0]);
+    first = std::move(f.tensors);
+    mean.metadata = std::move(f.metadata);
+  }
   std::map<std::string, Tensor> sum;  // float64 running sums
   for (const auto& [name, t] : first) sum[name] = t.to(DType::Float64).contiguous().clone();
   for (size_t i = 1; i < files.size(); ++i) {
@@ -42,24 +48,24 @@ std::map<std::string, Tensor> average_weights(const std::vector<std::string>& fi
       for (int64_t k = 0; k < add.numel(); ++k) s[k] += x[k];
     }
   }
-  std::map<std::string, Tensor> mean;
   for (auto& [name, s] : sum) {
     double* p = s.data<double>();
     for (int64_t k = 0; k < s.numel(); ++k) p[k] /= static_cast<double>(files.size());
-    mean[name] = s.to(first.at(name).dtype()).contiguous();
+    mean.tensors[name] = s.to(first.at(name).dtype()).contiguous();
   }
   return mean;
 }
 
 std::string epoch_weight_file(const std::string& dir, int64_t epoch) { return (fs::path(dir) / fmt::format("epoch-{:04d}.safetensors", epoch)).string(); }
 
-std::vector<std::string> epoch_weight_files(const std::string& dir) {
+std::vector<std::string> epoch_weight_files(const std::string& dir, size_t last) {
   static const std::regex name("epoch-[0-9]{4,}\\.safetensors");
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir))
     if (std::regex_match(e.path().filename().string(), name)) files.push_back(e.path().string());
   // Same width names sort by number; wider (epoch 10000+) after narrower.
   std::sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) { return a.size() != b.size() ? a.size() < b.size() : a < b; });
+  if (files.size() > last) files.erase(files.begin(), files.end() - static_cast<std::ptrdiff_t>(last));
   return files;
 }
 

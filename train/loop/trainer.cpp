@@ -109,10 +109,10 @@ class Run {
   // it, and their pieces are the vocabularies. A resumed run reads back what the first one saved.
   void setup_vocabularies() {
     if (opt_.resume) {
-      segmenters_ = load_run_subwords(config_, opt_.out);
-      src_vocab_ = Vocab::load(run_file(opt_.out, "vocab.src.txt"));
-      tgt_vocab_ = Vocab::load(run_file(opt_.out, "vocab.tgt.txt"));
-      check_run_vocabularies(segmenters_, src_vocab_, tgt_vocab_, opt_.out);
+      RunVocabularies v = load_run_vocabularies(config_, opt_.out);
+      segmenters_ = std::move(v.segmenters);
+      src_vocab_ = std::move(v.src);
+      tgt_vocab_ = std::move(v.tgt);
       return;
     }
     if (config_.subwords > 0) {
@@ -266,12 +266,13 @@ class Run {
 
   // average.safetensors: the mean of the kept epochs' weights, with its validation loss.
   void write_average() {
-    std::vector<std::string> kept = epoch_weight_files(opt_.out);
-    if (config_.average_last < 2 || kept.size() < 2) return;
-    if (kept.size() > static_cast<size_t>(config_.average_last)) kept.erase(kept.begin(), kept.end() - config_.average_last);
-    save_safetensors(run_file(opt_.out, "average.safetensors"), average_weights(kept), file_meta_);
+    if (config_.average_last < 2) return;
+    const std::vector<std::string> kept = epoch_weight_files(opt_.out, static_cast<size_t>(config_.average_last));
+    if (kept.size() < 2) return;
+    const SafetensorsFile mean = average_weights(kept);
+    save_safetensors(run_file(opt_.out, "average.safetensors"), mean.tensors, file_meta_);
     std::unique_ptr<TranslationModel> avg = make_translation_model(config_, src_vocab_, tgt_vocab_, config_.seed);
-    avg->module().load_state_dict(load_safetensors(run_file(opt_.out, "average.safetensors")).tensors, true);
+    avg->module().load_state_dict(mean.tensors, true);
     avg->module().eval();
     const double valid = evaluate_loss(*avg, *valid_plan_);
     fmt::print("average.safetensors: mean of the last {} epochs' weights ({} .. {}), valid loss {:.4f} (best epoch's {:.4f})\n", kept.size(),
