@@ -63,6 +63,9 @@ int cmd_train(int argc, char** argv) {
   f.add_int("threads", 0, "threads (default: the hardware's)");
   f.add_int("samples", 5, "sample translations printed at the end");
   f.add_bool("quiet", "no progress bar or lines");
+  f.add_bool("skip-nonfinite",
+             "skip a step whose loss or gradient is NaN or Inf (warning with the op anomaly mode names) instead of stopping; "
+             "10 such batches in a row still stop the run");
   f.add_int("grad-stats", 0,
             "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
             "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
@@ -73,6 +76,8 @@ int cmd_train(int argc, char** argv) {
   train::TrainOptions opt;
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
+  opt.skip_nonfinite = f.on("skip-nonfinite");
+  opt.handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint, then exit 128 + signal (main.cpp)
   GF_CHECK_AS(UsageError, f.integer("grad-stats") >= 0, "train: --grad-stats must be 0 (off) or a positive step interval, got {}",
               f.integer("grad-stats"));
   opt.grad_stats = f.integer("grad-stats");

@@ -9,6 +9,7 @@
 #include "app/flags.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
+#include "train/loop/interrupt.h"
 
 namespace {
 
@@ -60,6 +61,9 @@ int main(int argc, char** argv) {
     if (name != c.name) continue;
     try {
       return c.run(argc - i - 1, argv + i + 1);
+    } catch (const gf::train::Interrupted& e) {
+      fmt::print(stderr, "gradflow {}: {}\n", name, e.what());
+      return 128 + e.signal;
     } catch (const gf::app::UsageError& e) {
       fmt::print(stderr, "gradflow {}\n", e.what());
       return 2;

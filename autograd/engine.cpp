@@ -8,22 +8,11 @@
 #include "autograd/variable.h"
 #include "tensor/check.h"
 #include "tensor/kernels/binary.h"
+#include "tensor/kernels/reduce.h"
 #include "tensor/parallel.h"
 
 namespace gf {
 namespace {
-
-// Index of the first NaN (or, with inf_too, ±Inf) or -1.
-int64_t first_nonfinite(const Tensor& t, bool inf_too) {
-  if (!is_floating(t.dtype())) return -1;
-  Tensor c = t.contiguous();
-  return dispatch_float(c.dtype(), "anomaly", [&]<class T>() -> int64_t {
-    const T* p = c.data<T>();
-    for (int64_t i = 0; i < c.numel(); ++i)
-      if (std::isnan(p[i]) || (inf_too && std::isinf(p[i]))) return i;
-    return -1;
-  });
-}
 
 // "div (inputs (2,) (2,), op #7, created in encoder.layers.0)".
 std::string describe(const Node& node) {
@@ -37,7 +26,7 @@ std::string describe(const Node& node) {
 
 void check_forward_anomaly(const Node& node, const Tensor& output) {
   // Forward outputs may hold -inf on purpose (masked scores), so forward checks NaN only.
-  int64_t i = first_nonfinite(output, false);
+  int64_t i = kernels::first_nonfinite(output, false);
   GF_CHECK_AS(std::runtime_error, i < 0, "anomaly: forward of {} produced NaN at element {} of its output {}", describe(node),
               i, shape_str(output.shape()));
 }
@@ -94,7 +83,7 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, 
                     "backward of {} gave a gradient of {} for input {} of shape {}", node->name(), shape_str(g.shape()), i,
                     shape_str(node->input_shapes[i]));
         if (anomaly) {
-          int64_t bad = first_nonfinite(g, true);
+          int64_t bad = kernels::first_nonfinite(g, true);
           GF_CHECK_AS(std::runtime_error, bad < 0, "anomaly: backward of {} produced a non-finite gradient for input {} at element {}",
                       describe(*node), i, bad);
         }

@@ -81,20 +81,24 @@ void Adam::load_state_dict(const std::map<std::string, Tensor>& st) {
   step_ = static_cast<int64_t>(it->second.item());
 }
 
-double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
+double grad_norm(const std::vector<Variable>& params) {
   double total = 0;
   for (const auto& p : params) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
     Tensor c = g.contiguous();
-    dispatch_float(c.dtype(), "clip_grad_norm", [&]<class T>() {
+    dispatch_float(c.dtype(), "grad_norm", [&]<class T>() {
       const T* pg = c.data<T>();
       double s = 0;
       for (int64_t i = 0; i < c.numel(); ++i) s += static_cast<double>(pg[i]) * pg[i];
       total += s;
     });
   }
-  double norm = std::sqrt(total);
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm, std::optional<double> known_norm) {
+  const double norm = known_norm ? *known_norm : grad_norm(params);
   double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)
     for (const auto& p : params) {
@@ -114,8 +118,9 @@ double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup) {
   return base_lr * std::min(s / w, std::sqrt(w / s));
 }
 
-UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup) {
-  const double norm = clip > 0 ? clip_grad_norm(params, clip) : NAN;
+UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup,
+                            std::optional<double> known_norm) {
+  const double norm = clip > 0 ? clip_grad_norm(params, clip, known_norm) : known_norm.value_or(NAN);
   adam.set_lr(warmup_inverse_sqrt(base_lr, step, warmup));
   adam.step();
   return {norm, adam.lr()};

@@ -3,6 +3,7 @@
 // weight decay (AdamW). State is kept per parameter and can be saved and restored by name, so a
 // resumed run continues exactly.
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,13 @@ class Adam {
   int64_t step_ = 0;
 };
 
+// The global L2 norm of all gradients (parameters without one are skipped); NaN or Inf when any
+// gradient element is.
+double grad_norm(const std::vector<Variable>& params);
+
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before
-// clipping (as torch.nn.utils.clip_grad_norm_).
-double clip_grad_norm(const std::vector<Variable>& params, double max_norm);
+// clipping (as torch.nn.utils.clip_grad_norm_). known_norm: grad_norm(params), if already computed.
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm, std::optional<double> known_norm = {});
 
 // Linear warmup then inverse square root decay, as the reference's LambdaLR:
 // factor(step) = min((step + 1) / warmup, sqrt(warmup / (step + 1))); lr = base * factor.
@@ -56,9 +61,11 @@ double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup);
 // (0: no clipping), set the learning rate of 0-based `step` by warmup_inverse_sqrt, one Adam step.
 // The PyTorch parity cases of kind seq2seq_train check exactly this function.
 struct UpdateInfo {
-  double grad_norm;  // before clipping (NaN when clip is 0: not computed)
+  double grad_norm;  // before clipping (NaN when clip is 0 and no known_norm was given: not computed)
   double lr;         // the rate used
 };
-UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup);
+// known_norm: grad_norm(params), when the caller has computed it (the trainer checks it first).
+UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup,
+                            std::optional<double> known_norm = {});
 
 }  // namespace gf::optim

@@ -1,13 +1,17 @@
 #include "tensor/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -68,8 +72,28 @@ class TempFile {
   bool committed_ = false;
 };
 
+// For the crash tests: GRADFLOW_TEST_KILL_AFTER_BYTES=K kills the process with SIGKILL once it has
+// written K bytes through this file's writers, in the middle of whatever file that byte falls in.
+// Returns how many of the next n bytes may still be written (n when the hook is off).
+size_t bytes_before_kill(size_t n) {
+  static const long long limit = [] {
+    const char* k = std::getenv("GRADFLOW_TEST_KILL_AFTER_BYTES");
+    return k ? std::atoll(k) : -1LL;
+  }();
+  static std::atomic<long long> written{0};
+  if (limit < 0) return n;
+  const long long before = written.fetch_add(static_cast<long long>(n));
+  if (before + static_cast<long long>(n) <= limit) return n;
+  return static_cast<size_t>(std::max(0LL, limit - before));
+}
+
 // write(2) may write less than asked or be interrupted; loop until everything is out.
 void write_all(int fd, const char* p, size_t n, const std::string& target, const std::string& tmp) {
+  const size_t allowed = bytes_before_kill(n);
+  if (allowed < n) {
+    [[maybe_unused]] const ssize_t w = ::write(fd, p, allowed);  // the partial file a real crash leaves
+    std::raise(SIGKILL);
+  }
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0) {
@@ -129,6 +153,22 @@ void write_file_atomic_with(const std::string& path, const std::function<void(co
     fail(path, errno, "cannot rename temporary file '{}' over it", tmp.path());
   tmp.committed();
   fsync_directory(path);
+}
+
+size_t remove_abandoned_temp_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  size_t removed = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".tmp-");
+    if (name.empty() || name[0] != '.' || at == std::string::npos) continue;
+    // ".<base>.tmp-<pid>-<counter>": the writer's pid, to leave a live writer's file alone.
+    const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+    if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    if (fs::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {

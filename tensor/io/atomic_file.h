@@ -25,4 +25,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // is removed, the old file stays as it was, and the exception propagates unchanged.
 void write_file_atomic_with(const std::string& path, const std::function<void(const ByteSink& sink)>& produce);
 
+// Deletes the temporary files that writers killed mid-write left in `dir` (hidden ".<name>.tmp-<pid>-<n>"
+// files whose process no longer exists); returns how many. A live writer's file is left alone.
+size_t remove_abandoned_temp_files(const std::string& dir);
+
 }  // namespace gf

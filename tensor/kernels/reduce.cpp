@@ -1,6 +1,7 @@
 #include "tensor/kernels/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "tensor/check.h"
@@ -155,6 +156,17 @@ MaxResult max(const Tensor& t, int64_t dim, bool keepdim) {
     r.indices = r.indices.reshape(keep);
   }
   return r;
+}
+
+int64_t first_nonfinite(const Tensor& t, bool inf_too) {
+  if (!is_floating(t.dtype())) return -1;
+  Tensor c = t.contiguous();
+  return dispatch_float(c.dtype(), "first_nonfinite", [&]<class T>() -> int64_t {
+    const T* p = c.data<T>();
+    for (int64_t i = 0; i < c.numel(); ++i)
+      if (std::isnan(p[i]) || (inf_too && std::isinf(p[i]))) return i;
+    return -1;
+  });
 }
 
 }  // namespace gf::kernels

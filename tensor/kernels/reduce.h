@@ -16,4 +16,8 @@ struct MaxResult {
 };
 MaxResult max(const Tensor& t, int64_t dim, bool keepdim);
 
+// Index (row-major) of the first NaN, or with inf_too also ±Inf, in t; -1 when there is none or t
+// is not floating point. For anomaly mode and the trainer's checks before it writes weights.
+int64_t first_nonfinite(const Tensor& t, bool inf_too);
+
 }  // namespace gf::kernels

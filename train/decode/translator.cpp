@@ -39,7 +39,15 @@ Translator Translator::load(const std::string& path) {
     t.weights_file = p.string();
   }
   t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
-  SafetensorsFile f = load_safetensors(t.weights_file);
+  SafetensorsFile f;
+  try {
+    f = load_safetensors(t.weights_file);
+  } catch (const std::exception& e) {  // a damaged best.safetensors: the latest checkpoint may still serve
+    const bool best = fs::is_directory(p) && fs::exists(run_file(dir, "state.json"));
+    if (!best) throw;
+    GF_FAIL_AS(std::runtime_error, "{} (the run's latest checkpoint can be used instead: --model {})", e.what(),
+               run_file(dir, load_state(dir).model_file));
+  }
   try {
     t.net->module().load_state_dict(f.tensors, true);
   } catch (const std::exception& e) {  // name the file: a run folder holds several

@@ -6,9 +6,11 @@
 //   optim-NNNNNNN.safetensors   Adam state for the same step
 //   best.safetensors            the weights with the lowest validation loss so far
 //   state.json                  which files are current + progress; written last
+//   state.prev.json             the checkpoint before (its model-/optim- files are kept too)
 // Every file is written atomically (temp file, fsync, rename). state.json is replaced only after
 // the files it names are complete, so a run killed at any moment leaves the previous state.json
-// pointing at a complete, loadable checkpoint. Files it no longer names are deleted afterwards.
+// pointing at a complete, loadable checkpoint. Files neither state names are deleted afterwards.
+// If the current checkpoint's files are later found damaged, --resume falls back to the previous.
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@ struct RunState {
   std::string model_file, optim_file;  // relative to the folder
   std::vector<CurvePoint> train_curve, valid_curve;
   int64_t skipped_long = 0;
+  int64_t skipped_nonfinite = 0;  // steps skipped by --skip-nonfinite
 };
 
 std::string state_to_json(const RunState& s);
@@ -40,6 +43,15 @@ void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::st
                      const std::map<std::string, Tensor>& optimizer, const std::map<std::string, std::string>& metadata);
 // Reads state.json; throws naming the file when absent or malformed.
 RunState load_state(const std::string& dir);
+
+// state.json and state.prev.json, newest first, as far as they exist; a malformed one has its
+// error instead of a state. For resuming from the newest checkpoint that loads.
+struct SavedState {
+  std::string path;
+  RunState state;
+  std::string error;  // empty when `state` was read
+};
+std::vector<SavedState> saved_states(const std::string& dir);
 
 std::string read_text_file(const std::string& path);
 

@@ -8,10 +8,13 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "optim/adam.h"
@@ -19,6 +22,7 @@
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
 #include "tensor/kernels/random.h"
+#include "tensor/kernels/reduce.h"
 #include "train/loop/average.h"
 #include "train/loop/batch_loss.h"
 #include "train/data/batching.h"
@@ -26,6 +30,7 @@
 #include "train/eval/score.h"
 #include "train/loop/checkpoint.h"
 #include "train/loop/grad_stats.h"
+#include "train/loop/interrupt.h"
 #include "train/loop/model.h"
 #include "train/loop/progress.h"
 #include "train/data/run_data.h"
@@ -63,6 +68,8 @@ class Run {
   Run(const RunConfig& config, const TrainOptions& opt) : config_(config), opt_(opt) {}
 
   TrainResult go() {
+    std::optional<InterruptGuard> signals;
+    if (opt_.handle_signals) signals.emplace();
     setup();
     print_setup();
     start_ = now_seconds();
@@ -74,6 +81,9 @@ class Run {
     }
     progress_.clear();
     finish(stopped);
+    if (interrupted())
+      throw Interrupted(interrupt_signal(), fmt::format("interrupted by {} at step {}; checkpoint saved in {}; continue with: gradflow train --resume {}",
+                                                        interrupt_signal() == SIGINT ? "Ctrl-C (SIGINT)" : "SIGTERM", state_.step, opt_.out, opt_.out));
     if (opt_.final_eval && !data_.test.empty()) report();
     return result_;
   }
@@ -81,7 +91,7 @@ class Run {
  private:
   // ---------------------------------------------------------------- setup
   void setup() {
-    fs::create_directories(opt_.out);
+    prepare_run_folder();
     data_ = load_run_data(config_);
     GF_CHECK_AS(std::runtime_error, !data_.train.empty(), "train: the training split ({}) is empty{}", data_.train_name,
                 data_.skipped_empty ? fmt::format(" ({} pairs with an empty side were skipped while reading)", data_.skipped_empty) : "");
@@ -105,6 +115,23 @@ class Run {
     file_meta_ = {{"format", "gradflow"}, {"config", config_.to_json()}};
   }
 
+  // Checkpoints go into the run folder: one that cannot be written is refused now, not after the
+  // first epoch's training.
+  void prepare_run_folder() const {
+    std::error_code ec;
+    fs::create_directories(opt_.out, ec);
+    GF_CHECK_AS(std::runtime_error, !ec, "train: cannot create the run folder '{}': {}", opt_.out, ec.message());
+    const std::string probe = run_file(opt_.out, ".write-check");
+    try {
+      write_file_atomic(probe, "");
+    } catch (const std::exception& e) {
+      GF_FAIL_AS(std::runtime_error, "train: cannot write in the run folder '{}': {}", opt_.out, e.what());
+    }
+    fs::remove(probe, ec);
+    if (const size_t n = remove_abandoned_temp_files(opt_.out))
+      fmt::print(stderr, "train: removed {} temporary file(s) left in {} by a run killed while saving\n", n, opt_.out);
+  }
+
   // Whitespace vocabularies are counted from the training split; subword models are learnt from
   // it, and their pieces are the vocabularies. A resumed run reads back what the first one saved.
   void setup_vocabularies() {
@@ -126,12 +153,54 @@ class Run {
     write_file_atomic(run_file(opt_.out, "config.json"), config_.to_json());
   }
 
+  // From state.json's checkpoint, or, when its files cannot be loaded, from state.prev.json's.
   void resume() {
-    state_ = load_state(opt_.out);
-    net_->module().load_state_dict(load_safetensors(run_file(opt_.out, state_.model_file)).tensors, true);
-    adam_->load_state_dict(load_safetensors(run_file(opt_.out, state_.optim_file)).tensors);
-    GF_CHECK_AS(std::runtime_error, adam_->steps() == state_.step, "{}: optimizer state is at step {} but the run state says {}", opt_.out,
-                adam_->steps(), state_.step);
+    const std::vector<SavedState> saved = saved_states(opt_.out);
+    if (saved.empty()) (void)load_state(opt_.out);  // throws its "has no state.json" error
+    std::string failures;
+    for (const SavedState& st : saved) {
+      std::string why = st.error.empty() ? try_load_checkpoint(st.state) : st.error;
+      if (why.empty()) {
+        state_ = st.state;
+        saved_step_ = state_.step;
+        if (!failures.empty())
+          fmt::print(stderr, "warning: resuming from the previous checkpoint ({}, step {}) because the newer one cannot be loaded:{}\n",
+                     st.path, state_.step, failures);
+        check_best_weights();
+        return;
+      }
+      failures += fmt::format("\n  {}: {}", st.path, why);
+    }
+    GF_FAIL_AS(std::runtime_error, "train --resume: no loadable checkpoint in '{}':{}", opt_.out, failures);
+  }
+
+  // Loads the weights and optimizer state a saved state names; returns what failed, or "".
+  std::string try_load_checkpoint(const RunState& st) {
+    try {
+      net_->module().load_state_dict(load_safetensors(run_file(opt_.out, st.model_file)).tensors, true);
+      adam_->load_state_dict(load_safetensors(run_file(opt_.out, st.optim_file)).tensors);
+      GF_CHECK_AS(std::runtime_error, adam_->steps() == st.step, "optimizer state is at step {} but the run state says {}", adam_->steps(), st.step);
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+
+  // best.safetensors is read only by the final report: a damaged one is found now, not after the
+  // whole run, and the next validation writes it again.
+  void check_best_weights() {
+    const std::string best = run_file(opt_.out, "best.safetensors");
+    std::string problem = "is missing";
+    if (fs::exists(best)) {
+      try {
+        (void)load_safetensors(best);
+        return;
+      } catch (const std::exception& e) {
+        problem = fmt::format("cannot be read ({})", e.what());
+      }
+    }
+    fmt::print(stderr, "warning: {} {}; the next validation writes it again\n", best, problem);
+    state_.best_valid_loss = 1e300;
   }
 
   void print_setup() const {
@@ -170,33 +239,112 @@ class Run {
     epoch_tokens_ = 0;
     const size_t first = static_cast<size_t>(state_.batch_in_epoch);  // > 0 after a mid-epoch resume
     for (size_t bi = first; bi < order.size(); ++bi) {
-      if (step_budget_spent()) return true;
+      if (step_budget_spent() || interrupted()) return true;
       const Batch batch = plan_->batch(order[bi]);
-      const double loss = step(batch);
+      const double loss = step(batch, bi, order.size());
       state_.batch_in_epoch = static_cast<int64_t>(bi) + 1;
-      record(loss, batch);
+      if (std::isfinite(loss)) record(loss, batch);  // a skipped step has none
       if (!opt_.quiet) show_progress(bi, first, order.size());
     }
     return false;
   }
 
   // One optimizer step on a batch; returns its loss. Dropout masks depend only on (seed, step).
-  double step(const Batch& batch) {
+  // A loss or gradient that is NaN or Inf never reaches the weights (non_finite_step).
+  double step(const Batch& batch, size_t bi, size_t batches) {
     default_generator().seed(step_seed(config_.seed, state_.step));
     if (grad_stats_) grad_stats_->begin_step(state_.step + 1, batch);
-    Variable loss = net_->loss(batch, config_.label_smoothing);
+    Variable loss = forward_loss(batch);
     adam_->zero_grad();
     loss.backward();
-    if (grad_stats_) grad_stats_->after_backward();
-    optim::scheduled_update(*adam_, params_, config_.clip, config_.lr, state_.step, config_.warmup);
     const double l = loss.item();
+    const double norm = optim::grad_norm(params_);
+    if (grad_stats_) grad_stats_->after_backward();
+    if (!std::isfinite(l) || !std::isfinite(norm)) return non_finite_step(batch, l, norm, bi, batches);
+    bad_in_a_row_ = 0;
+    optim::scheduled_update(*adam_, params_, config_.clip, config_.lr, state_.step, config_.warmup, norm);
     if (grad_stats_) grad_stats_->after_update(l, adam_->lr());
-    if (!std::isfinite(l)) {
-      if (grad_stats_) grad_stats_->write_svg();  // the diverging run's picture is the one wanted
-      GF_FAIL_AS(std::runtime_error, "train: loss became {} at step {}; lower --lr?", l, state_.step + 1);
-    }
     state_.step += 1;
     return l;
+  }
+
+  Variable forward_loss(const Batch& batch) {
+    Variable loss = net_->loss(batch, config_.label_smoothing);
+    return poison_pending() ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
+  }
+
+  // For the fault tests: GRADFLOW_TEST_NAN_AT_STEP=N makes the first batch tried as step N give a
+  // NaN loss, made by an op of the graph (so anomaly mode finds it), as one bad batch would.
+  bool poison_pending() const {
+    static const long long at = [] {
+      const char* v = std::getenv("GRADFLOW_TEST_NAN_AT_STEP");
+      return v ? std::atoll(v) : -1LL;
+    }();
+    return !poisoned_ && state_.step + 1 == at;
+  }
+
+  // The step's loss or gradient norm is NaN/Inf. The weights are left as they were; the batch is
+  // re-run in anomaly mode to name the first op that made a NaN. Then the run stops, or, with
+  // --skip-nonfinite, goes on to the next batch (unless every batch fails: the model has diverged).
+  double non_finite_step(const Batch& batch, double loss, double norm, size_t bi, size_t batches) {
+    const std::string anomaly = first_bad_op(batch);
+    poisoned_ = poisoned_ || poison_pending();
+    adam_->zero_grad();
+    if (grad_stats_) {  // the diverging step's picture is the one wanted
+      grad_stats_->after_update(loss, adam_->lr());
+      grad_stats_->write_svg();
+    }
+    const std::string what = fmt::format("step {} (epoch {}, batch {} of {}) gave loss {} and gradient norm {}", state_.step + 1, state_.epoch,
+                                         bi + 1, batches, loss, norm);
+    const std::string found = anomaly.empty() ? "anomaly mode, re-running that batch, found no op whose output or gradient is NaN "
+                                                "(so a value overflowed to Inf)"
+                                              : "anomaly mode, re-running that batch: " + anomaly;
+    ++bad_in_a_row_;
+    if (opt_.skip_nonfinite && bad_in_a_row_ < kMaxBadInARow) {
+      state_.skipped_nonfinite += 1;
+      progress_.clear();
+      fmt::print(stderr, "warning: skipped {}; the weights were not updated ({} step(s) skipped so far). {}\n", what, state_.skipped_nonfinite, found);
+      return NAN;
+    }
+    const std::string last = state_.model_file.empty() ? "no checkpoint was written yet"
+                                                       : fmt::format("the last checkpoint ({}, step {}) is untouched", state_.model_file, saved_step_);
+    GF_FAIL_AS(std::runtime_error,
+               "train: {}{}.\n  {}.\n  Check the masks before the learning rate: a fully masked attention row or an empty sequence is the "
+               "usual cause of a NaN; if they are right, lower --lr (now {}) or set --clip (now {}).\n  The weights were not updated by that "
+               "step and {} in {}.{}",
+               what, bad_in_a_row_ > 1 ? fmt::format(", bad batch number {} in a row: the model has diverged, skipping cannot help", bad_in_a_row_) : "",
+               found, config_.lr, config_.clip, last, opt_.out, opt_.skip_nonfinite ? "" : " --skip-nonfinite skips such steps instead of stopping.");
+  }
+
+  // Re-runs the batch with the same dropout masks in anomaly mode; returns its report, or "".
+  std::string first_bad_op(const Batch& batch) {
+    default_generator().seed(step_seed(config_.seed, state_.step));
+    AnomalyGuard anomaly;
+    std::string report;
+    try {
+      Variable loss = forward_loss(batch);
+      adam_->zero_grad();
+      loss.backward();
+    } catch (const std::exception& e) {
+      report = e.what();
+    }
+    return report;
+  }
+
+  // Never write NaN/Inf weights or optimizer state over good ones.
+  void check_finite(const std::map<std::string, Tensor>& tensors, const std::string& file) const {
+    for (const auto& [name, t] : tensors) {
+      const int64_t i = kernels::first_nonfinite(t, true);
+      GF_CHECK_AS(std::runtime_error, i < 0,
+                  "train: not writing {}: {} holds a NaN or Inf (element {}) after step {}; an update overflowed: lower --lr (now {}) or set "
+                  "--clip. Files already in {} are untouched.",
+                  file, name, i, state_.step, config_.lr, opt_.out);
+    }
+  }
+
+  void save_weights(const std::string& file, const std::map<std::string, Tensor>& weights) {
+    check_finite(weights, file);
+    save_safetensors(file, weights, file_meta_);
   }
 
   // The loss into the result, the recent average and the 20-step training curve.
@@ -243,7 +391,7 @@ class Run {
     const bool best = valid < state_.best_valid_loss;
     if (best) {
       state_.best_valid_loss = valid;
-      save_safetensors(run_file(opt_.out, "best.safetensors"), net_->module().state_dict(), file_meta_);
+      save_weights(run_file(opt_.out, "best.safetensors"), net_->module().state_dict());
     }
     const double dt = now_seconds() - epoch_start_;
     fmt::print("epoch {} done: step {}, valid loss {:.4f} (ppl {:.2f}){}, {:.0f} tgt tok/s, {} elapsed\n", state_.epoch, state_.step, valid,
@@ -258,7 +406,7 @@ class Run {
 
   // The finished epoch's weights join the last --average-last kept for averaging; older ones go.
   void keep_epoch_weights(int64_t epoch) {
-    save_safetensors(epoch_weight_file(opt_.out, epoch), net_->module().state_dict(), file_meta_);
+    save_weights(epoch_weight_file(opt_.out, epoch), net_->module().state_dict());
     std::vector<std::string> kept = epoch_weight_files(opt_.out);
     std::error_code ec;
     for (size_t i = 0; i + static_cast<size_t>(config_.average_last) < kept.size(); ++i) fs::remove(kept[i], ec);
@@ -282,7 +430,11 @@ class Run {
   void checkpoint() {
     state_.train_seconds = elapsed();
     maybe_die_in_save(++saves_);
-    save_checkpoint(opt_.out, state_, net_->module().state_dict(), adam_->state_dict(), file_meta_);
+    const std::map<std::string, Tensor> weights = net_->module().state_dict(), optimizer = adam_->state_dict();
+    check_finite(weights, "a checkpoint");
+    check_finite(optimizer, "a checkpoint");
+    save_checkpoint(opt_.out, state_, weights, optimizer, file_meta_);
+    saved_step_ = state_.step;
     std::vector<std::pair<double, double>> tr, va;
     for (auto& p : state_.train_curve) tr.emplace_back(p.step, p.loss);
     for (auto& p : state_.valid_curve) va.emplace_back(p.step, p.loss);
@@ -292,11 +444,11 @@ class Run {
 
   void finish(bool stopped) {
     if (stopped) {
-      checkpoint();  // mid-epoch: resume continues with the next batch of this epoch
-      fmt::print("stopped by the budget at step {} (epoch {}, batch {}); checkpoint saved\n", state_.step, state_.epoch, state_.batch_in_epoch);
+      if (saved_step_ != state_.step) checkpoint();  // mid-epoch: resume continues with the next batch of this epoch
+      fmt::print("{} at step {} (epoch {}, batch {}); checkpoint saved in {} ({})\n", interrupted() ? "interrupted" : "stopped by the budget",
+                 state_.step, state_.epoch, state_.batch_in_epoch, opt_.out, state_.model_file);
     }
-    if (!fs::exists(run_file(opt_.out, "best.safetensors")))
-      save_safetensors(run_file(opt_.out, "best.safetensors"), net_->module().state_dict(), file_meta_);
+    if (!fs::exists(run_file(opt_.out, "best.safetensors"))) save_weights(run_file(opt_.out, "best.safetensors"), net_->module().state_dict());
     write_average();
     result_.steps = state_.step;
     result_.train_seconds = elapsed();
@@ -328,6 +480,9 @@ class Run {
   }
 
   static constexpr int kCurveEvery = 20;  // steps averaged into one point of the training curve
+  static constexpr int kMaxBadInARow = 10;  // --skip-nonfinite stops after this many bad batches in a row
+
+  bool interrupted() const { return opt_.handle_signals && interrupt_signal() != 0; }
 
   RunConfig config_;
   const TrainOptions& opt_;
@@ -349,7 +504,9 @@ class Run {
   double start_ = 0, seconds_before_ = 0, epoch_start_ = 0;
   int64_t tokens_this_call_ = 0, epoch_tokens_ = 0, recent_n_ = 0;
   double recent_loss_ = 0, curve_sum_ = 0;
-  int curve_n_ = 0, saves_ = 0;
+  int curve_n_ = 0, saves_ = 0, bad_in_a_row_ = 0;
+  int64_t saved_step_ = -1;
+  bool poisoned_ = false;  // GRADFLOW_TEST_NAN_AT_STEP has fired  // the step of the last checkpoint written or resumed from
 };
 
 }  // namespace

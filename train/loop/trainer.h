@@ -17,6 +17,8 @@ struct TrainOptions {
   bool final_eval = true;   // decode the test split at the end (BLEU, exact match)
   bool quiet = false;       // no progress output
   int64_t grad_stats = 0;   // > 0: gradient statistics at step 1 and every this many steps (train/loop/grad_stats.h)
+  bool skip_nonfinite = false;  // skip a step whose loss or gradient is NaN/Inf instead of stopping
+  bool handle_signals = false;  // SIGINT/SIGTERM save a checkpoint and end the run (train/loop/interrupt.h)
 };
 
 struct TrainResult {

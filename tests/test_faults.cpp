@@ -1,0 +1,390 @@
+// Faults during training, each caused for real in a child `gradflow train`: kill -9 in the middle
+// of checkpoint files, a write that fails (the file-size limit, as a full disk would), a read-only
+// run folder, a missing or truncated best.safetensors or latest checkpoint, NaN in the loss, an
+// update that overflows, and Ctrl-C / SIGTERM. Every time: the previous checkpoint stays loadable,
+// the error says what failed and where, and --resume continues from the last good one.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tensor/io/safetensors.h"
+#include "tests/temp_dir.h"
+#include "train/decode/translator.h"
+#include "train/loop/checkpoint.h"
+
+using namespace gf;
+using namespace gf::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string gradflow_binary() { return std::string(GRADFLOW_BINARY_DIR) + "/gradflow"; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// How a child gradflow is started: extra environment, limits, and who it runs as.
+struct ChildOptions {
+  std::vector<std::string> env;    // "NAME=value"
+  long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (SIGXFSZ ignored: the write fails with EFBIG)
+  bool as_nobody = false;          // root only: run as uid/gid 65534, so file permissions apply
+};
+
+struct Child {
+  pid_t pid = -1;
+  fs::path out, err;
+};
+
+// Starts `binary args...` with stdout and stderr in files beside `logs`.
+Child start(const std::string& binary, const std::vector<std::string>& args, const fs::path& logs, const ChildOptions& o = {}) {
+  Child c;
+  c.out = logs.string() + ".out";
+  c.err = logs.string() + ".err";
+  c.pid = ::fork();
+  REQUIRE(c.pid >= 0);
+  if (c.pid == 0) {
+    int fo = ::open(c.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666), fe = ::open(c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fo < 0 || fe < 0) ::_exit(125);
+    ::dup2(fo, 1), ::dup2(fe, 2);
+    ::signal(SIGINT, SIG_DFL), ::signal(SIGTERM, SIG_DFL);  // whatever the test runner set
+    for (const std::string& kv : o.env) ::putenv(const_cast<char*>(kv.c_str()));
+    if (o.file_size_limit >= 0) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      rlimit r{static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
+      if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(126);
+    }
+    if (o.as_nobody && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(127);
+    std::vector<char*> argv{const_cast<char*>(binary.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(124);
+  }
+  return c;
+}
+
+// Waits at most `seconds`; a child still running then is killed and the test fails (never hangs).
+int wait_for(const Child& c, double seconds = 120) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (::waitpid(c.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(c.pid, SIGKILL);
+      ::waitpid(c.pid, &status, 0);
+      FAIL("gradflow did not end within ", seconds, " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return status;
+}
+
+struct Ran {
+  int status = 0;
+  std::string out, err;
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+  bool killed_by(int sig) const { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }
+};
+
+Ran run(const std::string& binary, const std::vector<std::string>& args, const fs::path& logs, const ChildOptions& o = {}) {
+  Child c = start(binary, args, logs, o);
+  Ran r;
+  r.status = wait_for(c);
+  r.out = slurp(c.out), r.err = slurp(c.err);
+  return r;
+}
+
+// A 1,200-pair corpus and a model small enough that an epoch takes well under a second.
+struct Setup {
+  test::TempDir tmp{"gf_faults"};
+  fs::path data = tmp.path / "data";
+  Setup() {
+    Ran r = run(gradflow_binary(), {"corpus", "--size", "1200", "--out", data.string()}, tmp.path / "corpus");
+    REQUIRE(r.exit_code() == 0);
+  }
+  std::vector<std::string> train_args(const fs::path& out, int epochs) const {
+    return {"train", "--data", data.string(), "--src", "en", "--tgt", "ko", "--out", out.string(), "--d-model", "32", "--heads", "2",
+            "--layers", "1", "--ff", "64", "--max-tokens", "1024", "--samples", "0", "--quiet", "--epochs", std::to_string(epochs)};
+  }
+  static std::vector<std::string> resume_args(const fs::path& out, int epochs) {
+    return {"train", "--resume", out.string(), "--samples", "0", "--quiet", "--epochs", std::to_string(epochs)};
+  }
+  fs::path trained(const std::string& name, int epochs) const {
+    fs::path out = tmp.path / name;
+    Ran r = run(gradflow_binary(), train_args(out, epochs), tmp.path / (name + "-train"));
+    INFO(r.err);
+    REQUIRE(r.exit_code() == 0);
+    return out;
+  }
+};
+
+// Every file of a folder, name -> bytes.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::directory_iterator(dir)) m[e.path().filename().string()] = slurp(e.path());
+  return m;
+}
+
+int temp_files(const fs::path& dir) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().find(".tmp-") != std::string::npos;
+  return n;
+}
+
+// The checkpoint state.json names loads, and so does the model gradflow translate would use.
+void check_loadable(const fs::path& dir) {
+  RunState s = load_state(dir.string());
+  CHECK_NOTHROW(load_safetensors((dir / s.model_file).string()));
+  CHECK_NOTHROW(load_safetensors((dir / s.optim_file).string()));
+  CHECK_NOTHROW(Translator::load(dir.string()));
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 in the middle of checkpoint files, at ten points: the run always resumes") {
+  Setup s;
+  // The bytes a run writes: config and vocabularies, then per epoch best, model and optimizer
+  // files (and small state/svg files). Kill points spread over the first three epochs' writes.
+  const fs::path ref = s.trained("reference", 1);
+  const double head = static_cast<double>(fs::file_size(ref / "config.json") + fs::file_size(ref / "vocab.src.txt") +
+                                          fs::file_size(ref / "vocab.tgt.txt"));
+  const RunState rs = load_state(ref.string());
+  const double epoch_bytes = static_cast<double>(2 * fs::file_size(ref / rs.model_file) + fs::file_size(ref / rs.optim_file));
+  int resumed = 0, torn = 0;
+  for (double f : {0.05, 0.2, 0.45, 0.7, 0.9, 1.1, 1.35, 1.6, 1.85, 2.3}) {
+    const long long at = static_cast<long long>(head + f * epoch_bytes);
+    CAPTURE(at);
+    const fs::path out = s.tmp.path / fmt::format("killed-{}", at);
+    Ran r = run(gradflow_binary(), s.train_args(out, 4), s.tmp.path / "killed", {{fmt::format("GRADFLOW_TEST_KILL_AFTER_BYTES={}", at)}});
+    REQUIRE(r.killed_by(SIGKILL));
+    torn += temp_files(out) > 0;  // killed inside a file: its partial temporary copy is left behind
+    if (!fs::exists(out / "state.json")) {
+      CHECK(f < 1.0);  // only a kill during the first epoch's files leaves no checkpoint yet
+      Ran anew = run(gradflow_binary(), s.train_args(out, 1), s.tmp.path / "anew");  // the same --out starts over
+      CHECK(anew.exit_code() == 0);
+      CHECK(temp_files(out) == 0);
+      continue;
+    }
+    check_loadable(out);
+    Ran again = run(gradflow_binary(), Setup::resume_args(out, 4), s.tmp.path / "resume");
+    INFO(again.err);
+    CHECK(again.exit_code() == 0);
+    CHECK(load_state(out.string()).epoch == 5);
+    CHECK(temp_files(out) == 0);  // resume removed what the killed writer left
+    ++resumed;
+  }
+  CHECK(torn >= 6);  // most kills landed inside a file, not between files
+  CHECK(resumed == 5);  // the five kill points after the first epoch's files
+}
+
+TEST_CASE("a write that fails (file-size limit, as a full disk) stops the run, names the file, and loses nothing") {
+  Setup s;
+  const fs::path out = s.trained("full", 1);
+  const auto before = snapshot(out);
+  const long long limit = static_cast<long long>(fs::file_size(out / "best.safetensors") / 2);
+  Ran r = run(gradflow_binary(), Setup::resume_args(out, 3), s.tmp.path / "full-resume", {.file_size_limit = limit});
+  INFO(r.err);
+  CHECK(r.exit_code() == 1);
+  CHECK(r.err.find("File too large") != std::string::npos);
+  CHECK(r.err.find(out.string() + "/") != std::string::npos);  // names the file it was writing
+  CHECK(r.err.find(".safetensors") != std::string::npos);
+  CHECK(snapshot(out) == before);  // nothing replaced, no temporary file left
+  check_loadable(out);
+  Ran again = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "full-again");
+  CHECK(again.exit_code() == 0);
+  CHECK(load_state(out.string()).epoch == 3);
+}
+
+TEST_CASE("a read-only run folder is refused before training, naming the folder; nothing changes") {
+  Setup s;
+  const fs::path out = s.trained("readonly", 1);
+  // Root ignores permissions; then the child runs as nobody, from a copy of the binary it may read.
+  const bool root = ::geteuid() == 0;
+  std::string binary = gradflow_binary();
+  if (root) {
+    binary = (s.tmp.path / "gradflow").string();
+    fs::copy_file(gradflow_binary(), binary);
+    fs::permissions(s.tmp.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                                    fs::perms::others_exec);
+    fs::permissions(s.data, fs::perms::others_read | fs::perms::others_exec, fs::perm_options::add);
+  }
+  fs::permissions(out, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  const auto before = snapshot(out);
+  Ran r = run(binary, Setup::resume_args(out, 2), s.tmp.path / "ro-resume", {.as_nobody = root});
+  INFO(r.err);
+  CHECK(r.exit_code() == 1);
+  CHECK(r.err.find("Permission denied") != std::string::npos);
+  CHECK(r.err.find("run folder '" + out.string() + "'") != std::string::npos);
+  CHECK(r.out.find("epoch 2 done") == std::string::npos);  // refused at the start, not after an epoch
+  // A new run inside a read-only parent: the same early refusal.
+  Ran fresh = run(binary, s.train_args(out / "sub", 1), s.tmp.path / "ro-new", {.as_nobody = root});
+  CHECK(fresh.exit_code() == 1);
+  CHECK(fresh.err.find(out.string()) != std::string::npos);
+  fs::permissions(out, fs::perms::owner_write, fs::perm_options::add);
+  CHECK(snapshot(out) == before);
+  check_loadable(out);
+}
+
+TEST_CASE("a missing or truncated best.safetensors: translate says which file and what to use; resume rewrites it") {
+  Setup s;
+  const fs::path out = s.trained("best", 1);
+  const std::string best = (out / "best.safetensors").string();
+  const std::string bytes = slurp(best);
+  std::ofstream(best, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  Ran t = run(gradflow_binary(), {"translate", "--model", out.string(), "--input", (s.data / "test.en").string()}, s.tmp.path / "tr");
+  INFO(t.err);
+  CHECK(t.exit_code() == 1);
+  CHECK(t.err.find(best) != std::string::npos);
+  CHECK(t.err.find("--model " + (out / load_state(out.string()).model_file).string()) != std::string::npos);
+  Ran r = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "best-resume");
+  CHECK(r.exit_code() == 0);
+  CHECK(r.err.find("warning: " + best + " cannot be read") != std::string::npos);
+  CHECK_NOTHROW(load_safetensors(best));  // the next validation wrote it again
+  fs::remove(best);
+  Ran m = run(gradflow_binary(), Setup::resume_args(out, 3), s.tmp.path / "best-missing");
+  CHECK(m.exit_code() == 0);
+  CHECK(m.err.find("warning: " + best + " is missing") != std::string::npos);
+  CHECK_NOTHROW(load_safetensors(best));
+}
+
+TEST_CASE("a damaged latest checkpoint: resume falls back to the previous one and says so") {
+  Setup s;
+  const fs::path out = s.trained("damaged", 2);
+  const RunState latest = load_state(out.string());
+  const std::string model = (out / latest.model_file).string();
+  const std::string bytes = slurp(model);
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << bytes.substr(0, 1000);
+  Ran r = run(gradflow_binary(), Setup::resume_args(out, 1), s.tmp.path / "damaged-resume");
+  INFO(r.err);
+  CHECK(r.exit_code() == 0);
+  CHECK(r.err.find("resuming from the previous checkpoint") != std::string::npos);
+  CHECK(r.err.find(latest.model_file) != std::string::npos);
+  const RunState now = load_state(out.string());
+  CHECK(now.epoch == 3);  // epoch 2 was trained again from the epoch-1 checkpoint
+  CHECK(now.step == latest.step);
+  // With both damaged, the error lists both.
+  for (const SavedState& st : saved_states(out.string())) {
+    const std::string f = (out / st.state.model_file).string();
+    std::ofstream(f, std::ios::binary | std::ios::trunc) << "x";
+  }
+  Ran both = run(gradflow_binary(), Setup::resume_args(out, 1), s.tmp.path / "damaged-both");
+  CHECK(both.exit_code() == 1);
+  CHECK(both.err.find("no loadable checkpoint") != std::string::npos);
+  CHECK(both.err.find("state.json") != std::string::npos);
+  CHECK(both.err.find("state.prev.json") != std::string::npos);
+}
+
+TEST_CASE("NaN in the loss: the run stops naming the step and the op, or skips it with --skip-nonfinite") {
+  Setup s;
+  const fs::path out = s.trained("nan", 1);
+  const auto before = snapshot(out);
+  const int64_t step = load_state(out.string()).step + 3;
+  const ChildOptions poison{{fmt::format("GRADFLOW_TEST_NAN_AT_STEP={}", step)}};
+  Ran r = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "nan-stop", poison);
+  INFO(r.err);
+  CHECK(r.exit_code() == 1);
+  CHECK(r.err.find(fmt::format("step {} (epoch 2, batch 3 of", step)) != std::string::npos);
+  CHECK(r.err.find("anomaly mode, re-running that batch: anomaly: forward of mul_scalar") != std::string::npos);
+  CHECK(r.err.find("Check the masks before the learning rate") != std::string::npos);
+  CHECK(r.err.find("is untouched") != std::string::npos);
+  CHECK(snapshot(out) == before);
+
+  Ran skip = run(gradflow_binary(), [&] { auto a = Setup::resume_args(out, 2); a.push_back("--skip-nonfinite"); return a; }(),
+                 s.tmp.path / "nan-skip", poison);
+  INFO(skip.err);
+  CHECK(skip.exit_code() == 0);
+  CHECK(skip.err.find(fmt::format("warning: skipped step {}", step)) != std::string::npos);
+  const RunState after = load_state(out.string());
+  CHECK(after.skipped_nonfinite == 1);
+  CHECK(after.epoch == 3);
+}
+
+TEST_CASE("a diverging run stops at the first NaN naming the op; an overflow to Inf is never checkpointed") {
+  Setup s;
+  // lr 1e30: step 1's update makes the weights huge, step 2's attention scores NaN.
+  const fs::path out = s.tmp.path / "diverge";
+  auto args = s.train_args(out, 1);
+  for (const char* a : {"--lr", "1e30", "--warmup", "1", "--clip", "0"}) args.push_back(a);
+  Ran r = run(gradflow_binary(), args, s.tmp.path / "diverge");
+  INFO(r.err);
+  CHECK(r.exit_code() == 1);
+  CHECK(r.err.find("step 2 (epoch 1, batch 2 of") != std::string::npos);
+  CHECK(r.err.find("produced NaN") != std::string::npos);
+  CHECK(r.err.find("created in ") != std::string::npos);  // the module it came from
+  CHECK(r.err.find("no checkpoint was written yet") != std::string::npos);
+  CHECK(!fs::exists(out / "state.json"));
+  args.push_back("--skip-nonfinite");
+  fs::remove_all(out);
+  Ran skip = run(gradflow_binary(), args, s.tmp.path / "diverge-skip");
+  CHECK(skip.exit_code() == 1);
+  CHECK(skip.err.find("bad batch number 10 in a row: the model has diverged") != std::string::npos);
+
+  // lr 1e39: one update takes float32 weights to Inf; --steps 1 then tries to checkpoint them.
+  const fs::path inf = s.tmp.path / "inf";
+  auto a2 = s.train_args(inf, 1);
+  for (const char* a : {"--lr", "1e39", "--warmup", "1", "--clip", "0", "--steps", "1"}) a2.push_back(a);
+  Ran o = run(gradflow_binary(), a2, s.tmp.path / "inf");
+  INFO(o.err);
+  CHECK(o.exit_code() == 1);
+  CHECK(o.err.find("not writing a checkpoint") != std::string::npos);
+  CHECK(o.err.find("holds a NaN or Inf") != std::string::npos);
+  CHECK(!fs::exists(inf / "state.json"));
+  for (const auto& e : fs::directory_iterator(inf)) CHECK(e.path().extension() != ".safetensors");
+}
+
+TEST_CASE("Ctrl-C saves a checkpoint, says where and exits 130; SIGTERM 143; a second Ctrl-C ends it at once") {
+  Setup s;
+  for (int sig : {SIGINT, SIGTERM}) {
+    CAPTURE(sig);
+    const fs::path out = s.tmp.path / fmt::format("signal-{}", sig);
+    Child c = start(gradflow_binary(), s.train_args(out, 1000), s.tmp.path / "signal");
+    // Once the first epoch's checkpoint exists the run is mid-way through epoch 2 or later.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(out / "state.json") && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::kill(c.pid, sig);
+    const int status = wait_for(c, 60);
+    const std::string err = slurp(c.err);
+    INFO(err);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + sig);
+    const RunState st = load_state(out.string());
+    CHECK(err.find(fmt::format("interrupted by {} at step {}; checkpoint saved in {}", sig == SIGINT ? "Ctrl-C (SIGINT)" : "SIGTERM", st.step,
+                               out.string())) != std::string::npos);
+    CHECK(err.find("gradflow train --resume " + out.string()) != std::string::npos);
+    check_loadable(out);
+    Ran again = run(gradflow_binary(), Setup::resume_args(out, 1), s.tmp.path / "signal-resume");
+    CHECK(again.exit_code() == 0);
+  }
+  // Two Ctrl-C 30 ms apart: the process ends within seconds (by the signal, or by the first one's
+  // checkpoint if that finished first), and the folder holds a loadable checkpoint.
+  const fs::path out = s.tmp.path / "twice";
+  Child c = start(gradflow_binary(), s.train_args(out, 1000), s.tmp.path / "twice");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(out / "state.json") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(c.pid, SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ::kill(c.pid, SIGINT);
+  const int status = wait_for(c, 10);
+  CHECK(((WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) || (WIFEXITED(status) && WEXITSTATUS(status) == 130)));
+  check_loadable(out);
+}
