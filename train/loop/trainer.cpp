@@ -157,10 +157,10 @@ class Run {
   void resume() {
     const std::vector<SavedState> saved = saved_states(opt_.out);
     if (saved.empty()) (void)load_state(opt_.out);  // throws its "has no state.json" error
-    std::string failures;
+    std::string failures;  // one line per saved state tried
     for (const SavedState& st : saved) {
-      std::string why = st.error.empty() ? try_load_checkpoint(st.state) : st.error;
-      if (why.empty()) {
+      const std::string load_error = st.error.empty() ? try_load_checkpoint(st.state) : "";
+      if (st.error.empty() && load_error.empty()) {
         state_ = st.state;
         saved_step_ = state_.step;
         if (!failures.empty())
@@ -169,7 +169,8 @@ class Run {
         check_best_weights();
         return;
       }
-      failures += fmt::format("\n  {}: {}", st.path, why);
+      const std::string why = st.error.empty() ? fmt::format("{}: {}", fs::path(st.path).filename().string(), load_error) : st.error;
+      failures += (saved.size() > 1 ? "\n  " : " ") + why;
     }
     GF_FAIL_AS(std::runtime_error, "train --resume: no loadable checkpoint in '{}':{}", opt_.out, failures);
   }

@@ -30,6 +30,9 @@ struct TrainResult {
   double tokens_per_second = 0;                         // target tokens, this call
 };
 
+// Throws std::runtime_error on bad data, an unwritable run folder, or a NaN/Inf loss or gradient
+// (naming the step and the op); with options.handle_signals, throws Interrupted (interrupt.h) after
+// saving a checkpoint on SIGINT/SIGTERM.
 TrainResult train_translator(const RunConfig& config, const TrainOptions& options);
 
 }  // namespace gf::train
