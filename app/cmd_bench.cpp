@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "autograd/grad_mode.h"
 #include "optim/adam.h"
 #include "tensor/check.h"
+#include "tensor/kernels/matmul.h"
 #include "tensor/kernels/random.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -82,6 +84,8 @@ Setup make_setup(const train::RunConfig& c) {
   return s;
 }
 
+double sgemm_peak_gflops();
+
 // The reference's bench: batches shuffled with the seed, 3 warm-up steps, then `steps` timed
 // training steps (forward, backward, clip, Adam, schedule). Where the reference would run out of
 // batches (a tiny data set) this continues with the next epoch's order instead.
@@ -120,16 +124,38 @@ Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
   int64_t ignored_tgt = 0, ignored_src = 0;
   for (int64_t i = 0; i < kWarmup; ++i) train_step(ignored_tgt, ignored_src);
   int64_t tgt_tokens = 0, src_tokens = 0;
+  const uint64_t flops0 = kernels::gemm_flops();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) train_step(tgt_tokens, src_tokens);
   const double dt = seconds_since(t0);
+  const double model_gflops = static_cast<double>(kernels::gemm_flops() - flops0) / dt / 1e9;
+  const double peak_gflops = sgemm_peak_gflops();
   Json info = s.info;
   info["steps"] = steps;
   info["seconds"] = round_to(dt, 3);
   info["tgt_tokens_per_s"] = round_to(static_cast<double>(tgt_tokens) / dt, 1);
   info["src_tokens_per_s"] = round_to(static_cast<double>(src_tokens) / dt, 1);
   info["peak_rss_mib"] = peak_rss_mib();
+  info["model_gflops_per_s"] = round_to(model_gflops, 2);  // forward + backward GEMM FLOPs, from the shapes
+  info["sgemm_peak_gflops_per_s"] = round_to(peak_gflops, 2);
+  info["mfu"] = round_to(model_gflops / peak_gflops, 3);
   return info;
+}
+
+// The machine's matrix-product peak as this process sees it: the median of 5 float32 GEMMs of
+// 2048 x 2048 x 2048 on the same threads and OpenBLAS kernel as the step (after one warm-up).
+double sgemm_peak_gflops() {
+  constexpr int64_t n = 2048;
+  Tensor a = Tensor::zeros({n, n}, DType::Float32), b = Tensor::zeros({n, n}, DType::Float32);  // (n, n)
+  a.fill_(0.5), b.fill_(0.25);
+  std::vector<double> gflops;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor c = kernels::matmul(a, b);  // (n, n)
+    if (rep > 0) gflops.push_back(2.0 * n * n * n / seconds_since(t0) / 1e9);
+  }
+  std::sort(gflops.begin(), gflops.end());
+  return gflops[gflops.size() / 2];
 }
 
 // The reference's decode: random weights in eval mode, the test sources in batches of
@@ -177,11 +203,6 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
   info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);
   info["peak_rss_mib"] = peak_rss_mib();
-  if (use_cache) {
-    info["kv_cache_bytes_per_target_token"] = stats.self_bytes_per_token;  // 2 x layers x kv_heads x head_dim x bytes
-    info["kv_cache_bytes_per_source_token"] = stats.cross_bytes_per_src_token;
-    info["kv_cache_peak_mib"] = round_to(static_cast<double>(stats.cache_bytes_peak) / (1 << 20), 2);
-  }
   if (use_cache) {
     info["kv_cache_bytes_per_target_token"] = stats.self_bytes_per_token;  // 2 x layers x kv_heads x head_dim x bytes
     info["kv_cache_bytes_per_source_token"] = stats.cross_bytes_per_src_token;

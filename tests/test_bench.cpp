@@ -86,9 +86,11 @@ TEST_CASE("gradflow bench train and decode print one JSON line with the referenc
     CHECK(j["max_tokens"] == 64);
     CHECK(j["blas_core"].is_string());
     for (const char* k : {"params", "src_vocab", "tgt_vocab", "heads", "layers", "ff", "seconds", "tgt_tokens_per_s", "src_tokens_per_s",
-                          "peak_rss_mib"})
+                          "peak_rss_mib", "model_gflops_per_s", "sgemm_peak_gflops_per_s", "mfu"})
       check_positive(j, k);
     CHECK(j["src_vocab"] == 14);  // 10 words + 4 specials
+    const double ratio = j["model_gflops_per_s"].get<double>() / j["sgemm_peak_gflops_per_s"].get<double>();
+    CHECK(j["mfu"].get<double>() == doctest::Approx(ratio).epsilon(0.02));  // up to the printed rounding
   }
   SUBCASE("decode") {
     Run r = run("bench decode --data " + dir.string() + kTiny + " --decode-batch 4");

@@ -202,3 +202,16 @@ TEST_CASE("linear agrees with matmul by the transposed weight, float32") {
   for (int64_t i = 0; i < want.numel(); ++i) want.flat_set(i, want.flat_get(i) + bias.flat_get(i % 9));
   CHECK(max_abs_diff(y, want) < 1e-4);
 }
+
+TEST_CASE("gemm_flops counts 2 m n k per product, forward and backward") {
+  Tensor a = Tensor::zeros({2, 3, 4}, DType::Float64), b = Tensor::zeros({4, 5}, DType::Float64);  // (2, 3, 4) (4, 5)
+  uint64_t before = kernels::gemm_flops();
+  Tensor c = kernels::matmul(a, b);  // (2, 3, 5): one GEMM of 6 x 5 x 4 after folding the batch
+  CHECK(kernels::gemm_flops() - before == 2 * 6 * 5 * 4);
+  Variable va(a, true), vb(b, true);
+  Variable out = matmul(va, vb);  // (2, 3, 5)
+  before = kernels::gemm_flops();
+  out.backward(Tensor::ones({2, 3, 5}, DType::Float64));
+  // grad a = g @ b^T (6 x 4 x 5), grad b = a^T @ g summed over the batch (4 x 5 x 6)
+  CHECK(kernels::gemm_flops() - before == 2 * 6 * 4 * 5 + 2 * 4 * 5 * 6);
+}

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <stdexcept>
@@ -40,11 +41,14 @@ void check_blas_size(int64_t v, const char* op) {
   GF_CHECK(v <= INT_MAX, "{}: dimension {} exceeds BLAS's int range", op, v);
 }
 
+std::atomic<uint64_t> g_gemm_flops{0};  // see gemm_flops()
+
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims.
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
           T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  g_gemm_flops.fetch_add(static_cast<uint64_t>(2 * m * n * k), std::memory_order_relaxed);
   if (k == 0) {  // an empty sum: BLAS would leave beta * C
     if (beta == T(0))
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
@@ -265,5 +269,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   });
   return out;
 }
+
+uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
 
 }  // namespace gf::kernels

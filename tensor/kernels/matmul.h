@@ -2,6 +2,8 @@
 // Matrix products on OpenBLAS. Operands whose last two dims are a row-major matrix or the
 // transpose of one (any leading dimension, e.g. a permuted or narrowed view) are handed to BLAS
 // in place through its transpose flags; other layouts are copied once with contiguous().
+#include <cstdint>
+
 #include "tensor/tensor.h"
 
 namespace gf::kernels {
@@ -18,5 +20,10 @@ Tensor matmul_sum_to(const Tensor& a, const Tensor& b, const Shape& shape);
 // x (..., in) @ weight (out, in)^T + bias (out) -> (..., out), as PyTorch's nn.Linear: one GEMM
 // over all leading dims. bias may be undefined (no bias).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// 2 * m * n * k summed over every GEMM handed to BLAS since the program started (all threads,
+// forward and backward): `gradflow bench train` divides its difference by the time for the rate
+// of matrix-product FLOPs the model ran at, to compare with the machine's sgemm peak.
+uint64_t gemm_flops();
 
 }  // namespace gf::kernels
