@@ -16,6 +16,7 @@
 #include "app/flags.h"
 #include "app/recipe_flags.h"
 #include "autograd/grad_mode.h"
+#include "autograd/profile.h"
 #include "optim/adam.h"
 #include "tensor/check.h"
 #include "tensor/kernels/matmul.h"
@@ -85,11 +86,12 @@ Setup make_setup(const train::RunConfig& c) {
 }
 
 double sgemm_peak_gflops();
+Json profile_table(double seconds, double update_seconds, int64_t steps);
 
 // The reference's bench: batches shuffled with the seed, 3 warm-up steps, then `steps` timed
 // training steps (forward, backward, clip, Adam, schedule). Where the reference would run out of
 // batches (a tiny data set) this continues with the next epoch's order instead.
-Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
+Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Setup& s) {
   constexpr int64_t kWarmup = 3;
   std::vector<train::EncodedPair> pairs = train::encode_pairs(s.train_pairs, s.src_vocab, s.tgt_vocab);
   train::BatchPlan plan(pairs, c.max_tokens);  // no --max-len cut: the reference keeps every pair
@@ -104,16 +106,20 @@ Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
   size_t next = 0;
   uint64_t epoch = 0;
   int64_t step = 0;
+  double update_seconds = 0;  // clipping and Adam, for the profile
   auto train_step = [&](int64_t& tgt_tokens, int64_t& src_tokens) {
     if (next == order.size()) order = plan.epoch_order(c.seed, ++epoch), next = 0;
     train::Batch batch = plan.batch(order[next++]);
     train::BatchTensors t = train::to_tensors(batch);
+    profile::mark();
     Variable loss = train::batch_loss(model, t, c.label_smoothing);  // scalar
     adam.zero_grad();
     loss.backward();
+    const auto t_update = std::chrono::steady_clock::now();
     optim::clip_grad_norm(params, c.clip);
     adam.set_lr(optim::warmup_inverse_sqrt(c.lr, step, c.warmup));
     adam.step();
+    update_seconds += seconds_since(t_update);
     ++step;
     const double l = loss.item();  // the reference's loss.item(): waits for the step, as here
     GF_CHECK_AS(std::runtime_error, std::isfinite(l), "bench: loss became {} at step {}", l, step);
@@ -125,9 +131,12 @@ Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
   for (int64_t i = 0; i < kWarmup; ++i) train_step(ignored_tgt, ignored_src);
   int64_t tgt_tokens = 0, src_tokens = 0;
   const uint64_t flops0 = kernels::gemm_flops();
+  update_seconds = 0;
+  if (profile_ops) profile::start();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) train_step(tgt_tokens, src_tokens);
   const double dt = seconds_since(t0);
+  profile::stop();
   const double model_gflops = static_cast<double>(kernels::gemm_flops() - flops0) / dt / 1e9;
   const double peak_gflops = sgemm_peak_gflops();
   Json info = s.info;
@@ -139,7 +148,37 @@ Json bench_train(const train::RunConfig& c, int64_t steps, Setup& s) {
   info["model_gflops_per_s"] = round_to(model_gflops, 2);  // forward + backward GEMM FLOPs, from the shapes
   info["sgemm_peak_gflops_per_s"] = round_to(peak_gflops, 2);
   info["mfu"] = round_to(model_gflops / peak_gflops, 3);
+  if (profile_ops) info["profile"] = profile_table(dt, update_seconds, steps);
   return info;
+}
+
+// Per op, per step: forward and backward milliseconds and MiB written, largest total time first;
+// then the optimizer and what no op accounts for. Also printed as a table on stderr.
+Json profile_table(double seconds, double update_seconds, int64_t steps) {
+  std::vector<std::pair<std::string, profile::OpStats>> rows;
+  for (auto& [name, st] : profile::results()) rows.emplace_back(name, st);
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return a.second.forward_seconds + a.second.backward_seconds > b.second.forward_seconds + b.second.backward_seconds;
+  });
+  const double per = 1000.0 / static_cast<double>(steps), mib = 1.0 / (1 << 20) / static_cast<double>(steps);
+  Json table = Json::array();
+  double accounted = update_seconds;
+  fmt::print(stderr, "{:<28} {:>9} {:>9} {:>9} {:>9} {:>7}\n", "op (per step)", "fwd ms", "bwd ms", "fwd MiB", "bwd MiB", "share");
+  for (const auto& [name, st] : rows) {
+    const double total = st.forward_seconds + st.backward_seconds;
+    accounted += total;
+    table.push_back(Json{{"op", name}, {"calls", st.forward_calls / steps}, {"forward_ms", round_to(st.forward_seconds * per, 3)},
+                         {"backward_ms", round_to(st.backward_seconds * per, 3)}, {"forward_mib", round_to(st.forward_bytes * mib, 2)},
+                         {"backward_mib", round_to(st.backward_bytes * mib, 2)}});
+    fmt::print(stderr, "{:<28} {:>9.2f} {:>9.2f} {:>9.1f} {:>9.1f} {:>6.1f}%\n", name, st.forward_seconds * per, st.backward_seconds * per,
+               st.forward_bytes * mib, st.backward_bytes * mib, 100 * total / seconds);
+  }
+  table.push_back(Json{{"op", "(clip + Adam)"}, {"forward_ms", round_to(update_seconds * per, 3)}});
+  table.push_back(Json{{"op", "(not in an op: batching, engine, zero_grad)"}, {"forward_ms", round_to((seconds - accounted) * per, 3)}});
+  fmt::print(stderr, "{:<28} {:>9.2f} {:>9} {:>9} {:>9} {:>6.1f}%\n", "(clip + Adam)", update_seconds * per, "", "", "", 100 * update_seconds / seconds);
+  fmt::print(stderr, "{:<28} {:>9.2f} {:>9} {:>9} {:>9} {:>6.1f}%\n", "(rest)", (seconds - accounted) * per, "", "", "",
+             100 * (seconds - accounted) / seconds);
+  return table;
 }
 
 // The machine's matrix-product peak as this process sees it: the median of 5 float32 GEMMs of
@@ -230,6 +269,7 @@ int cmd_bench(int argc, char** argv) {
   f.add_int("steps", 30, "train: timed steps (after 3 warm-up steps)");
   f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
   f.add_int("decode-batch", 64, "decode: sentences decoded together");
+  f.add_bool("profile", "train: time and bytes by op, forward and backward, per step (stderr table, and \"profile\" in the JSON)");
   f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
   if (!f.parse(argc, argv)) return 0;
 
@@ -251,7 +291,7 @@ int cmd_bench(int argc, char** argv) {
   set_num_threads(static_cast<int>(f.integer("threads")));
 
   Setup s = make_setup(c);
-  Json out = mode == "train" ? bench_train(c, f.integer("steps"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), s);
+  Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), s);
   fmt::print("{}\n", out.dump());
   return 0;
 }

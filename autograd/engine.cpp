@@ -1,10 +1,12 @@
 #include "autograd/engine.h"
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "autograd/grad_mode.h"
+#include "autograd/profile.h"
 #include "autograd/variable.h"
 #include "tensor/check.h"
 #include "tensor/kernels/binary.h"
@@ -73,7 +75,10 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, 
       if (!kept->grad.defined()) kept->grad = grad.clone();
       else kernels::add_(kept->grad, grad);
     }
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> grads = grad.defined() ? node->backward(grad) : std::vector<Tensor>{};
+    if (profile::enabled())
+      profile::backward_done(node->name(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), grads);
     for (size_t i = 0; i < node->next.size(); ++i) {
       const std::shared_ptr<Node>& target = node->next[i];
       if (!target) continue;

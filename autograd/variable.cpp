@@ -5,6 +5,7 @@
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
+#include "autograd/profile.h"
 #include "tensor/check.h"
 #include "tensor/kernels/binary.h"
 
@@ -73,6 +74,7 @@ std::shared_ptr<Node> Variable::gradient_edge() const {
 
 Variable Variable::from_op(Tensor data, std::shared_ptr<Node> node) {
   Variable v(std::move(data));
+  if (profile::enabled()) profile::forward_done(node ? node->name() : nullptr, v.impl_->data);
   if (node) {
     v.impl_->requires_grad = true;
     node->output_shape = v.impl_->data.shape();

@@ -5,6 +5,9 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/unary.h"
+#include "autograd/profile.h"
 #include "gradcheck_util.h"
 
 using namespace gf;
@@ -183,4 +186,23 @@ TEST_CASE("without anomaly mode NaN flows silently (so the mode is what catches 
   Variable x(Tensor::of({0.0}, {1}, DType::Float64), true);
   Variable y = x / x;
   CHECK(std::isnan(y.item()));
+}
+
+TEST_CASE("profile: each op's forward and backward calls, and the bytes it wrote") {
+  Variable a(Tensor::ones({3, 4}, DType::Float64), true), b(Tensor::ones({4, 5}, DType::Float64), true);
+  profile::start();
+  Variable y = relu(matmul(a, b));  // (3, 5)
+  y.backward(Tensor::ones({3, 5}, DType::Float64));
+  profile::stop();
+  const auto r = profile::results();
+  REQUIRE(r.count("matmul") == 1);
+  REQUIRE(r.count("relu") == 1);
+  CHECK(r.at("matmul").forward_calls == 1);
+  CHECK(r.at("matmul").backward_calls == 1);
+  CHECK(r.at("matmul").forward_bytes == 3 * 5 * 8);
+  CHECK(r.at("matmul").backward_bytes == (3 * 4 + 4 * 5) * 8);  // the gradients of a and b
+  CHECK(r.at("relu").forward_bytes == 3 * 5 * 8);
+  CHECK(r.at("matmul").forward_seconds >= 0);
+  Variable z = relu(a);  // after stop(): not recorded
+  CHECK(profile::results().at("relu").forward_calls == 1);
 }

@@ -1,0 +1,32 @@
+#pragma once
+// Time and bytes by op, forward and backward: what `gradflow bench train --profile` prints, to
+// choose optimisations by measurement. Off unless started; then each op costs two clock reads.
+//   Forward: ops run one after another on the thread that started the profile, so the time from
+//   the previous op's end (or mark()) to this op's end is charged to this op, glue code of the
+//   module between the two included. Bytes: the op's output. Ops recorded without a Node (no
+//   input needs grad) are charged as "(no-grad ops)".
+//   Backward: each Node's backward is timed alone. Bytes: the gradients it returns.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace gf::profile {
+
+struct OpStats {
+  int64_t forward_calls = 0, backward_calls = 0;
+  double forward_seconds = 0, backward_seconds = 0;
+  uint64_t forward_bytes = 0, backward_bytes = 0;
+};
+
+void start();  // clears the table and starts recording on this thread
+void stop();
+bool enabled();
+void mark();  // the forward clock restarts here (after work that is not an op: the optimizer, data)
+void forward_done(const char* op, const Tensor& output);
+void backward_done(const char* op, double seconds, const std::vector<Tensor>& grads);
+std::map<std::string, OpStats> results();
+
+}  // namespace gf::profile
