@@ -201,7 +201,7 @@ double sgemm_peak_gflops() {
 // `decode_batch`, each batch decoded greedily for exactly (its longest source + 20) steps whatever
 // the model picks (<eos> does not stop it). With the KV cache unless told otherwise (the reference
 // has none: it reruns the decoder over the whole prefix every step).
-Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, Setup& s) {
+Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, int64_t beam, Setup& s) {
   constexpr int64_t kExtra = 20;
   const std::filesystem::path file = std::filesystem::path(c.data) / (test + "." + c.src);
   std::vector<train::Tokens> sources;
@@ -213,7 +213,8 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   model.eval();
   train::DecodeOptions opt;
   opt.max_extra = kExtra;
-  opt.stop_at_eos = false;
+  opt.stop_at_eos = beam > 1;  // beam search needs <eos>; random weights almost never pick it, so it runs to the limit too
+  opt.beam = beam;
   opt.use_cache = use_cache;
   int64_t sentences = 0, tokens = 0;
   train::DecodeStats stats;
@@ -238,6 +239,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["test"] = test;
   info["decode_batch"] = decode_batch;
   info["kv_cache"] = use_cache;
+  info["beam"] = beam;
   info["seconds"] = round_to(dt, 3);
   info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
   info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);
@@ -270,6 +272,7 @@ int cmd_bench(int argc, char** argv) {
   f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
   f.add_int("decode-batch", 64, "decode: sentences decoded together");
   f.add_bool("profile", "train: time and bytes by op, forward and backward, per step (stderr table, and \"profile\" in the JSON)");
+  f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search to <eos> or the same limit)");
   f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
   if (!f.parse(argc, argv)) return 0;
 
@@ -277,7 +280,7 @@ int cmd_bench(int argc, char** argv) {
   GF_CHECK_AS(UsageError, mode == "train" || mode == "decode", "bench: MODE must be train or decode, got '{}'", mode);
   GF_CHECK_AS(UsageError, !f.str("data").empty(), "bench: --data DIR is required");
   GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("data")), "bench: --data '{}' is not a folder", f.str("data"));
-  for (const char* flag : {"threads", "steps", "decode-batch"})
+  for (const char* flag : {"threads", "steps", "decode-batch", "beam"})
     GF_CHECK_AS(UsageError, f.integer(flag) >= 1, "bench: --{} must be at least 1, got {}", flag, f.integer(flag));
   train::RunConfig c;
   c.data = f.str("data");
@@ -291,7 +294,7 @@ int cmd_bench(int argc, char** argv) {
   set_num_threads(static_cast<int>(f.integer("threads")));
 
   Setup s = make_setup(c);
-  Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), s);
+  Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), f.integer("beam"), s);
   fmt::print("{}\n", out.dump());
   return 0;
 }

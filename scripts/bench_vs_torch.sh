@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # gradflow and the PyTorch reference side by side, on the same data, settings and machine:
-# training throughput (target tokens/s), peak resident memory, and fixed-length greedy decoding
-# (sentences/s). Each round runs both programs, in alternating order so that drifting machine
-# noise hits both; the summary is the median per metric and the ratio gradflow / PyTorch.
+# training throughput (target tokens/s), the share of the machine's sgemm peak it reaches (mfu),
+# peak resident memory, and fixed-length greedy decoding (sentences/s) against both PyTorch
+# decoders: the reference's plain one (the whole prefix every step) and its `decode --cache` (a
+# key/value cache, as a careful PyTorch user writes it); and gradflow's beam 5 against its greedy.
+# Each round runs both programs, in alternating order so that drifting machine noise hits both;
+# the summary is the median per metric and the ratio gradflow / PyTorch.
 #
 #   bash scripts/bench_vs_torch.sh DATA_DIR [--rounds R] [--steps N] [--threads T]
 #                                  [--decode-batch B] [--ref PATH] [--gradflow PATH] [--out FILE]
@@ -63,14 +66,24 @@ echo "== $ROUNDS rounds: training $STEPS timed steps (after 3 warm-up steps), de
 
 COMMON=(--data "$DATA" --threads "$THREADS")
 # run IMPL MODE: one measurement, its JSON line tagged with impl and mode, appended to $OUT.
+# Modes: train; decode (torch: no cache; gradflow: its KV cache); decode_cache (torch --cache);
+# beam5 (gradflow only: beam search of width 5, same batches and limit).
 run() {
   local impl="$1" mode="$2" line
   local extra=(--steps "$STEPS")
-  [ "$mode" = decode ] && extra=(--decode-batch "$DECODE_BATCH")
+  [ "$mode" != train ] && extra=(--decode-batch "$DECODE_BATCH")
   if [ "$impl" = torch ]; then
-    line="$(/usr/bin/python3 "$REF" "$([ "$mode" = train ] && echo bench || echo decode)" "${COMMON[@]}" "${extra[@]}")"
+    case "$mode" in
+      train) line="$(/usr/bin/python3 "$REF" bench "${COMMON[@]}" "${extra[@]}")" ;;
+      decode) line="$(/usr/bin/python3 "$REF" decode "${COMMON[@]}" "${extra[@]}")" ;;
+      decode_cache) line="$(/usr/bin/python3 "$REF" decode --cache "${COMMON[@]}" "${extra[@]}")" ;;
+    esac
   else
-    line="$("$GRADFLOW" bench "$mode" "${COMMON[@]}" "${extra[@]}")"
+    case "$mode" in
+      train) line="$("$GRADFLOW" bench train "${COMMON[@]}" "${extra[@]}")" ;;
+      decode) line="$("$GRADFLOW" bench decode "${COMMON[@]}" "${extra[@]}")" ;;
+      beam5) line="$("$GRADFLOW" bench decode --beam 5 "${COMMON[@]}" "${extra[@]}")" ;;
+    esac
   fi
   line="$(printf '%s' "$line" | tail -n 1)"
   echo "  $impl $mode: $line"
@@ -83,6 +96,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for mode in train decode; do
     for impl in "${order[@]}"; do run "$impl" "$mode"; done
   done
+  run torch decode_cache
+  run gradflow beam5
 done
 
 echo "== medians over $ROUNDS rounds (raw lines: $OUT)"
@@ -100,9 +115,21 @@ metrics = [("train", "tgt_tokens_per_s", "training target tokens/s"),
            ("decode", "sentences_per_s", "decoding sentences/s"),
            ("decode", "tokens_per_s", "decoding tokens/s"),
            ("decode", "peak_rss_mib", "decoding peak RSS MiB")]
-print(f"{'metric':<28}{'PyTorch':>12}{'gradflow':>12}{'gradflow/PyTorch':>18}")
+print(f"{'metric':<34}{'PyTorch':>12}{'gradflow':>12}{'gradflow/PyTorch':>18}")
 for mode, key, name in metrics:
     t, g = median("torch", mode, key), median("gradflow", mode, key)
     ratio = g / t if t else float("nan")
-    print(f"{name:<28}{t:>12.1f}{g:>12.1f}{ratio:>18.2f}")
+    print(f"{name:<34}{t:>12.1f}{g:>12.1f}{ratio:>18.2f}")
+# The cached PyTorch decoder and gradflow's beam search.
+tc, g = median("torch", "decode_cache", "sentences_per_s"), median("gradflow", "decode", "sentences_per_s")
+print(f"{'decoding sentences/s, torch --cache':<34}{tc:>12.1f}{g:>12.1f}{g / tc:>18.2f}")
+b5 = median("gradflow", "beam5", "sentences_per_s")
+print(f"gradflow beam 5: {b5:.1f} sentences/s = {b5 / g:.2f} x its greedy")
+# mfu: the model's GEMM FLOPs per second over the sgemm peak, both timed inside gradflow's bench.
+# The reference runs the same shapes, so its FLOPs per target token are taken as gradflow's.
+gf_flops_per_token = median("gradflow", "train", "model_gflops_per_s") / median("gradflow", "train", "tgt_tokens_per_s")
+peak = median("gradflow", "train", "sgemm_peak_gflops_per_s")
+t_mfu = gf_flops_per_token * median("torch", "train", "tgt_tokens_per_s") / peak
+print(f"mfu (model GEMM GFLOP/s / sgemm peak {peak:.1f} GFLOP/s): PyTorch {t_mfu:.3f} (estimated from the same FLOPs per token), "
+      f"gradflow {median('gradflow', 'train', 'mfu'):.3f}")
 EOF

@@ -113,6 +113,13 @@ TEST_CASE("gradflow bench train and decode print one JSON line with the referenc
     CHECK(j["kv_cache"] == false);
     check_positive(j, "sentences_per_s");
   }
+  SUBCASE("decode with beam search") {
+    Run r = run("bench decode --data " + dir.string() + kTiny + " --decode-batch 4 --beam 3");
+    REQUIRE(r.status == 0);
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    CHECK(j["beam"] == 3);
+    check_positive(j, "sentences_per_s");
+  }
   fs::remove_all(dir);
 }
 
@@ -123,6 +130,7 @@ TEST_CASE("gradflow bench rejects bad arguments with usage errors (exit code 2)"
   CHECK(run("bench train --data " + dir.string() + "/nowhere").status == 2);     // not a folder
   CHECK(run("bench train --data " + dir.string() + " --steps 0").status == 2);
   CHECK(run("bench decode --data " + dir.string() + " --decode-batch 0").status == 2);
+  CHECK(run("bench decode --data " + dir.string() + " --beam 0").status == 2);
   CHECK(run("bench train --data " + dir.string() + " --d-model 30 --heads 4").status == 2);
   CHECK(run("bench decode --data " + dir.string() + " --test missing" + kTiny).status == 1);  // runtime error: no such file
   fs::remove_all(dir);
