@@ -8,6 +8,8 @@
 #include "app/recipe_flags.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
+#include "tensor/runtime.h"
+#include "train/distributed/comm.h"
 #include "train/loop/checkpoint.h"
 #include "train/loop/trainer.h"
 #include "train/decode/translator.h"
@@ -71,7 +73,10 @@ int cmd_train(int argc, char** argv) {
             "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
             "time at N 10: docs/grad-stats.md)");
   if (!f.parse(argc, argv)) return 0;
+  namespace dist = train::distributed;
+  dist::start();  // under mpirun or srun: one of several processes (docs/distributed.md)
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  else if (dist::running() && !num_threads_set()) set_num_threads(dist::default_threads());  // processes on one machine share its cores
 
   train::TrainOptions opt;
   opt.samples = f.integer("samples");
@@ -100,6 +105,7 @@ int cmd_train(int argc, char** argv) {
     opt.out = f.str("out");
     c.data = f.str("data");
     read_recipe_flags(f, c);
+    c.max_tokens *= dist::world().size;  // --max-tokens is one process's share; the config keeps the global batch's limit
     c.subwords = f.integer("subwords");
     c.subword_type = f.str("subword-type");
     c.joint_vocab = f.on("joint-vocab");
@@ -125,7 +131,13 @@ int cmd_train(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     GF_FAIL_AS(UsageError, "train: {}", e.what());
   }
-  fmt::print("gradflow train: {} threads\n", max_threads());
+  if (dist::several()) {
+    if (dist::is_root())
+      fmt::print("gradflow train: {} processes ({}), {} threads each, {} processes on this machine\n", dist::world().size, dist::mpi_library(),
+                 max_threads(), dist::world().local_size);
+  } else {
+    fmt::print("gradflow train: {} threads\n", max_threads());
+  }
   train::train_translator(c, opt);
   return 0;
 }
