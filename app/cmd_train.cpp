@@ -43,7 +43,9 @@ int cmd_train(int argc, char** argv) {
           "Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
           "4 minutes); with --data DIR it reads DIR/{train,val,test*}.{SRC,TGT} (one sentence a line), or a TSV file of\n"
           "source<TAB>target lines. Text is split on whitespace (pre-tokenised data), or with --subwords N into SentencePiece\n"
-          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.");
+          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.\n"
+          "Under mpirun -np N, N processes train one model, each on its share of every batch: --max-tokens is one process's\n"
+          "share (docs/distributed.md).");
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
   add_recipe_flags(f, d, true);
   f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
@@ -62,7 +64,7 @@ int cmd_train(int argc, char** argv) {
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
   f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
   f.add_string("resume", "", "continue the run in this folder (budget flags may be given again)");
-  f.add_int("threads", 0, "threads (default: the hardware's)");
+  f.add_int("threads", 0, "threads (default: the hardware's; under mpirun, the machine's cores shared among its processes)");
   f.add_int("samples", 5, "sample translations printed at the end");
   f.add_bool("quiet", "no progress bar or lines");
   f.add_bool("skip-nonfinite",
@@ -133,8 +135,8 @@ int cmd_train(int argc, char** argv) {
   }
   if (dist::several()) {
     if (dist::is_root())
-      fmt::print("gradflow train: {} processes ({}), {} threads each, {} processes on this machine\n", dist::world().size, dist::mpi_library(),
-                 max_threads(), dist::world().local_size);
+      fmt::print("gradflow train: {} processes ({}), {} thread{} each, {} processes on this machine\n", dist::world().size,
+                 dist::mpi_library(), max_threads(), max_threads() == 1 ? "" : "s", dist::world().local_size);
   } else {
     fmt::print("gradflow train: {} threads\n", max_threads());
   }

@@ -56,10 +56,11 @@ struct Setup {
     Ran r = run_child(gradflow_binary(), {"corpus", "--size", "1200", "--out", data.string()}, tmp.path / "corpus", kTimeout);
     REQUIRE(r.exit_code() == 0);
   }
-  // A tiny model; max_tokens per process; dropout 0 so that runs can be compared step by step.
+  // A tiny model; max_tokens per process; dropout 0 so that runs can be compared step by step; a
+  // short warmup, so that 30 steps move the weights well away from where they started.
   std::vector<std::string> train_args(const fs::path& out, int max_tokens, int steps) const {
     return {"train", "--data", data.string(), "--src", "en", "--tgt", "ko", "--out", out.string(), "--d-model", "32", "--heads", "2",
-            "--layers", "1", "--ff", "64", "--dropout", "0", "--max-tokens", std::to_string(max_tokens), "--samples", "0",
+            "--layers", "1", "--ff", "64", "--dropout", "0", "--lr", "3e-3", "--warmup", "10", "--max-tokens", std::to_string(max_tokens), "--samples", "0",
             "--log-every", "1", "--steps", std::to_string(steps)};
   }
   static std::vector<std::string> resume_args(const fs::path& out, int steps) {
@@ -82,7 +83,9 @@ std::map<int, double> step_losses(const std::string& log) {
   return m;
 }
 
-// The largest |a - b| over the latest checkpoint's weights of two run folders.
+// The largest |a - b| over the latest checkpoint's weights of two run folders, but for the key
+// biases of attention: their true gradient is zero (softmax ignores a score added to every key), so
+// each run's gradient there is rounding noise, which Adam scales up to steps of about lr.
 double weight_difference(const fs::path& a, const fs::path& b) {
   const auto wa = load_safetensors((a / train::load_state(a.string()).model_file).string()).tensors;
   const auto wb = load_safetensors((b / train::load_state(b.string()).model_file).string()).tensors;
@@ -91,30 +94,50 @@ double weight_difference(const fs::path& a, const fs::path& b) {
   for (const auto& [name, ta] : wa) {
     const Tensor& tb = wb.at(name);
     REQUIRE(ta.shape() == tb.shape());
-    const float* pa = ta.contiguous().data<float>();
-    const float* pb = tb.contiguous().data<float>();
-    for (int64_t i = 0; i < ta.numel(); ++i) worst = std::max(worst, std::abs(static_cast<double>(pa[i]) - pb[i]));
+    const Tensor ca = ta.contiguous(), cb = tb.contiguous();
+    const float* pa = ca.data<float>();
+    const float* pb = cb.data<float>();
+    const bool in_proj_bias = name.ends_with("in_proj_bias");  // (3 d,): query, key, value
+    for (int64_t i = 0; i < ta.numel(); ++i) {
+      if (in_proj_bias && i >= ta.numel() / 3 && i < 2 * ta.numel() / 3) continue;
+      worst = std::max(worst, std::abs(static_cast<double>(pa[i]) - pb[i]));
+    }
   }
   return worst;
 }
 
-// Float32 sums in another order (each process sums its part, then the parts are added) drift by a
-// few ulps a step; Adam then moves weights by about lr per step whatever the gradient's size.
-constexpr double kLossTolerance = 2e-3;    // the progress lines print 4 decimals
-constexpr double kWeightTolerance = 2e-3;  // weights are O(0.1..1); lr is 2e-3 at most here
+// Float32 sums in another order (each process sums its part, then the parts are added) differ in
+// the last bits; over 30 steps the weights measured 1.4e-6 apart at most.
+constexpr double kLossTolerance = 1.5e-4;  // the progress lines print 4 decimals
+constexpr double kWeightTolerance = 2e-5;
 
-// The pids of the gradflow processes mpirun started (its children).
+// The pids of the gradflow processes mpirun started (its children running build/gradflow; their
+// name may be "exe" after gradflow re-executed itself for another OpenBLAS kernel).
 std::vector<pid_t> ranks_of(pid_t launcher) {
+  const fs::path binary = fs::canonical(gradflow_binary());
   std::vector<pid_t> pids;
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const std::string stat = slurp(e.path() / "stat");  // "pid (comm) state ppid ..."
     const size_t close = stat.rfind(')');
-    if (close == std::string::npos || stat.find("(gradflow)") == std::string::npos) continue;
+    std::error_code ec;
+    if (close == std::string::npos || fs::read_symlink(e.path() / "exe", ec) != binary) continue;
     if (std::stoi(stat.substr(close + 4)) == launcher) pids.push_back(std::stoi(name));
   }
   return pids;
+}
+
+// Whether the process ends (or is left a zombie) within `seconds`.
+bool gone_within(pid_t pid, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string stat = slurp(fs::path("/proc") / std::to_string(pid) / "stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || stat[close + 2] == 'Z') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 // Waits until `file` holds `text` (at most `seconds`).
@@ -211,8 +234,7 @@ TEST_CASE("a rank killed with SIGKILL ends the whole job within seconds, non-zer
   MESSAGE("mpirun ended ", seconds, " s after one rank was killed");
   CHECK(seconds < 10);
   CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK(::kill(ranks[0], 0) != 0);  // the other rank is gone too
+  CHECK(gone_within(ranks[0], 5));  // the other rank too
 }
 
 TEST_CASE("an error on one rank ends the job with its message (MPI_Abort), not a hang") {

@@ -202,7 +202,10 @@ class Run {
     if (!root_) state_ = state_from_json(state, "rank 0's run state");
     saved_step_ = state_.step;
     std::map<std::string, Tensor> optimizer = adam_->state_dict();  // the same names and shapes everywhere
-    for (auto& [name, t] : optimizer) dist::broadcast_bytes(t.raw_data(), t.nbytes());
+    for (auto& [name, t] : optimizer) {
+      if (!root_) t = t.clone();  // received into a copy: state_dict() shares the optimizer's storage
+      dist::broadcast_bytes(t.raw_data(), t.nbytes());
+    }
     if (!root_) adam_->load_state_dict(optimizer);
   }
 
