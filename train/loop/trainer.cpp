@@ -63,6 +63,12 @@ uint64_t step_seed(uint64_t seed, int64_t step, int rank) {
   return rank == 0 ? z : mix64(z + static_cast<uint64_t>(rank) * 0xD1B54A32D192ED03ULL);
 }
 
+// GRADFLOW_TEST_BUCKET_BYTES=N: smaller gradient buckets, so that a tiny test model has several.
+size_t bucket_bytes() {
+  const char* b = std::getenv("GRADFLOW_TEST_BUCKET_BYTES");
+  return b ? static_cast<size_t>(std::atoll(b)) : dist::GradientBuckets::kDefaultBucketBytes;
+}
+
 // For the distributed fault tests: GRADFLOW_TEST_RANK=R limits the GRADFLOW_TEST_* faults to rank R.
 bool test_fault_here() {
   const char* r = std::getenv("GRADFLOW_TEST_RANK");
@@ -134,7 +140,7 @@ class Run {
     if (opt_.resume) resume_everywhere();
     else state_.epoch = 1;
     share_weights();
-    if (dist::several()) buckets_ = std::make_unique<dist::GradientBuckets>(params_);
+    if (dist::several()) buckets_ = std::make_unique<dist::GradientBuckets>(params_, bucket_bytes());
     if (opt_.grad_stats > 0 && root_) grad_stats_ = std::make_unique<GradStatsRecorder>(*net_, opt_.out, opt_.grad_stats, opt_.resume ? state_.step : 0);
     max_epochs_ = config_.epochs > 0 ? config_.epochs : (config_.steps == 0 && config_.minutes <= 0 ? 1 : INT64_MAX);
     budget_seconds_ = config_.minutes > 0 ? config_.minutes * 60.0 : INFINITY;
@@ -201,12 +207,37 @@ class Run {
     dist::broadcast(state);
     if (!root_) state_ = state_from_json(state, "rank 0's run state");
     saved_step_ = state_.step;
+    share_optimizer_state();
+  }
+
+  void share_optimizer_state() {
     std::map<std::string, Tensor> optimizer = adam_->state_dict();  // the same names and shapes everywhere
     for (auto& [name, t] : optimizer) {
       if (!root_) t = t.clone();  // received into a copy: state_dict() shares the optimizer's storage
       dist::broadcast_bytes(t.raw_data(), t.nbytes());
     }
     if (!root_) adam_->load_state_dict(optimizer);
+  }
+
+  // The processes' weights stay equal because every one makes the same update from the same
+  // summed gradient. Checked once an epoch (a sum over the weights, compared by allreduce); should
+  // they ever differ (an MPI whose allreduce gave processes different bits), rank 0's are sent again.
+  void check_replicas() {
+    if (!dist::several()) return;
+    double sum = 0;
+    for (const Variable& p : params_) {
+      const Tensor w = p.data().contiguous();
+      const float* pw = w.data<float>();
+      for (int64_t i = 0; i < w.numel(); ++i) sum += pw[i];
+    }
+    double range[2] = {sum, -sum};  // max and -min
+    dist::allreduce_max(range);
+    if (range[0] == -range[1] || !std::isfinite(sum)) return;  // NaN weights are refused when saved (check_finite)
+    if (root_)
+      fmt::print(stderr, "warning: the processes' weights differ after step {} (sums {} to {}); rank 0's are sent to all\n", state_.step,
+                 -range[1], range[0]);
+    share_weights();
+    share_optimizer_state();
   }
 
   // Every process starts from rank 0's weights, after initialisation or resume, bit for bit.
@@ -507,6 +538,7 @@ class Run {
   // ---------------------------------------------------------------- epochs and checkpoints
   void end_epoch() {
     progress_.clear();
+    check_replicas();
     const double valid = validation_loss();
     result_.valid_loss = valid;
     state_.valid_curve.push_back({static_cast<double>(state_.step), valid});
