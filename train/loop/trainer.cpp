@@ -111,7 +111,7 @@ class Run {
     finish(stopped);
     if (interrupted())
       throw Interrupted(agreed_signal_, fmt::format("interrupted by {} at step {}; checkpoint saved in {}; continue with: gradflow train --resume {}",
-                                                        agreed_signal_ == SIGINT ? "Ctrl-C (SIGINT)" : "SIGTERM", state_.step, opt_.out, opt_.out));
+                                                    agreed_signal_ == SIGINT ? "Ctrl-C (SIGINT)" : "SIGTERM", state_.step, opt_.out, opt_.out));
     if (opt_.final_eval && !data_.test.empty() && root_) report();
     return result_;
   }
