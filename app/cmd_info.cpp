@@ -6,6 +6,7 @@
 #include "app/flags.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
+#include "train/distributed/comm.h"
 
 namespace gf::app {
 
@@ -17,6 +18,10 @@ int cmd_info(int argc, char** argv) {
   fmt::print("openblas core: {} (this CPU suits: {})\n", blas_core_in_use(), preferred.empty() ? "OpenBLAS's own choice" : preferred);
   fmt::print("openblas config: {}\n", blas_config());
   fmt::print("threads: {} (oneTBB {}.{} and OpenBLAS share this count)\n", max_threads(), TBB_VERSION_MAJOR, TBB_VERSION_MINOR);
+  namespace dist = train::distributed;
+  fmt::print("data-parallel training: {}\n", dist::built_with_mpi() ? fmt::format("MPI ({}): mpirun -np N gradflow train ... (docs/distributed.md)",
+                                                                                    dist::mpi_library())
+                                                                     : std::string("gradflow was built without MPI (install libopenmpi-dev)"));
   return 0;
 }
 

@@ -8,6 +8,8 @@
 #include "app/recipe_flags.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
+#include "tensor/runtime.h"
+#include "train/distributed/comm.h"
 #include "train/loop/checkpoint.h"
 #include "train/loop/trainer.h"
 #include "train/decode/translator.h"
@@ -41,7 +43,9 @@ int cmd_train(int argc, char** argv) {
           "Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
           "4 minutes); with --data DIR it reads DIR/{train,val,test*}.{SRC,TGT} (one sentence a line), or a TSV file of\n"
           "source<TAB>target lines. Text is split on whitespace (pre-tokenised data), or with --subwords N into SentencePiece\n"
-          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.");
+          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.\n"
+          "Under mpirun -np N, N processes train one model, each on its share of every batch: --max-tokens is one process's\n"
+          "share (docs/distributed.md).");
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
   add_recipe_flags(f, d, true);
   f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
@@ -60,7 +64,7 @@ int cmd_train(int argc, char** argv) {
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
   f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
   f.add_string("resume", "", "continue the run in this folder (budget flags may be given again)");
-  f.add_int("threads", 0, "threads (default: the hardware's)");
+  f.add_int("threads", 0, "threads (default: the hardware's; under mpirun, the machine's cores shared among its processes)");
   f.add_int("samples", 5, "sample translations printed at the end");
   f.add_bool("quiet", "no progress bar or lines");
   f.add_bool("skip-nonfinite",
@@ -71,7 +75,10 @@ int cmd_train(int argc, char** argv) {
             "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
             "time at N 10: docs/grad-stats.md)");
   if (!f.parse(argc, argv)) return 0;
+  namespace dist = train::distributed;
+  dist::start();  // under mpirun or srun: one of several processes (docs/distributed.md)
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  else if (dist::running() && !num_threads_set()) set_num_threads(dist::default_threads());  // processes on one machine share its cores
 
   train::TrainOptions opt;
   opt.samples = f.integer("samples");
@@ -100,6 +107,7 @@ int cmd_train(int argc, char** argv) {
     opt.out = f.str("out");
     c.data = f.str("data");
     read_recipe_flags(f, c);
+    c.max_tokens *= dist::world().size;  // --max-tokens is one process's share; the config keeps the global batch's limit
     c.subwords = f.integer("subwords");
     c.subword_type = f.str("subword-type");
     c.joint_vocab = f.on("joint-vocab");
@@ -125,7 +133,13 @@ int cmd_train(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     GF_FAIL_AS(UsageError, "train: {}", e.what());
   }
-  fmt::print("gradflow train: {} threads\n", max_threads());
+  if (dist::several()) {
+    if (dist::is_root())
+      fmt::print("gradflow train: {} processes ({}), {} thread{} each, {} processes on this machine\n", dist::world().size,
+                 dist::mpi_library(), max_threads(), max_threads() == 1 ? "" : "s", dist::world().local_size);
+  } else {
+    fmt::print("gradflow train: {} threads\n", max_threads());
+  }
   train::train_translator(c, opt);
   return 0;
 }

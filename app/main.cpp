@@ -9,6 +9,7 @@
 #include "app/flags.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
+#include "train/distributed/comm.h"
 #include "train/loop/interrupt.h"
 
 namespace {
@@ -21,6 +22,19 @@ void print_help() {
              "  --version     same as `gradflow info`\n  --help        this help\n"
              "\n`gradflow COMMAND --help` shows a command's flags.\n"
              "Environment: GRADFLOW_BLAS_CORE=NAME forces an OpenBLAS kernel, =native keeps OpenBLAS's choice.\n");
+}
+
+namespace dist = gf::train::distributed;
+
+// How a command's error ends the process. Under mpirun with several processes, an error that one
+// process met alone ends the whole job (MPI_Abort), or the others would wait for it forever; an
+// error every process met together (an agreed stop) is printed once, by rank 0, and each ends
+// normally.
+int fail(const std::string& message, int code, bool together) {
+  if (!together || dist::is_root()) fmt::print(stderr, "{}{}\n", together ? "" : dist::rank_prefix(), message);
+  if (dist::several() && !together) dist::abort_job(code);
+  dist::finalize();
+  return code;
 }
 
 }  // namespace
@@ -60,16 +74,17 @@ int main(int argc, char** argv) {
   for (const auto& c : gf::app::commands()) {
     if (name != c.name) continue;
     try {
-      return c.run(argc - i - 1, argv + i + 1);
-    } catch (const gf::train::Interrupted& e) {
-      fmt::print(stderr, "gradflow {}: {}\n", name, e.what());
-      return 128 + e.signal;
+      const int code = c.run(argc - i - 1, argv + i + 1);
+      dist::finalize();
+      return code;
+    } catch (const gf::train::Interrupted& e) {  // the signal was agreed on by every process
+      return fail(fmt::format("gradflow {}: {}", name, e.what()), 128 + e.signal, true);
     } catch (const gf::app::UsageError& e) {
-      fmt::print(stderr, "gradflow {}\n", e.what());
-      return 2;
+      return fail(fmt::format("gradflow {}", e.what()), 2, false);
+    } catch (const dist::AgreedError& e) {
+      return fail(fmt::format("gradflow {}: error: {}", name, e.what()), 1, true);
     } catch (const std::exception& e) {
-      fmt::print(stderr, "gradflow {}: error: {}\n", name, e.what());
-      return 1;
+      return fail(fmt::format("gradflow {}: error: {}", name, e.what()), 1, false);
     }
   }
   fmt::print(stderr, "gradflow: unknown command '{}' (see gradflow --help)\n", name);

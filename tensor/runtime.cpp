@@ -24,6 +24,7 @@ namespace gf {
 namespace {
 std::unique_ptr<tbb::global_control> g_tbb_limit;
 int g_threads = 0;
+bool g_threads_chosen = false;
 
 bool core_is_weaker(const std::string& in_use, const std::string& want) {
   // Kernels ordered by the instruction sets they use.
@@ -76,7 +77,10 @@ void init_runtime(int argc, char** argv) {
   // exec failed: carry on with the slower kernel rather than stop.
 }
 
+bool num_threads_set() { return g_threads_chosen; }
+
 void set_num_threads(int n) {
+  g_threads_chosen = n > 0;
   if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
   if (n <= 0) n = 1;
   g_threads = n;

@@ -22,6 +22,9 @@ std::string preferred_blas_core();
 // There is no other switch: any value but "native" is taken as a kernel name. Empty is unset.
 void init_runtime(int argc, char** argv);
 
+// Whether the thread count was chosen (set_num_threads with n > 0), not the hardware's default.
+bool num_threads_set();
+
 // The kernel OpenBLAS runs now (openblas_get_corename()).
 std::string blas_core_in_use();
 std::string blas_config();

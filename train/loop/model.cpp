@@ -78,20 +78,24 @@ std::pair<Vocab, Vocab> build_vocabularies(const RunConfig& c, const std::vector
   return {Vocab::build_source(train, c.min_freq), Vocab::build_target(train, c.min_freq)};
 }
 
-double evaluate_loss(TranslationModel& model, const BatchPlan& plan) {
+LossSum evaluate_loss_sum(TranslationModel& model, const BatchPlan& plan, size_t part, size_t parts) {
   NoGradGuard ng;
   nn::Module& m = model.module();
   const bool was_training = m.is_training();
   m.eval();
-  double total = 0;
-  int64_t tokens = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
+  LossSum sum;
+  for (size_t i = part; i < plan.size(); i += parts) {
     Batch b = plan.batch(i);
-    total += model.loss(b, 0.0).item() * static_cast<double>(b.tgt_tokens);
-    tokens += b.tgt_tokens;
+    sum.total += model.loss(b, 0.0).item() * static_cast<double>(b.tgt_tokens);
+    sum.tokens += b.tgt_tokens;
   }
   m.train(was_training);
-  return tokens ? total / static_cast<double>(tokens) : 0.0;
+  return sum;
+}
+
+double evaluate_loss(TranslationModel& model, const BatchPlan& plan) {
+  const LossSum s = evaluate_loss_sum(model, plan);
+  return s.tokens ? s.total / static_cast<double>(s.tokens) : 0.0;
 }
 
 SequenceTensors to_sequence_tensors(const Batch& b, int64_t sep) {

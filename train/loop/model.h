@@ -43,6 +43,12 @@ std::pair<Vocab, Vocab> build_vocabularies(const RunConfig& config, const std::v
 // Mean NLL per target token over every batch of a plan (no smoothing, eval mode, no graph); the
 // model is left in the mode it was in.
 double evaluate_loss(TranslationModel& model, const BatchPlan& plan);
+// The same as a sum, over the batches b with b % parts == part (a data-parallel run's share).
+struct LossSum {
+  double total = 0;  // NLL summed over the target tokens
+  int64_t tokens = 0;
+};
+LossSum evaluate_loss_sum(TranslationModel& model, const BatchPlan& plan, size_t part = 0, size_t parts = 1);
 
 // The decoder-only model's batch: input "source <sep> target" (B, L) and labels (B*L): PAD on the
 // source positions, then target <eos>.

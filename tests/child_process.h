@@ -1,0 +1,93 @@
+#pragma once
+// A child program run from a test with its output in files and a deadline: a child still running
+// then is killed and the test fails, so a test never hangs. (tests/test_faults.cpp has its own
+// copy with limits and users; this one is the plain part, for tests/test_distributed.cpp.)
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gf::test {
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Child {
+  pid_t pid = -1;
+  std::filesystem::path out, err;
+};
+
+// Starts `binary args...` with stdout and stderr in `logs`.out and .err, `env` ("NAME=value") added.
+inline Child start_child(const std::string& binary, const std::vector<std::string>& args, const std::filesystem::path& logs,
+                         const std::vector<std::string>& env = {}) {
+  Child c;
+  c.out = logs.string() + ".out";
+  c.err = logs.string() + ".err";
+  c.pid = ::fork();
+  REQUIRE(c.pid >= 0);
+  if (c.pid == 0) {
+    int fo = ::open(c.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666), fe = ::open(c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fo < 0 || fe < 0) ::_exit(125);
+    ::dup2(fo, 1), ::dup2(fe, 2);
+    int null = ::open("/dev/null", O_RDONLY);  // no standard input (CI has none)
+    if (null >= 0) ::dup2(null, 0);
+    ::signal(SIGINT, SIG_DFL), ::signal(SIGTERM, SIG_DFL);  // whatever the test runner set
+    ::setpgid(0, 0);  // its own process group: a timeout kills the child's children too
+    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> argv{const_cast<char*>(binary.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(124);
+  }
+  return c;
+}
+
+// The child's wait status, or nothing while it runs.
+inline bool poll_child(const Child& c, int& status) { return ::waitpid(c.pid, &status, WNOHANG) == c.pid; }
+
+// Waits at most `seconds`; a child (and its process group) still running then is killed and the test fails.
+inline int wait_child(const Child& c, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (!poll_child(c, status)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(-c.pid, SIGKILL);
+      ::waitpid(c.pid, &status, 0);
+      FAIL("the child did not end within ", seconds, " s; killed");
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return status;
+}
+
+struct Ran {
+  int status = 0;
+  std::string out, err;
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+inline Ran run_child(const std::string& binary, const std::vector<std::string>& args, const std::filesystem::path& logs,
+                     double seconds, const std::vector<std::string>& env = {}) {
+  Child c = start_child(binary, args, logs, env);
+  Ran r;
+  r.status = wait_child(c, seconds);
+  r.out = slurp(c.out), r.err = slurp(c.err);
+  return r;
+}
+
+}  // namespace gf::test
