@@ -1,9 +1,10 @@
 #pragma once
 // A child program run from a test with its output in files and a deadline: a child still running
-// then is killed and the test fails, so a test never hangs. (tests/test_faults.cpp has its own
-// copy with limits and users; this one is the plain part, for tests/test_distributed.cpp.)
+// then is killed and the test fails, so a test never hangs. Optionally with a file-size limit or as
+// user nobody (the fault tests). For tests/test_faults.cpp, test_full_disk.cpp, test_distributed.cpp.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,9 +31,16 @@ struct Child {
   std::filesystem::path out, err;
 };
 
-// Starts `binary args...` with stdout and stderr in `logs`.out and .err, `env` ("NAME=value") added.
+// How the child is started: extra environment, a limit, and who it runs as.
+struct ChildOptions {
+  std::vector<std::string> env;    // "NAME=value"
+  long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (SIGXFSZ ignored: the write fails with EFBIG)
+  bool as_nobody = false;          // root only: run as uid/gid 65534, so file permissions apply
+};
+
+// Starts `binary args...` with stdout and stderr in `logs`.out and .err.
 inline Child start_child(const std::string& binary, const std::vector<std::string>& args, const std::filesystem::path& logs,
-                         const std::vector<std::string>& env = {}) {
+                         const ChildOptions& o = {}) {
   Child c;
   c.out = logs.string() + ".out";
   c.err = logs.string() + ".err";
@@ -46,7 +54,13 @@ inline Child start_child(const std::string& binary, const std::vector<std::strin
     if (null >= 0) ::dup2(null, 0);
     ::signal(SIGINT, SIG_DFL), ::signal(SIGTERM, SIG_DFL);  // whatever the test runner set
     ::setpgid(0, 0);  // its own process group: a timeout kills the child's children too
-    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    for (const std::string& kv : o.env) ::putenv(const_cast<char*>(kv.c_str()));
+    if (o.file_size_limit >= 0) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      rlimit r{static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
+      if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(126);
+    }
+    if (o.as_nobody && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(127);
     std::vector<char*> argv{const_cast<char*>(binary.c_str())};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -79,11 +93,12 @@ struct Ran {
   int status = 0;
   std::string out, err;
   int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+  bool killed_by(int sig) const { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }
 };
 
 inline Ran run_child(const std::string& binary, const std::vector<std::string>& args, const std::filesystem::path& logs,
-                     double seconds, const std::vector<std::string>& env = {}) {
-  Child c = start_child(binary, args, logs, env);
+                     double seconds, const ChildOptions& o = {}) {
+  Child c = start_child(binary, args, logs, o);
   Ran r;
   r.status = wait_child(c, seconds);
   r.out = slurp(c.out), r.err = slurp(c.err);

@@ -69,10 +69,10 @@ struct Setup {
     return {"train", "--resume", out.string(), "--samples", "0", "--log-every", "1", "--steps", std::to_string(steps)};
   }
   Ran one(const std::vector<std::string>& args, const std::string& log, const std::vector<std::string>& env = {}) {
-    return run_child(gradflow_binary(), args, tmp.path / log, kTimeout, env);
+    return run_child(gradflow_binary(), args, tmp.path / log, kTimeout, {.env = env});
   }
   Ran two(const std::vector<std::string>& args, const std::string& log, const std::vector<std::string>& env = {}) {
-    return run_child(mpirun(), under_mpirun(2, args), tmp.path / log, kTimeout, env);
+    return run_child(mpirun(), under_mpirun(2, args), tmp.path / log, kTimeout, {.env = env});
   }
 };
 
