@@ -6,6 +6,7 @@
 #include "app/commands.h"
 #include "app/flags.h"
 #include "app/recipe_flags.h"
+#include "app/train_args.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "train/loop/checkpoint.h"
@@ -35,7 +36,7 @@ void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
 
 }  // namespace
 
-int cmd_train(int argc, char** argv) {
+Flags train_flags() {
   train::RunConfig d;  // defaults shown in --help
   Flags f("train",
           "Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
@@ -67,21 +68,25 @@ int cmd_train(int argc, char** argv) {
             "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
             "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
             "time at N 10: docs/grad-stats.md)");
-  if (!f.parse(argc, argv)) return 0;
-  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  return f;
+}
 
+train::TrainOptions train_options(const Flags& f) {
   train::TrainOptions opt;
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
   GF_CHECK_AS(UsageError, f.integer("grad-stats") >= 0, "train: --grad-stats must be 0 (off) or a positive step interval, got {}",
               f.integer("grad-stats"));
   opt.grad_stats = f.integer("grad-stats");
+  opt.resume = !f.str("resume").empty();
+  opt.out = opt.resume ? f.str("resume") : f.str("out");
+  return opt;
+}
+
+train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
   train::RunConfig c;
-  if (!f.str("resume").empty()) {
-    opt.out = f.str("resume");
-    opt.resume = true;
-    GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
-    c = train::RunConfig::from_json(train::read_text_file(train::run_file(opt.out, "config.json")), train::run_file(opt.out, "config.json"));
+  if (resumed) {
+    c = *resumed;
     std::vector<std::string> fixed = model_flag_names();
     fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq", "subwords", "subword-type", "joint-vocab"});
     for (const std::string& flag : fixed)
@@ -92,7 +97,6 @@ int cmd_train(int argc, char** argv) {
       c.minutes = f.real("minutes");
     }
   } else {
-    opt.out = f.str("out");
     c.data = f.str("data");
     read_recipe_flags(f, c);
     c.subwords = f.integer("subwords");
@@ -110,15 +114,32 @@ int cmd_train(int argc, char** argv) {
     c.seed = static_cast<uint64_t>(f.integer("seed"));
     c.log_every = f.integer("log-every");
     if (c.builtin()) apply_builtin_defaults(f, c);
-    GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),
-                "train: --out '{}' is a file, not a folder; name a new or existing folder", opt.out);
-    GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
-                "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
   }
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
     GF_FAIL_AS(UsageError, "train: {}", e.what());
+  }
+  return c;
+}
+
+int cmd_train(int argc, char** argv) {
+  Flags f = train_flags();
+  if (!f.parse(argc, argv)) return 0;
+  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  const train::TrainOptions opt = train_options(f);
+  train::RunConfig c;
+  if (opt.resume) {
+    GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
+    const std::string config_file = train::run_file(opt.out, "config.json");
+    const train::RunConfig resumed = train::RunConfig::from_json(train::read_text_file(config_file), config_file);
+    c = train_config(f, &resumed);
+  } else {
+    GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),
+                "train: --out '{}' is a file, not a folder; name a new or existing folder", opt.out);
+    GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
+                "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
+    c = train_config(f);
   }
   fmt::print("gradflow train: {} threads\n", max_threads());
   train::train_translator(c, opt);
