@@ -25,6 +25,16 @@ void require(bool cond, fmt::format_string<Args...> what, Args&&... args) {
   if (!cond) throw Finding{fmt::format(what, std::forward<Args>(args)...)};
 }
 
+// Reading back what the parsed value writes: any error there is a finding, not a rejection of the input.
+template <class F>
+auto read_back(const char* target, F&& read) {
+  try {
+    return read();
+  } catch (const std::exception& e) {
+    throw Finding{fmt::format("{}: the input parsed, but what it writes back does not read back: {}", target, e.what())};
+  }
+}
+
 // A prefix of possibly binary text, printable in a finding's message.
 std::string shown(std::string_view s) {
   std::string out;
@@ -36,7 +46,9 @@ std::string shown(std::string_view s) {
 void run_safetensors(std::string_view input) {
   const SafetensorsFile f = load_safetensors_from_bytes(std::string(input), "fuzz.safetensors");
   // Written back and read again: the same tensors, bytes and metadata.
-  const SafetensorsFile g = load_safetensors_from_bytes(safetensors_to_bytes(f.tensors, f.metadata), "fuzz.safetensors written back");
+  const SafetensorsFile g = read_back("safetensors", [&] {
+    return load_safetensors_from_bytes(safetensors_to_bytes(f.tensors, f.metadata), "fuzz.safetensors written back");
+  });
   require(g.metadata == f.metadata, "safetensors: metadata changed when written back and read again");
   require(g.tensors.size() == f.tensors.size(), "safetensors: {} tensors became {}", f.tensors.size(), g.tensors.size());
   for (const auto& [name, t] : f.tensors) {
@@ -53,8 +65,8 @@ void run_safetensors(std::string_view input) {
 void run_run_config(std::string_view input) {
   const train::RunConfig c = train::RunConfig::from_json(std::string(input), "config.json");
   // The trainer writes to_json(); it must read back as the same config.
-  const std::string written = c.to_json();
-  const train::RunConfig d = train::RunConfig::from_json(written, "config.json written back");
+  const std::string written = read_back("run_config", [&] { return c.to_json(); });
+  const train::RunConfig d = read_back("run_config", [&] { return train::RunConfig::from_json(written, "config.json written back"); });
   require(d.to_json() == written, "run_config: config.json written back reads as another config");
 }
 
@@ -63,7 +75,7 @@ void run_vocab(std::string_view input) {
   const train::Vocab v = train::Vocab::parse(input, "vocab.src.txt");
   std::string written;  // Vocab::save's format: one token a line
   for (const std::string& w : v.tokens()) written += w + "\n";
-  const train::Vocab w = train::Vocab::parse(written, "vocab.src.txt written back");
+  const train::Vocab w = read_back("vocab", [&] { return train::Vocab::parse(written, "vocab.src.txt written back"); });
   require(w.tokens() == v.tokens(), "vocab: written back reads as another vocabulary");
   for (int64_t i = 0; i < v.size(); ++i) require(v.id(v.token(i)) == i, "vocab: token {} does not map back to its id", i);
 }
@@ -72,7 +84,7 @@ void run_vocab(std::string_view input) {
 void run_run_state(std::string_view input) {
   const train::RunState s = train::state_from_json(std::string(input), "state.json");
   const std::string written = train::state_to_json(s);
-  const train::RunState t = train::state_from_json(written, "state.json written back");
+  const train::RunState t = read_back("run_state", [&] { return train::state_from_json(written, "state.json written back"); });
   require(train::state_to_json(t) == written, "run_state: state.json written back reads as another state");
 }
 
@@ -159,8 +171,8 @@ void run_cli(std::string_view input) {
   const train::RunConfig resumed;  // stands for the resumed run folder's config.json
   const train::RunConfig c = opt.resume ? app::train_config(f, &resumed) : app::train_config(f);
   // The trainer writes the config as config.json first thing; translate, eval and --resume read it back.
-  const std::string written = c.to_json();
-  require(train::RunConfig::from_json(written, "config.json of the parsed command line").to_json() == written,
+  const std::string written = read_back("cli", [&] { return c.to_json(); });
+  require(read_back("cli", [&] { return train::RunConfig::from_json(written, "config.json of the parsed command line"); }).to_json() == written,
           "cli: the parsed config, written as config.json, reads back as another config");
 }
 
