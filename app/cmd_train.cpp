@@ -6,6 +6,7 @@
 #include "app/commands.h"
 #include "app/flags.h"
 #include "app/recipe_flags.h"
+#include "app/train_args.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -37,15 +38,13 @@ void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
 
 }  // namespace
 
-int cmd_train(int argc, char** argv) {
+Flags train_flags() {
   train::RunConfig d;  // defaults shown in --help
   Flags f("train",
           "Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
           "4 minutes); with --data DIR it reads DIR/{train,val,test*}.{SRC,TGT} (one sentence a line), or a TSV file of\n"
           "source<TAB>target lines. Text is split on whitespace (pre-tokenised data), or with --subwords N into SentencePiece\n"
-          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.\n"
-          "Under mpirun -np N, N processes train one model, each on its share of every batch: --max-tokens is one process's\n"
-          "share (docs/distributed.md).");
+          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.");
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
   add_recipe_flags(f, d, true);
   f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
@@ -64,7 +63,7 @@ int cmd_train(int argc, char** argv) {
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
   f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
   f.add_string("resume", "", "continue the run in this folder (budget flags may be given again)");
-  f.add_int("threads", 0, "threads (default: the hardware's; under mpirun, the machine's cores shared among its processes)");
+  f.add_int("threads", 0, "threads (default: the hardware's)");
   f.add_int("samples", 5, "sample translations printed at the end");
   f.add_bool("quiet", "no progress bar or lines");
   f.add_bool("skip-nonfinite",
@@ -74,12 +73,10 @@ int cmd_train(int argc, char** argv) {
             "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
             "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
             "time at N 10: docs/grad-stats.md)");
-  if (!f.parse(argc, argv)) return 0;
-  namespace dist = train::distributed;
-  dist::start();  // under mpirun or srun: one of several processes (docs/distributed.md)
-  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  else if (dist::running() && !num_threads_set()) set_num_threads(dist::default_threads());  // processes on one machine share its cores
+  return f;
+}
 
+train::TrainOptions train_options(const Flags& f) {
   train::TrainOptions opt;
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
@@ -88,12 +85,15 @@ int cmd_train(int argc, char** argv) {
   GF_CHECK_AS(UsageError, f.integer("grad-stats") >= 0, "train: --grad-stats must be 0 (off) or a positive step interval, got {}",
               f.integer("grad-stats"));
   opt.grad_stats = f.integer("grad-stats");
+  opt.resume = !f.str("resume").empty();
+  opt.out = opt.resume ? f.str("resume") : f.str("out");
+  return opt;
+}
+
+train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
   train::RunConfig c;
-  if (!f.str("resume").empty()) {
-    opt.out = f.str("resume");
-    opt.resume = true;
-    GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
-    c = train::RunConfig::from_json(train::read_text_file(train::run_file(opt.out, "config.json")), train::run_file(opt.out, "config.json"));
+  if (resumed) {
+    c = *resumed;
     std::vector<std::string> fixed = model_flag_names();
     fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq", "subwords", "subword-type", "joint-vocab"});
     for (const std::string& flag : fixed)
@@ -104,10 +104,9 @@ int cmd_train(int argc, char** argv) {
       c.minutes = f.real("minutes");
     }
   } else {
-    opt.out = f.str("out");
     c.data = f.str("data");
     read_recipe_flags(f, c);
-    c.max_tokens *= dist::world().size;  // --max-tokens is one process's share; the config keeps the global batch's limit
+    c.max_tokens *= train::distributed::world().size;  // --max-tokens is one process's share; the config keeps the global batch's limit
     c.subwords = f.integer("subwords");
     c.subword_type = f.str("subword-type");
     c.joint_vocab = f.on("joint-vocab");
@@ -123,15 +122,35 @@ int cmd_train(int argc, char** argv) {
     c.seed = static_cast<uint64_t>(f.integer("seed"));
     c.log_every = f.integer("log-every");
     if (c.builtin()) apply_builtin_defaults(f, c);
-    GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),
-                "train: --out '{}' is a file, not a folder; name a new or existing folder", opt.out);
-    GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
-                "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
   }
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
     GF_FAIL_AS(UsageError, "train: {}", e.what());
+  }
+  return c;
+}
+
+int cmd_train(int argc, char** argv) {
+  Flags f = train_flags();
+  if (!f.parse(argc, argv)) return 0;
+  namespace dist = train::distributed;
+  dist::start();  // under mpirun or srun: one of several processes (docs/distributed.md)
+  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  else if (dist::running() && !num_threads_set()) set_num_threads(dist::default_threads());  // processes on one machine share its cores
+  const train::TrainOptions opt = train_options(f);
+  train::RunConfig c;
+  if (opt.resume) {
+    GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
+    const std::string config_file = train::run_file(opt.out, "config.json");
+    const train::RunConfig resumed = train::RunConfig::from_json(train::read_text_file(config_file), config_file);
+    c = train_config(f, &resumed);
+  } else {
+    GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),
+                "train: --out '{}' is a file, not a folder; name a new or existing folder", opt.out);
+    GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
+                "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
+    c = train_config(f);
   }
   if (dist::several()) {
     if (dist::is_root())

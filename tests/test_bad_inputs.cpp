@@ -191,6 +191,7 @@ TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero
       {"an absurd --max-len", "train --max-len 100000", 2, "--max-len must be at most 510"},
       {"label smoothing of 1", "train --label-smoothing 1", 2, "--label-smoothing must be in [0, 1)"},
       {"--warmup 0", "train --warmup 0", 2, "--warmup must be at least 1"},
+      {"--log-every 0", "train --log-every 0", 2, "--log-every must be at least 1, got 0"},  // was a SIGFPE in the trainer
       {"a negative --subwords", "train --subwords -1", 2, "--subwords cannot be negative"},
       {"an unknown subword model type", "train --subwords 100 --subword-type word", 2, "--subword-type must be unigram or bpe"},
       {"an unknown flag", "train --frobnicate", 2, "unknown flag --frobnicate"},

@@ -192,8 +192,9 @@ TEST_CASE("train --grad-stats survives --resume: lines past the checkpoint are d
   fs::path dir = fresh_dir("gs_resume");
   train_translator(tiny_config(4), options(dir, 2));
   {
-    std::ofstream extra(dir / GradStatsRecorder::kJsonl, std::ios::app);  // as a run killed after step 6's line, before its checkpoint
-    extra << "{\"step\":6,\"loss\":1.0,\"groups\":[],\"attention\":[]}\n{\"step\":8,\"lo";
+    // As a run killed after step 6's line, before its checkpoint; the lines without an integer step are dropped too.
+    std::ofstream extra(dir / GradStatsRecorder::kJsonl, std::ios::app);
+    extra << "{\"step\":6,\"loss\":1.0,\"groups\":[],\"attention\":[]}\n{\"step\":\"6\"}\n{\"step\":1e300}\n[6]\n{\"step\":8,\"lo";
   }
   train_translator(tiny_config(8), options(dir, 2, /*resume=*/true));
   const std::vector<StatsJson> lines = read_lines(dir / GradStatsRecorder::kJsonl);

@@ -42,8 +42,7 @@ std::string read_file_bytes(const std::filesystem::path& file, std::string_view 
   return std::move(buf).str();
 }
 
-std::vector<std::string> read_text_lines(const std::filesystem::path& file, std::string_view op) {
-  std::string text = read_file_bytes(file, op);
+std::vector<std::string> split_text_lines(std::string_view text, std::string_view name) {
   std::string_view rest(text);
   if (rest.starts_with("\xEF\xBB\xBF")) rest.remove_prefix(3);  // UTF-8 byte-order mark
   std::vector<std::string> lines;
@@ -53,21 +52,31 @@ std::vector<std::string> read_text_lines(const std::filesystem::path& file, std:
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     if (line.ends_with('\r')) line.remove_suffix(1);
     const size_t bad = utf8::find_invalid(line);
-    GF_CHECK(bad == std::string_view::npos, "{}:{}: invalid UTF-8 at byte {} (0x{:02x})", file.string(), lines.size() + 1,
-             bad + 1, static_cast<unsigned char>(line[bad]));
+    GF_CHECK(bad == std::string_view::npos, "{}:{}: invalid UTF-8 at byte {} (0x{:02x})", name, lines.size() + 1, bad + 1,
+             static_cast<unsigned char>(line[bad]));
     lines.emplace_back(line);
   }
   return lines;
 }
 
-ParallelText read_parallel_files(const std::filesystem::path& src_file, const std::filesystem::path& tgt_file) {
-  const std::vector<std::string> src = read_text_lines(src_file, "read_parallel"), tgt = read_text_lines(tgt_file, "read_parallel");
-  GF_CHECK(src.size() == tgt.size(), "read_parallel: '{}' has {} lines but '{}' has {} lines", src_file.string(), src.size(),
-           tgt_file.string(), tgt.size());
+std::vector<std::string> read_text_lines(const std::filesystem::path& file, std::string_view op) {
+  return split_text_lines(read_file_bytes(file, op), file.string());
+}
+
+ParallelText parse_parallel_texts(std::string_view src_text, std::string_view src_name, std::string_view tgt_text,
+                                  std::string_view tgt_name) {
+  const std::vector<std::string> src = split_text_lines(src_text, src_name), tgt = split_text_lines(tgt_text, tgt_name);
+  GF_CHECK(src.size() == tgt.size(), "read_parallel: '{}' has {} lines but '{}' has {} lines", src_name, src.size(), tgt_name,
+           tgt.size());
   ParallelText out;
   out.pairs.reserve(src.size());
   for (size_t i = 0; i < src.size(); ++i) add_pair(out, src[i], tgt[i]);
   return out;
+}
+
+ParallelText read_parallel_files(const std::filesystem::path& src_file, const std::filesystem::path& tgt_file) {
+  return parse_parallel_texts(read_file_bytes(src_file, "read_parallel"), src_file.string(), read_file_bytes(tgt_file, "read_parallel"),
+                              tgt_file.string());
 }
 
 std::string join_tokens(const Tokens& tokens) {
@@ -84,8 +93,8 @@ ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_vie
   return read_parallel_files(dir / fmt::format("{}.{}", split, src_ext), dir / fmt::format("{}.{}", split, tgt_ext));
 }
 
-ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file) {
-  const std::vector<std::string> lines = read_text_lines(tsv_file, "read_parallel_tsv");
+ParallelText parse_parallel_tsv(std::string_view text, std::string_view name) {
+  const std::vector<std::string> lines = split_text_lines(text, name);
   ParallelText out;
   out.pairs.reserve(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -97,13 +106,16 @@ ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file) {
         ++out.stats.skipped_empty;
         continue;
       }
-      GF_FAIL("{}:{}: no tab between source and target", tsv_file.string(), i + 1);
+      GF_FAIL("{}:{}: no tab between source and target", name, i + 1);
     }
-    GF_CHECK(line.find('\t', tab + 1) == std::string_view::npos, "{}:{}: more than one tab; expected `source<TAB>target`",
-             tsv_file.string(), i + 1);
+    GF_CHECK(line.find('\t', tab + 1) == std::string_view::npos, "{}:{}: more than one tab; expected `source<TAB>target`", name, i + 1);
     add_pair(out, line.substr(0, tab), line.substr(tab + 1));
   }
   return out;
+}
+
+ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file) {
+  return parse_parallel_tsv(read_file_bytes(tsv_file, "read_parallel_tsv"), tsv_file.string());
 }
 
 }  // namespace gf::train

@@ -45,6 +45,12 @@ ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_vie
 // One file, each line `source<TAB>target`.
 ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file);
 
+// The same two readers on text held in memory (the file readers read the bytes and call these);
+// the names stand for the files in error messages ("name:line: ...").
+ParallelText parse_parallel_texts(std::string_view src_text, std::string_view src_name, std::string_view tgt_text,
+                                  std::string_view tgt_name);
+ParallelText parse_parallel_tsv(std::string_view text, std::string_view name);
+
 // The whole file as bytes. Throws std::runtime_error naming `op` and the file when it is missing,
 // a directory or unreadable.
 std::string read_file_bytes(const std::filesystem::path& file, std::string_view op);
@@ -53,5 +59,7 @@ std::string read_file_bytes(const std::filesystem::path& file, std::string_view 
 // for valid UTF-8 (the error names file:line). A last line without '\n' still counts. `op` names
 // the caller in the error for a missing or unreadable file.
 std::vector<std::string> read_text_lines(const std::filesystem::path& file, std::string_view op = "read_text_lines");
+// The same on text held in memory: `name` stands for the file in the error (name:line).
+std::vector<std::string> split_text_lines(std::string_view text, std::string_view name);
 
 }  // namespace gf::train

@@ -137,9 +137,10 @@ void Vocab::save(const std::filesystem::path& file) const {
   }
 }
 
-Vocab Vocab::load(const std::filesystem::path& file) {
-  std::vector<std::string> lines = read_text_lines(file, "Vocab::load");
-  const std::string name = file.string();
+Vocab Vocab::load(const std::filesystem::path& file) { return parse(read_file_bytes(file, "Vocab::load"), file.string()); }
+
+Vocab Vocab::parse(std::string_view text, const std::string& name) {
+  std::vector<std::string> lines = split_text_lines(text, name);
   std::unordered_map<std::string_view, size_t> first_line;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& w = lines[i];

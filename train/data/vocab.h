@@ -57,6 +57,8 @@ class Vocab {
   // std::invalid_argument naming file:line for bad content.
   void save(const std::filesystem::path& file) const;
   static Vocab load(const std::filesystem::path& file);
+  // What load does with the file's bytes: `name` stands for the file in errors (name:line).
+  static Vocab parse(std::string_view text, const std::string& name);
 
  private:
   struct Hash {

@@ -13,6 +13,7 @@
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
+#include "train/loop/json_fields.h"
 
 namespace gf::train {
 
@@ -49,21 +50,44 @@ std::string state_to_json(const RunState& s) {
 }
 
 RunState state_from_json(const std::string& text, const std::string& where) {
+  using namespace json_fields;
   RunState s;
   try {
-    json j = json::parse(text);
-    s.step = j.at("step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
-    s.train_seconds = j.at("train_seconds").get<double>();
-    s.best_valid_loss = j.at("best_valid_loss").get<double>();
-    s.model_file = j.at("model_file").get<std::string>();
-    s.optim_file = j.at("optim_file").get<std::string>();
-    s.skipped_long = j.value("skipped_long", int64_t{0});
-    s.skipped_nonfinite = j.value("skipped_nonfinite", int64_t{0});
-    for (auto& p : j.at("train_curve")) s.train_curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
-    for (auto& p : j.at("valid_curve")) s.valid_curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
+    const json j = json::parse(text);
+    if (!j.is_object()) throw FieldError(fmt::format("the file holds a JSON {}, not an object", j.type_name()));
+    read_required(j, "step", s.step);
+    read_required(j, "epoch", s.epoch);
+    read_required(j, "batch_in_epoch", s.batch_in_epoch);
+    read_required(j, "train_seconds", s.train_seconds);
+    read_required(j, "best_valid_loss", s.best_valid_loss);
+    read_required(j, "model_file", s.model_file);
+    read_required(j, "optim_file", s.optim_file);
+    read_optional(j, "skipped_long", s.skipped_long);
+    read_optional(j, "skipped_nonfinite", s.skipped_nonfinite);
+    for (const auto& [key, v] : {std::pair<const char*, int64_t>{"step", s.step}, {"epoch", s.epoch}, {"batch_in_epoch", s.batch_in_epoch},
+                                 {"skipped_long", s.skipped_long}, {"skipped_nonfinite", s.skipped_nonfinite}})
+      if (v < 0) bad_field(key, j.at(key), "a non-negative integer");
+    // The checkpoint files sit in the run folder itself: plain file names, no path.
+    for (const auto& [key, name] : {std::pair<const char*, const std::string&>{"model_file", s.model_file}, {"optim_file", s.optim_file}})
+      if (name.empty() || name == "." || name == ".." || name.find_first_of(std::string_view("/\0", 2)) != std::string::npos)
+        bad_field(key, j.at(key), "a file name in the run folder");
+    for (const auto& [key, curve] : {std::pair<const char*, std::vector<CurvePoint>*>{"train_curve", &s.train_curve}, {"valid_curve", &s.valid_curve}}) {
+      auto it = j.find(key);
+      if (it == j.end()) throw FieldError(fmt::format("missing field '{}'", key));
+      if (!it->is_array()) bad_field(key, *it, "an array of [step, loss] pairs");
+      for (size_t i = 0; i < it->size(); ++i) {
+        const json& p = (*it)[i];
+        const std::string at = fmt::format("{}[{}]", key, i);
+        if (!p.is_array() || p.size() != 2) bad_field(at, p, "a [step, loss] pair");
+        CurvePoint point;
+        read_value(p[0], at + "[0]", point.step);
+        read_value(p[1], at + "[1]", point.loss);
+        curve->push_back(point);
+      }
+    }
   } catch (const json::exception& e) {
+    GF_FAIL_AS(std::runtime_error, "{}: malformed run state: {}", where, e.what());
+  } catch (const json_fields::FieldError& e) {
     GF_FAIL_AS(std::runtime_error, "{}: malformed run state: {}", where, e.what());
   }
   return s;

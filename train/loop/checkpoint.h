@@ -36,6 +36,9 @@ struct RunState {
 };
 
 std::string state_to_json(const RunState& s);
+// Parses state.json's text; `where` names the file in errors. Throws std::runtime_error
+// "<where>: malformed run state: ..." naming the field for bad JSON, a missing field, a wrong type,
+// a negative count, a non-finite number or a checkpoint file name that is not a plain file name.
 RunState state_from_json(const std::string& text, const std::string& where);
 
 // Writes weights and optimizer state for s.step, then state.json naming them; removes stale files.

@@ -315,7 +315,8 @@ double number(const StatsJson& j) { return j.is_number() ? j.get<double>() : NAN
 double short_number(double x) { return std::isfinite(x) ? std::stod(fmt::format("{:.6g}", x)) : x; }
 
 // The lines of an existing grad_stats.jsonl with step <= last_step; a torn last line (a run killed
-// mid-write) is dropped. Sets `changed` when anything was dropped.
+// mid-write), or any line that is not an object with an integer "step", is dropped. Sets `changed`
+// when anything was dropped.
 std::vector<StatsJson> read_records(const std::string& path, int64_t last_step, bool& changed) {
   std::vector<StatsJson> kept;
   changed = false;
@@ -323,7 +324,8 @@ std::vector<StatsJson> read_records(const std::string& path, int64_t last_step, 
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     StatsJson j = StatsJson::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("step") || j["step"].get<int64_t>() > last_step) {
+    // (An integer test first: get<int64_t>() of 1e300 would be undefined behaviour, of "6" a type error.)
+    if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer() || j["step"].get<int64_t>() > last_step) {
       changed = true;
       continue;
     }

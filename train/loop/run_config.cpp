@@ -1,13 +1,18 @@
 #include "train/loop/run_config.h"
 
+#include <cmath>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "train/data/utf8.h"
+#include "train/loop/json_fields.h"
 
 namespace gf::train {
 
 using json = nlohmann::json;
+using namespace json_fields;
 
 std::string RunConfig::data_description() const {
   if (builtin()) return "built-in English->Korean corpus (seed " + std::to_string(corpus_seed) + ", " + std::to_string(corpus_size) + " pairs)";
@@ -49,12 +54,12 @@ namespace {
 // gradflow-run-1 (before the layer options had one type) kept the model fields at the top level
 // under the CLI's names.
 void read_legacy_model_fields(const json& j, nn::TransformerLayerOptions& l) {
-  if (j.contains("d_model")) j.at("d_model").get_to(l.d_model);
-  if (j.contains("heads")) j.at("heads").get_to(l.nhead);
-  if (j.contains("ff")) j.at("ff").get_to(l.dim_feedforward);
-  if (j.contains("dropout")) j.at("dropout").get_to(l.dropout);
-  if (j.contains("activation")) j.at("activation").get_to(l.activation);
-  if (j.contains("norm_first")) j.at("norm_first").get_to(l.norm_first);
+  read_optional(j, "d_model", l.d_model);
+  read_optional(j, "heads", l.nhead);
+  read_optional(j, "ff", l.dim_feedforward);
+  read_optional(j, "dropout", l.dropout);
+  read_optional(j, "activation", l.activation);
+  read_optional(j, "norm_first", l.norm_first);
 }
 
 }  // namespace
@@ -62,21 +67,22 @@ void read_legacy_model_fields(const json& j, nn::TransformerLayerOptions& l) {
 RunConfig RunConfig::from_json(const std::string& text, const std::string& where) {
   RunConfig c;
   try {
-    json j = json::parse(text);
-#define GF_READ(f) \
-  if (j.contains(#f)) j.at(#f).get_to(c.f);
+    const json j = json::parse(text);
+    if (!j.is_object()) throw FieldError(fmt::format("the file holds a JSON {}, not an object", j.type_name()));
+#define GF_READ(f) read_optional(j, #f, c.f);
     GF_CONFIG_FIELDS(GF_READ)
 #undef GF_READ
-    if (j.contains("layer")) {
-      const json& l = j.at("layer");
-#define GF_READ_LAYER(f) \
-  if (l.contains(#f)) l.at(#f).get_to(c.layer.f);
+    if (auto l = j.find("layer"); l != j.end()) {
+      if (!l->is_object()) bad_field("layer", *l, "an object");
+#define GF_READ_LAYER(f) read_optional(*l, #f, c.layer.f, "layer.");
       GF_LAYER_FIELDS(GF_READ_LAYER)
 #undef GF_READ_LAYER
     } else {
       read_legacy_model_fields(j, c.layer);
     }
   } catch (const json::exception& e) {
+    GF_FAIL_AS(std::runtime_error, "{}: malformed run config: {}", where, e.what());
+  } catch (const FieldError& e) {
     GF_FAIL_AS(std::runtime_error, "{}: malformed run config: {}", where, e.what());
   }
   try {
@@ -91,6 +97,13 @@ void RunConfig::validate() const {
   auto positive = [](const char* name, double v) {
     GF_CHECK(v > 0, "--{} must be positive, got {}", name, v);
   };
+  // config.json stores the text settings as JSON strings, which must be UTF-8.
+  for (const auto& [flag, text] : {std::pair<const char*, const std::string&>{"data", data}, {"src", src}, {"tgt", tgt},
+                                   {"train-split", train_split}, {"valid-split", valid_split}, {"test-split", test_split}}) {
+    const size_t bad = utf8::find_invalid(text);
+    GF_CHECK(bad == std::string::npos, "--{} must be UTF-8 text (config.json keeps it as a JSON string): byte {} (0x{:02x}) is not",
+             flag, bad + 1, static_cast<unsigned char>(text[bad]));
+  }
   GF_CHECK(arch == "encoder-decoder" || arch == "decoder-only", "--arch must be encoder-decoder or decoder-only, got '{}'", arch);
   layer.validate();
   positive("layers", static_cast<double>(layers));
@@ -104,13 +117,16 @@ void RunConfig::validate() const {
   if (epochs < 0 || steps < 0 || !(minutes >= 0))
     GF_FAIL("--epochs, --steps and --minutes cannot be negative, got {}, {} and {}", epochs, steps, minutes);
   GF_CHECK(average_last >= 0, "--average-last cannot be negative, got {}", average_last);
+  GF_CHECK(log_every >= 1, "--log-every must be at least 1, got {}", log_every);  // the trainer divides by it
+  GF_CHECK(!builtin() || corpus_size >= 20, "corpus_size (the built-in corpus's pairs) must be at least 20, got {}", corpus_size);
   GF_CHECK(subwords >= 0, "--subwords cannot be negative, got {}", subwords);
   GF_CHECK(subword_type == "unigram" || subword_type == "bpe", "--subword-type must be unigram or bpe, got '{}'", subword_type);
   GF_CHECK(!joint_vocab || subwords > 0, "--joint-vocab needs --subwords N (whitespace vocabularies are joint only for --arch decoder-only)");
   GF_CHECK(arch != "decoder-only" || subwords == 0 || joint_vocab,
            "--arch decoder-only reads source and target as one sequence: with --subwords it needs --joint-vocab");
-  GF_CHECK(max_len + 2 <= 512, "--max-len must be at most 510 (the positional table holds 512), got {}", max_len);
-  GF_CHECK(arch != "decoder-only" || 2 * max_len + 2 <= 512,
+  // (Compared without adding to max_len, which could overflow.)
+  GF_CHECK(max_len <= 510, "--max-len must be at most 510 (the positional table holds 512), got {}", max_len);
+  GF_CHECK(arch != "decoder-only" || max_len <= 255,
            "--max-len must be at most 255 for the decoder-only model (source, <sep> and target share 512 positions), got {}", max_len);
 }
 

@@ -41,7 +41,9 @@ struct RunConfig {
   std::string data_description() const;
   nn::Seq2SeqOptions model_options(int64_t src_vocab, int64_t tgt_vocab) const;
   std::string to_json() const;
-  // Reads this format and the earlier one (model fields flat at the top level).
+  // Reads this format and the earlier one (model fields flat at the top level). Throws
+  // std::runtime_error "<where>: ..." naming the field for bad JSON, a field of the wrong type or
+  // range, and the first bad setting (validate()).
   static RunConfig from_json(const std::string& text, const std::string& where);
   // Throws std::invalid_argument naming the first bad setting.
   void validate() const;

@@ -347,6 +347,7 @@ std::string xml_escape(const std::string& text) {
       case '\'': out += "&apos;"; break;
       default:
         if (cp.value < 0x20 && cp.value != '\t' && cp.value != '\n' && cp.value != '\r') break;  // not allowed in XML 1.0
+        if (cp.value == 0xFFFE || cp.value == 0xFFFF) break;                                   // nor are these two
         if (cp.valid)
           out.append(text, i, cp.len);
         else

@@ -35,7 +35,8 @@ std::string loss_curve_svg(const std::vector<std::pair<double, double>>& train,
 
 // ---- helpers, public for tests ----
 
-// Escape & < > " ' for XML text and attribute values; drops control characters XML 1.0 forbids.
+// Escape & < > " ' for XML text and attribute values; drops the characters XML 1.0 forbids (controls
+// other than tab, newline and carriage return; U+FFFE, U+FFFF) and turns invalid UTF-8 into U+FFFD.
 std::string xml_escape(const std::string& text);
 
 // Round tick values covering [lo, hi]: a step of 1, 2, 2.5 or 5 times a power of ten chosen so that

@@ -1,0 +1,234 @@
+#include "fuzz/entry.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <typeinfo>
+
+#include "app/train_args.h"
+#include "tensor/io/safetensors.h"
+#include "train/data/parallel_text.h"
+#include "train/data/utf8.h"
+#include "train/data/vocab.h"
+#include "train/eval/bleu.h"
+#include "train/loop/checkpoint.h"
+#include "train/loop/run_config.h"
+#include "train/plot/svg_plot.h"
+
+namespace gf::fuzz {
+namespace {
+
+template <class... Args>
+void require(bool cond, fmt::format_string<Args...> what, Args&&... args) {
+  if (!cond) throw Finding{fmt::format(what, std::forward<Args>(args)...)};
+}
+
+// Reading back what the parsed value writes: any error there is a finding, not a rejection of the input.
+template <class F>
+auto read_back(const char* target, F&& read) {
+  try {
+    return read();
+  } catch (const std::exception& e) {
+    throw Finding{fmt::format("{}: the input parsed, but what it writes back does not read back: {}", target, e.what())};
+  }
+}
+
+// A prefix of possibly binary text, printable in a finding's message.
+std::string shown(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 80)) out += c >= 0x20 && c < 0x7F ? fmt::format("{}", char(c)) : fmt::format("\\x{:02x}", c);
+  return s.size() > 80 ? out + "..." : out;
+}
+
+// ---- safetensors: load_safetensors_from_bytes (load_safetensors reads a file into the same decoder)
+void run_safetensors(std::string_view input) {
+  const SafetensorsFile f = load_safetensors_from_bytes(std::string(input), "fuzz.safetensors");
+  // Written back and read again: the same tensors, bytes and metadata.
+  const SafetensorsFile g = read_back("safetensors", [&] {
+    return load_safetensors_from_bytes(safetensors_to_bytes(f.tensors, f.metadata), "fuzz.safetensors written back");
+  });
+  require(g.metadata == f.metadata, "safetensors: metadata changed when written back and read again");
+  require(g.tensors.size() == f.tensors.size(), "safetensors: {} tensors became {}", f.tensors.size(), g.tensors.size());
+  for (const auto& [name, t] : f.tensors) {
+    auto it = g.tensors.find(name);
+    require(it != g.tensors.end(), "safetensors: tensor '{}' lost when written back", shown(name));
+    const Tensor& u = it->second;
+    require(u.dtype() == t.dtype() && u.shape() == t.shape(), "safetensors: tensor '{}' changed dtype or shape", shown(name));
+    require(u.nbytes() == t.nbytes() && (t.nbytes() == 0 || std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0),
+            "safetensors: tensor '{}' changed bytes", shown(name));
+  }
+}
+
+// ---- a run folder's config.json: RunConfig::from_json (Translator::load and --resume read it)
+void run_run_config(std::string_view input) {
+  const train::RunConfig c = train::RunConfig::from_json(std::string(input), "config.json");
+  // The trainer writes to_json(); it must read back as the same config.
+  const std::string written = read_back("run_config", [&] { return c.to_json(); });
+  const train::RunConfig d = read_back("run_config", [&] { return train::RunConfig::from_json(written, "config.json written back"); });
+  require(d.to_json() == written, "run_config: config.json written back reads as another config");
+}
+
+// ---- a run folder's vocab.src.txt / vocab.tgt.txt: Vocab::parse (Vocab::load reads the file into it)
+void run_vocab(std::string_view input) {
+  const train::Vocab v = train::Vocab::parse(input, "vocab.src.txt");
+  std::string written;  // Vocab::save's format: one token a line
+  for (const std::string& w : v.tokens()) written += w + "\n";
+  const train::Vocab w = read_back("vocab", [&] { return train::Vocab::parse(written, "vocab.src.txt written back"); });
+  require(w.tokens() == v.tokens(), "vocab: written back reads as another vocabulary");
+  for (int64_t i = 0; i < v.size(); ++i) require(v.id(v.token(i)) == i, "vocab: token {} does not map back to its id", i);
+}
+
+// ---- a run folder's state.json: state_from_json (load_state reads the file into it)
+void run_run_state(std::string_view input) {
+  const train::RunState s = train::state_from_json(std::string(input), "state.json");
+  const std::string written = train::state_to_json(s);
+  const train::RunState t = read_back("run_state", [&] { return train::state_from_json(written, "state.json written back"); });
+  require(train::state_to_json(t) == written, "run_state: state.json written back reads as another state");
+}
+
+// ---- parallel text: parse_parallel_tsv and parse_parallel_texts (read_parallel_tsv/_files read files into them).
+// The first byte picks the reader: odd -> one TSV text; even -> two aligned texts, split at the first NUL.
+void run_parallel_text(std::string_view input) {
+  const bool tsv = !input.empty() && (static_cast<unsigned char>(input[0]) & 1);
+  if (!input.empty()) input.remove_prefix(1);
+  train::ParallelText p;
+  if (tsv) {
+    p = train::parse_parallel_tsv(input, "fuzz.tsv");
+  } else {
+    const size_t nul = input.find('\0');
+    const std::string_view src = input.substr(0, nul), tgt = nul == std::string_view::npos ? std::string_view() : input.substr(nul + 1);
+    p = train::parse_parallel_texts(src, "fuzz.src", tgt, "fuzz.tgt");
+  }
+  require(p.stats.kept == p.pairs.size() && p.stats.lines == p.stats.kept + p.stats.skipped_empty,
+          "parallel_text: stats lines {} kept {} skipped {} for {} pairs", p.stats.lines, p.stats.kept, p.stats.skipped_empty, p.pairs.size());
+  for (const auto& [src, tgt] : p.pairs) {
+    require(!src.empty() && !tgt.empty(), "parallel_text: a pair with an empty side was kept");
+    for (const auto* side : {&src, &tgt})
+      for (const std::string& tok : *side) {
+        const std::vector<std::string> again = train::utf8::split_whitespace(tok);
+        require(again.size() == 1 && again[0] == tok, "parallel_text: token '{}' is empty or holds whitespace", shown(tok));
+      }
+  }
+}
+
+// XML 1.0's Char production: what an SVG may contain.
+bool xml_char(char32_t c) {
+  return c == 0x9 || c == 0xA || c == 0xD || (c >= 0x20 && c <= 0xD7FF) || (c >= 0xE000 && c <= 0xFFFD) || (c >= 0x10000 && c <= 0x10FFFF);
+}
+
+// ---- UTF-8 handling: utf8::find_invalid / decode / encode / split_whitespace (every text reader),
+// BLEU's Python-compatible split and 13a tokeniser (eval, bleu), and xml_escape (tokens in SVG labels).
+void run_utf8(std::string_view input) {
+  const std::string text(input);
+  // xml_escape takes any bytes (tokens are checked UTF-8, titles are not) and must give XML text.
+  const std::string escaped = xml_escape(text);
+  require(train::utf8::is_valid(escaped), "utf8: xml_escape('{}') is not valid UTF-8", shown(text));
+  for (char32_t c : train::utf8::decode(escaped))
+    require(xml_char(c), "utf8: xml_escape('{}') keeps U+{:04X}, which XML 1.0 forbids", shown(text), static_cast<uint32_t>(c));
+
+  const size_t bad = train::utf8::find_invalid(input);
+  if (bad != std::string_view::npos) {
+    require(bad < input.size() && train::utf8::is_valid(input.substr(0, bad)),
+            "utf8: find_invalid says byte {} of '{}' but the text before it is not valid", bad, shown(text));
+    train::utf8::decode(input);  // must reject (std::invalid_argument): the input's outcome
+    throw Finding{fmt::format("utf8: decode accepted '{}', which find_invalid rejects at byte {}", shown(text), bad)};
+  }
+  const std::u32string cps = train::utf8::decode(input);
+  for (char32_t c : cps)
+    require(c <= 0x10FFFF && !(c >= 0xD800 && c <= 0xDFFF), "utf8: decode gave U+{:X}, not a scalar value", static_cast<uint32_t>(c));
+  require(train::utf8::encode(cps) == text, "utf8: encode(decode('{}')) differs", shown(text));
+
+  const std::vector<std::string> tokens = train::utf8::split_whitespace(input);
+  require(tokens == split_whitespace(text), "utf8: utf8::split_whitespace and BLEU's split_whitespace disagree on '{}'", shown(text));
+  for (const std::string& tok : tokens) {
+    require(!tok.empty(), "utf8: split_whitespace gave an empty token for '{}'", shown(text));
+    for (char32_t c : train::utf8::decode(tok)) require(!train::utf8::is_space(c), "utf8: token '{}' holds whitespace", shown(tok));
+  }
+  for (const char* tok : {"13a", "none"}) {
+    const std::string t = bleu_tokenize(text, tok);
+    require(train::utf8::is_valid(t), "utf8: bleu_tokenize('{}', {}) is not valid UTF-8", shown(text), tok);
+  }
+}
+
+// ---- the command line: `gradflow train ARGS` parsed and validated into RunConfig and TrainOptions,
+// nothing run. The input is the argument list, one argument per line or NUL-terminated.
+void run_cli(std::string_view input) {
+  std::vector<std::string> args;
+  for (size_t start = 0; start <= input.size();) {
+    size_t end = input.find_first_of(std::string_view("\0\n", 2), start);
+    if (end == std::string_view::npos) end = input.size();
+    if (end > start || end < input.size()) args.emplace_back(input.substr(start, end - start));
+    start = end + 1;
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  app::Flags f = app::train_flags();
+  if (!f.parse(static_cast<int>(args.size()), argv.data())) return;  // --help
+  const train::TrainOptions opt = app::train_options(f);
+  const train::RunConfig resumed;  // stands for the resumed run folder's config.json
+  const train::RunConfig c = opt.resume ? app::train_config(f, &resumed) : app::train_config(f);
+  // The trainer writes the config as config.json first thing; translate, eval and --resume read it back.
+  const std::string written = read_back("cli", [&] { return c.to_json(); });
+  require(read_back("cli", [&] { return train::RunConfig::from_json(written, "config.json of the parsed command line"); }).to_json() == written,
+          "cli: the parsed config, written as config.json, reads back as another config");
+}
+
+}  // namespace
+
+const std::vector<Target>& targets() {
+  static const std::vector<Target> list = {
+      {"safetensors", "gf::load_safetensors_from_bytes (tensor/io/safetensors.h)", run_safetensors},
+      {"run_config", "gf::train::RunConfig::from_json (train/loop/run_config.h)", run_run_config},
+      {"vocab", "gf::train::Vocab::parse (train/data/vocab.h)", run_vocab},
+      {"run_state", "gf::train::state_from_json (train/loop/checkpoint.h)", run_run_state},
+      {"parallel_text", "gf::train::parse_parallel_tsv, parse_parallel_texts (train/data/parallel_text.h)", run_parallel_text},
+      {"utf8", "gf::train::utf8::*, gf::split_whitespace, gf::bleu_tokenize, gf::xml_escape", run_utf8},
+      {"cli", "gf::app::Flags::parse with train_flags, train_options, train_config (app/train_args.h)", run_cli},
+  };
+  return list;
+}
+
+const Target& target(std::string_view name) {
+  for (const Target& t : targets())
+    if (name == t.name) return t;
+  throw std::invalid_argument(fmt::format("no fuzz target named '{}'", name));
+}
+
+Outcome run_one(const Target& t, std::string_view input) {
+  auto rejected = [&](const std::exception& e) {
+    require(e.what() != nullptr && *e.what() != '\0', "{}: rejected the input with an empty message ({})", t.name, typeid(e).name());
+    return Outcome{false, e.what()};
+  };
+  try {
+    t.run(input);
+    return {true, ""};
+  } catch (const Finding&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    return rejected(e);
+  } catch (const std::out_of_range& e) {
+    return rejected(e);
+  } catch (const std::runtime_error& e) {
+    return rejected(e);
+  } catch (const std::exception& e) {
+    throw Finding{fmt::format("{}: unexpected exception {}: {}", t.name, typeid(e).name(), e.what())};
+  } catch (...) {
+    throw Finding{fmt::format("{}: an exception that is not a std::exception", t.name)};
+  }
+}
+
+int fuzz_one(std::string_view target_name, const uint8_t* data, size_t size) {
+  const Target& t = target(target_name);
+  try {
+    run_one(t, std::string_view(reinterpret_cast<const char*>(data), size));
+  } catch (const Finding& f) {
+    std::fprintf(stderr, "\n==== gradflow fuzz finding (%s): %s\n", t.name, f.what.c_str());
+    std::abort();
+  }
+  return 0;
+}
+
+}  // namespace gf::fuzz
