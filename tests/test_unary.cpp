@@ -136,7 +136,9 @@ TEST_CASE("float32 kernels (vectorised math) match double references over wide r
   CHECK(worst_rel(mid, kernels::tanh(mid), [](double v) { return std::tanh(v); }) < 2.5e-7);
   CHECK(worst_rel(mid, kernels::sigmoid(mid), [](double v) { return 1 / (1 + std::exp(-v)); }) < 5e-7);
   Tensor g = grid_f32(-5, 5, n);
-  CHECK(worst_rel(g, kernels::gelu(g), [](double v) { return v * phi(v); }) < 2e-6);
+  // 1.8e-6 where the compiler fuses multiply-adds (-O2 and up with FMA), 2.25e-6 where it does
+  // not (-O1, as in the sanitizer builds, or a build without -march=native on x86-64).
+  CHECK(worst_rel(g, kernels::gelu(g), [](double v) { return v * phi(v); }) < 2.5e-6);
   Tensor ones = Tensor::ones({n}, DType::Float32);
   auto dgelu = [](double v) { return phi(v) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI); };
   // gelu' crosses zero near x = -0.75, where only the absolute error can be small.

@@ -22,7 +22,9 @@ inline float fast_exp(float x) {
   constexpr float kLn2Hi = 0.693359375f;       // 355/512: few bits, so n * kLn2Hi is exact
   constexpr float kLn2Lo = -2.12194440e-4f;    // ln2 - kLn2Hi
   constexpr float kRound = 12582912.0f;        // 1.5 * 2^23: adding it rounds to an integer
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // Written so that NaN fails both tests and is clamped too (to -87): converting NaN to int below
+  // is undefined behaviour (UBSan's float-cast-overflow). The last line returns the NaN.
+  const float xc = x > -87.0f ? (x < 88.0f ? x : 88.0f) : -87.0f;
   const float n = (xc * kLog2e + kRound) - kRound;
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.0f / 5040;
