@@ -1,5 +1,6 @@
 #include "nn/multihead_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -14,6 +15,7 @@
 #include "nn/init.h"
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
+#include "tensor/parallel.h"
 
 namespace gf::nn {
 
@@ -156,12 +158,62 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   return r;
 }
 
-int64_t KVCache::bytes() const { return (k.defined() ? static_cast<int64_t>(k.nbytes()) : 0) + (v.defined() ? static_cast<int64_t>(v.nbytes()) : 0); }
+int64_t KVCache::bytes() const {
+  int64_t n = 0;
+  for (const Tensor* t : {&k, &v, &spare_k, &spare_v})
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  return n;
+}
+
+namespace {
+
+// dst row i, positions [0, len) = src row rows[i]'s, for every head: both (B, KV, capacity, d_k),
+// contiguous, same capacity. Rows are independent, so the split over threads changes nothing.
+void gather_positions(const Tensor& src, Tensor& dst, const std::vector<int64_t>& rows, int64_t len) {
+  const int64_t KV = src.size(1), cap = src.size(2), dk = src.size(3);
+  const int64_t row = KV * cap * dk, n = static_cast<int64_t>(rows.size());
+  dispatch_float(src.dtype(), "KVCache::select_rows", [&]<class T>() {
+    const T* s = src.data<T>();
+    T* d = dst.data<T>();
+    parallel_for(n * KV, row_grain(len * dk), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t r = i / KV, h = i % KV;
+        const T* from = s + rows[static_cast<size_t>(r)] * row + h * cap * dk;
+        std::copy(from, from + len * dk, d + r * row + h * cap * dk);
+      }
+    });
+  });
+}
+
+// (n, KV, capacity, d_k) for select_rows to fill: a view of the spare buffer when it is large
+// enough (batches only shrink after the first reorder), else a new one.
+Tensor gather_target(const Tensor& spare, const Tensor& like, int64_t n) {
+  if (spare.defined() && spare.size(0) >= n) return spare.narrow(0, 0, n);  // contiguous: a prefix of rows
+  return Tensor::empty({n, like.size(1), like.size(2), like.size(3)}, like.dtype());  // (n, KV, capacity, d_k)
+}
+
+}  // namespace
 
 void KVCache::select_rows(const std::vector<int64_t>& rows) {
-  Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});  // (B')
-  if (k.defined()) k = kernels::index_select(k, index);                          // (B', KV, capacity, d_k)
-  if (v.defined()) v = kernels::index_select(v, index);
+  if (!k.defined()) return;
+  const int64_t B = k.size(0), n = static_cast<int64_t>(rows.size());
+  for (int64_t i = 0; i < n; ++i)
+    GF_CHECK_AS(std::out_of_range, rows[i] >= 0 && rows[i] < B,
+                "KVCache::select_rows: index {} at position {} is out of range for a table of {} rows (cache keys {})", rows[i], i, B,
+                shape_str(k.shape()));
+  bool same = n == B;
+  for (int64_t i = 0; same && i < n; ++i) same = rows[i] == i;
+  if (same) return;  // beam search often keeps every row where it was
+  GF_CHECK(k.is_contiguous() && v.is_contiguous(), "KVCache::select_rows: the cache k {} and v {} must be contiguous",
+           shape_str(k.shape()), shape_str(v.shape()));
+  Tensor nk = gather_target(spare_k, k, n), nv = gather_target(spare_v, v, n);  // (n, KV, capacity, d_k)
+  gather_positions(k, nk, rows, length);
+  gather_positions(v, nv, rows, length);
+  // The old buffers become the spares; a spare smaller than the new batch is dropped.
+  spare_k = k.size(0) >= n ? k : Tensor();
+  spare_v = v.size(0) >= n ? v : Tensor();
+  k = nk;
+  v = nv;
 }
 
 KVCache MultiheadAttention::start_cache(int64_t batch, int64_t capacity, DType dtype) const {
@@ -186,8 +238,9 @@ AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& c
   cache.k.narrow(2, past, t).copy_(k_new.data());
   cache.v.narrow(2, past, t).copy_(v_new.data());
   cache.length = past + t;
-  Variable k(cache.k.narrow(2, 0, cache.length)), v(cache.v.narrow(2, 0, cache.length));  // (B, KV, past+t, d_k)
   // One new position needs no mask: only the past is in the cache.
+  if (t == 1 && !need_weights) return {attend_one(q, cache.k, cache.v, cache.length, {}, Tensor()), Variable()};  // (B, 1, D)
+  Variable k(cache.k.narrow(2, 0, cache.length)), v(cache.v.narrow(2, 0, cache.length));  // (B, KV, past+t, d_k)
   Tensor causal;
   if (t > 1) {
     causal = Tensor::zeros({t, past + t}, DType::Bool);  // (t, past+t): new position i sees keys <= past + i
@@ -195,6 +248,87 @@ AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& c
       for (int64_t j = past + i + 1; j < past + t; ++j) causal.data<bool>()[i * (past + t) + j] = true;
   }
   return attend(q, k, v, Tensor(), causal, need_weights);
+}
+
+namespace {
+
+// sum_j a[j] * b[j] for n a multiple of 16 or not: 16 partial sums combined in a fixed order, so
+// the compiler vectorises it without reassociating (no -ffast-math) and every run sums alike.
+template <class T>
+T dot(const T* a, const T* b, int64_t n) {
+  T acc[16] = {};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * b[j + l];
+  for (; j < n; ++j) acc[j % 16] += a[j] * b[j];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+// One (row, head): scores over keys [0, len), masked, softmax, weighted sum of values into out
+// (d_k). scores is scratch of len. A row with every key blocked gets zeros (softmax's rule).
+template <class T>
+void attend_row(const T* q, const T* k, const T* v, int64_t len, int64_t dk, T scale, const bool* blocked, const T* added, T* scores, T* out) {
+  T top = -INFINITY;
+  for (int64_t s = 0; s < len; ++s) {
+    T x = dot(q, k + s * dk, dk) * scale;
+    if (added) x += added[s];
+    if (blocked && blocked[s]) x = -INFINITY;
+    scores[s] = x;
+    top = std::max(top, x);
+  }
+  std::fill(out, out + dk, T(0));
+  if (top == -INFINITY) return;
+  T total = 0;
+  for (int64_t s = 0; s < len; ++s) total += scores[s] = std::exp(scores[s] - top);
+  for (int64_t s = 0; s < len; ++s) {
+    const T w = scores[s] / total;
+    const T* vs = v + s * dk;
+    for (int64_t j = 0; j < dk; ++j) out[j] += w * vs[j];
+  }
+}
+
+}  // namespace
+
+Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, const Tensor& v, int64_t len,
+                                        const std::vector<int64_t>& kv_rows, const Tensor& kpm) const {
+  NoGradGuard ng;
+  const int64_t R = q_in.size(0), H = num_heads, KV = kv_heads, dk = head_dim, Bk = k.size(0);
+  GF_CHECK(q_in.ndim() == 4 && q_in.size(1) == H && q_in.size(2) == 1 && q_in.size(3) == dk && k.ndim() == 4 && k.size(1) == KV &&
+               k.size(3) == dk && v.shape() == k.shape() && len <= k.size(2),
+           "MultiheadAttention::attend_one: q {} must be (R, {}, 1, {}) and k {}, v {} (Bk, {}, >= {}, {})", shape_str(q_in.shape()), H,
+           dk, shape_str(k.shape()), shape_str(v.shape()), KV, len, dk);
+  GF_CHECK(kv_rows.empty() ? Bk == R : static_cast<int64_t>(kv_rows.size()) == R,
+           "MultiheadAttention::attend_one: {} query rows, {} key/value rows and {} row indices", R, Bk, kv_rows.size());
+  for (int64_t r : kv_rows) GF_CHECK(r >= 0 && r < Bk, "MultiheadAttention::attend_one: key/value row {} out of range for {} rows", r, Bk);
+  check_mask_dtype(kpm, "key_padding_mask");
+  GF_CHECK(!kpm.defined() || (kpm.ndim() == 2 && kpm.size(0) == R && kpm.size(1) == len),
+           "MultiheadAttention::attend_one: key_padding_mask must be ({}, {}), got {}", R, len, shape_str(kpm.shape()));
+  GF_CHECK(k.is_contiguous() && v.is_contiguous(), "MultiheadAttention::attend_one: k {} and v {} must be contiguous",
+           shape_str(k.shape()), shape_str(v.shape()));
+  Tensor q = q_in.data().contiguous();                       // (R, H, 1, d_k)
+  Tensor merged = Tensor::empty({R, 1, H * dk}, q.dtype());  // (R, 1, D): heads side by side, as attend's merge
+  Tensor mask = kpm.defined() ? (kpm.dtype() == DType::Bool ? kpm.contiguous() : kpm.to(q.dtype()).contiguous()) : Tensor();  // (R, len)
+  const int64_t G = H / KV, cap = k.size(2);
+  dispatch_float(q.dtype(), "MultiheadAttention::attend_one", [&]<class T>() {
+    const T* qp = q.data<T>();
+    const T *kp = k.data<T>(), *vp = v.data<T>();
+    T* op = merged.data<T>();
+    parallel_for(R * H, row_grain(4 * len * dk), [&](int64_t lo, int64_t hi) {
+      std::vector<T> scores(static_cast<size_t>(std::max<int64_t>(len, 1))), qs(static_cast<size_t>(dk));
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t r = i / H, h = i % H, kr = kv_rows.empty() ? r : kv_rows[static_cast<size_t>(r)];
+        // q scaled first, as attend's (q * scale) @ k^T
+        for (int64_t j = 0; j < dk; ++j) qs[j] = qp[i * dk + j] * static_cast<T>(score_scale);
+        const int64_t at = (kr * KV + h / G) * cap * dk;
+        const bool* blocked = mask.defined() && mask.dtype() == DType::Bool ? mask.data<bool>() + r * len : nullptr;
+        const T* added = mask.defined() && mask.dtype() != DType::Bool ? mask.data<T>() + r * len : nullptr;
+        attend_row<T>(qs.data(), kp + at, vp + at, len, dk, T(1), blocked, added, scores.data(), op + i * dk);
+      }
+    });
+  });
+  return out_proj->forward(Variable(merged));  // (R, 1, D)
 }
 
 AttentionResult MultiheadAttention::forward(const Variable& query, const Variable& key, const Variable& value, const Tensor& kpm,

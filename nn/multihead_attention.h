@@ -29,9 +29,13 @@ struct AttentionResult {
 struct KVCache {
   Tensor k, v;  // (B, KV, capacity, d_k): positions [0, length) are filled
   int64_t length = 0;
+  // The buffers select_rows gathers into next (the previous k and v), so that beam search's
+  // reorder every step allocates nothing; undefined until the first select_rows.
+  Tensor spare_k, spare_v;
   int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
-  int64_t bytes() const;
-  // Keeps batch rows `rows` (in that order): beam search reorders hypotheses with it.
+  int64_t bytes() const;  // k, v and the spare buffers
+  // Keeps batch rows `rows` (in that order, repeats allowed): beam search reorders hypotheses with
+  // it. Copies only the filled positions [0, length).
   void select_rows(const std::vector<int64_t>& rows);
 };
 
@@ -57,6 +61,13 @@ class MultiheadAttention : public Module {
   // position i sees every cached position and new positions <= i. Their K and V are appended.
   // No graph is recorded. Returns (B, t, D).
   AttentionResult forward_cached(const Variable& x, KVCache& cache, bool need_weights = false) const;
+  // Attention of one new position per row over a cache, with no (B, H, 1, S) tensors and no
+  // per-head GEMM calls: q (R, H, 1, d_k); k and v (Bk, KV, capacity, d_k), of which positions
+  // [0, len) are used; row r reads key/value row kv_rows[r] (empty: row r), so the rows of one
+  // sentence's beam share its cross-attention keys and values; key_padding_mask (R, len) per query
+  // row, bool or float, or undefined. Returns (R, 1, D) after out_proj; no weights, no graph.
+  Variable attend_one(const Variable& q, const Tensor& k, const Tensor& v, int64_t len, const std::vector<int64_t>& kv_rows,
+                      const Tensor& key_padding_mask) const;
 
   bool grouped() const { return kv_heads != num_heads; }
 

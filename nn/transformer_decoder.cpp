@@ -18,11 +18,27 @@ int64_t DecoderLayerCache::bytes() const {
 }
 
 void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
+  const int64_t B = self.k.defined() ? self.k.size(0) : cross_rows.empty() ? (cross_k.defined() ? cross_k.size(0) : 0)
+                                                                            : static_cast<int64_t>(cross_rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    GF_CHECK_AS(std::out_of_range, rows[i] >= 0 && rows[i] < B,
+                "DecoderLayerCache::select_rows: index {} at position {} is out of range for a table of {} rows", rows[i], i, B);
   self.select_rows(rows);
-  Tensor index = Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});  // (B')
-  for (Tensor* t : {&cross_k, &cross_v})
-    if (t->defined()) *t = kernels::index_select(*t, index);  // (B', KV, S, d_k)
+  std::vector<int64_t> next(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) next[i] = cross_rows.empty() ? rows[i] : cross_rows[static_cast<size_t>(rows[i])];
+  cross_rows = std::move(next);
 }
+
+namespace {
+
+// The cross-attention K or V each batch row reads, as its own (B, KV, S, d_k) tensor (a copy only
+// when rows share or reorder source rows): for the attention weights, which attend() computes.
+Tensor cross_of_rows(const Tensor& t, const std::vector<int64_t>& rows) {
+  if (rows.empty()) return t;
+  return kernels::index_select(t, Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())}));  // (B, KV, S, d_k)
+}
+
+}  // namespace
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen)
     : options((opt.validate(), opt)), activation(find_activation(opt.activation)) {
@@ -99,7 +115,9 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
   auto self_block = [&](const Variable& h) { return self_attn->forward_cached(h, cache.self).output; };  // (B, 1, D)
   auto cross_block = [&](const Variable& h) {
     Variable q = multihead_attn->project_q(h);  // (B, H, 1, d_k)
-    AttentionResult a = multihead_attn->attend(q, Variable(cache.cross_k), Variable(cache.cross_v), memory_kpm, Tensor(), need_weights);
+    if (!need_weights) return multihead_attn->attend_one(q, cache.cross_k, cache.cross_v, cache.cross_k.size(2), cache.cross_rows, memory_kpm);  // (B, 1, D)
+    Variable ck(cross_of_rows(cache.cross_k, cache.cross_rows)), cv(cross_of_rows(cache.cross_v, cache.cross_rows));  // (B, KV, S, d_k)
+    AttentionResult a = multihead_attn->attend(q, ck, cv, memory_kpm, Tensor(), need_weights);
     r.cross_weights = a.weights;
     return a.output;
   };

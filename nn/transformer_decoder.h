@@ -13,9 +13,13 @@ namespace gf::nn {
 // One layer's cache for incremental decoding.
 struct DecoderLayerCache {
   KVCache self;             // the target positions so far
-  Tensor cross_k, cross_v;  // (B, KV, S, d_k): the source, projected once (KV = key/value heads)
+  Tensor cross_k, cross_v;  // (Bs, KV, S, d_k): the source, projected once (KV = key/value heads)
+  // The cross_k/cross_v row each batch row reads (empty: row i reads row i). Reordering or
+  // repeating rows only rewrites this: the hypotheses of one sentence share its source's K/V.
+  std::vector<int64_t> cross_rows;
   int64_t bytes() const;
-  // Keeps batch rows `rows` (in that order): beam search reorders hypotheses with it.
+  // Keeps batch rows `rows` (in that order, repeats allowed): beam search reorders hypotheses with
+  // it. The self-attention cache is gathered; the cross-attention K/V are not copied.
   void select_rows(const std::vector<int64_t>& rows);
 };
 

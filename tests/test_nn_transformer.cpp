@@ -15,6 +15,7 @@
 #include "nn/masks.h"
 #include "nn/seq2seq.h"
 #include "nn_test_util.h"
+#include "tensor/kernels/indexing.h"
 
 using namespace gf;
 using namespace gf::testing;
@@ -372,9 +373,70 @@ TEST_CASE("DecoderLayerCache::select_rows reorders (and repeats) batch rows, as 
   // Shrinking to fewer rows works too; a row out of range is an error.
   auto more = dec.start_cache(Variable(mem), T);
   more[0].select_rows({1});
-  CHECK(more[0].cross_k.size(0) == 1);
-  CHECK(max_abs_diff(more[0].cross_k.select(0, 0), dec.start_cache(Variable(mem), T)[0].cross_k.select(0, 1)) == 0.0);
+  CHECK(more[0].self.k.size(0) == 1);
+  CHECK(more[0].cross_k.size(0) == 3);  // the source's K/V are shared, not copied: row 0 reads row 1
+  CHECK(more[0].cross_rows == std::vector<int64_t>{1});
   GF_CHECK_CONTAINS(error_of([&] { more[1].select_rows({0, 3}); }), "index 3 at position 1 is out of range for a table of 3 rows");
+}
+
+TEST_CASE("KVCache::select_rows equals index_select on the filled positions, reusing its spare buffer as rows shrink") {
+  const int64_t B = 4, KV = 2, cap = 6, dk = 3, len = 4;
+  nn::MultiheadAttention mha(6, 2);
+  nn::KVCache c = mha.start_cache(B, cap, DType::Float32);
+  Tensor full = randn({B, KV, cap, dk}, 110, 1.0, DType::Float32);  // (4, 2, 6, 3)
+  c.k.copy_(full);
+  c.v.copy_(randn({B, KV, cap, dk}, 111, 1.0, DType::Float32));
+  c.length = len;
+  auto reference = [&](const Tensor& t, const std::vector<int64_t>& order) {  // (n, KV, len, d_k)
+    return kernels::index_select(t, Tensor::from_vector(order, {static_cast<int64_t>(order.size())})).narrow(2, 0, len).contiguous();
+  };
+  Tensor k0 = c.k.clone(), v0 = c.v.clone();  // (4, 2, 6, 3)
+  const std::vector<int64_t> first = {3, 1, 1, 0};
+  c.select_rows(first);
+  CHECK(max_abs_diff(c.k.narrow(2, 0, len).contiguous(), reference(k0, first)) == 0.0);
+  CHECK(max_abs_diff(c.v.narrow(2, 0, len).contiguous(), reference(v0, first)) == 0.0);
+  CHECK(c.spare_k.defined());
+  CHECK(c.bytes() == 4 * 4 * B * KV * cap * dk);  // k, v and their spares
+  Tensor k1 = c.k.clone(), v1 = c.v.clone();
+  const void* spare = c.spare_k.storage()->data();
+  const std::vector<int64_t> second = {2, 0};  // shrinks: gathered into the spare, no new buffer
+  c.select_rows(second);
+  CHECK(c.k.storage()->data() == spare);
+  CHECK(shape_str(c.k.shape()) == "(2, 2, 6, 3)");
+  CHECK(max_abs_diff(c.k.narrow(2, 0, len).contiguous(), reference(k1, second)) == 0.0);
+  CHECK(max_abs_diff(c.v.narrow(2, 0, len).contiguous(), reference(v1, second)) == 0.0);
+  Tensor k2 = c.k.clone();
+  c.select_rows({0, 1});  // unchanged order: nothing moves
+  CHECK(max_abs_diff(c.k, k2) == 0.0);
+  GF_CHECK_CONTAINS(error_of([&] { c.select_rows({2}); }), "index 2 at position 0 is out of range for a table of 2 rows");
+}
+
+TEST_CASE("attend_one (one query per row, shared key/value rows) equals attend on the gathered rows, with masks") {
+  const int64_t R = 5, Bk = 3, H = 4, dk = 2, S = 6, len = 5;
+  for (int64_t kv_heads : {4, 2, 1}) {
+    CAPTURE(kv_heads);
+    Generator gen(120);
+    nn::MultiheadAttention mha(H * dk, H, 0.0, true, gen, kv_heads);
+    randomise(mha, 121);
+    NoGradGuard ng;
+    Variable q(randn({R, H, 1, dk}, 122, 1.0, DType::Float32));     // (5, 4, 1, 2)
+    Tensor k = randn({Bk, kv_heads, S, dk}, 123, 1.0, DType::Float32);  // (3, KV, 6, 2): positions [0, 5) used
+    Tensor v = randn({Bk, kv_heads, S, dk}, 124, 1.0, DType::Float32);
+    const std::vector<int64_t> kv_rows = {2, 0, 0, 1, 2};
+    Tensor index = Tensor::from_vector(kv_rows, {R});
+    Variable kr(kernels::index_select(k, index).narrow(2, 0, len).contiguous());  // (5, KV, 5, 2)
+    Variable vr(kernels::index_select(v, index).narrow(2, 0, len).contiguous());
+    // Row 4 has every key blocked: zeros before out_proj, as attend's softmax gives.
+    Tensor blocked = Tensor::of({0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {R, len}, DType::Bool);
+    Tensor added = randn({R, len}, 125, 1.0, DType::Float32);  // (5, 5): a float mask is added
+    for (const Tensor& kpm : {Tensor(), blocked, added}) {
+      Tensor want = mha.attend(q, kr, vr, kpm, Tensor(), false).output.data();    // (5, 1, 8)
+      Tensor got = mha.attend_one(q, k, v, len, kv_rows, kpm).data();           // (5, 1, 8)
+      CHECK(shape_str(got.shape()) == "(5, 1, 8)");
+      CHECK(max_abs_diff(got, want) < 1e-5);
+    }
+    GF_CHECK_CONTAINS(error_of([&] { mha.attend_one(q, k, v, len, {0, 1}, Tensor()); }), "5 query rows, 3 key/value rows and 2 row indices");
+  }
 }
 
 TEST_CASE("TransformerEncoder/Decoder without the final norm; names of a bare stack") {

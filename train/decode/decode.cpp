@@ -52,16 +52,31 @@ class StepModel {
   virtual void record(DecodeStats& st, int64_t step) const = 0;
 };
 
-// Builds the step model for these source rows (R, S) with room for `steps` output positions.
-using MakeSteps = std::function<std::unique_ptr<StepModel>(const Tensor& src, int64_t steps)>;
+// Builds the step model for these source rows (B, S) with room for `steps` output positions, with
+// `copies` rows per source (row r decodes source r / copies: beam search starts K copies).
+using MakeSteps = std::function<std::unique_ptr<StepModel>(const Tensor& src, int64_t steps, int64_t copies)>;
+
+// Row r of `copies` rows per source: source r / copies.
+std::vector<int64_t> repeated_rows(int64_t sources, int64_t copies) {
+  std::vector<int64_t> rep;
+  for (int64_t b = 0; b < sources; ++b)
+    for (int64_t k = 0; k < copies; ++k) rep.push_back(b);
+  return rep;
+}
 
 class EncoderDecoderSteps : public StepModel {
  public:
-  EncoderDecoderSteps(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t capacity)
-      : model_(model), opt_(opt) {
-    src_pad_ = nn::make_pad_mask(src, opt.pad);  // (R, S)
-    memory_ = model.encode(src, src_pad_);       // (R, S, D)
-    if (opt.use_cache) caches_ = model.transformer->decoder->start_cache(memory_, capacity);
+  // The source is encoded once, not once per copy; the copies of a source share its
+  // cross-attention K/V (DecoderLayerCache::cross_rows).
+  EncoderDecoderSteps(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t capacity, int64_t copies)
+      : model_(model), opt_(opt), source_of_(repeated_rows(src.size(0), copies)) {
+    src_pad_ = nn::make_pad_mask(src, opt.pad);  // (B, S)
+    memory_ = model.encode(src, src_pad_);       // (B, S, D)
+    row_pad_ = copies == 1 ? src_pad_ : rows_of(src_pad_, source_of_);  // (R, S)
+    if (!opt.use_cache) return;
+    caches_ = model.transformer->decoder->start_cache(memory_, capacity);
+    if (copies > 1)
+      for (auto& c : caches_) c.select_rows(source_of_);  // nothing cached yet: only the row map grows
   }
 
   Tensor next_log_probs(const Tensor& prefix) override {
@@ -69,17 +84,20 @@ class EncoderDecoderSteps : public StepModel {
     Variable h;
     if (opt_.use_cache) {
       Tensor last = prefix.narrow(1, t - 1, 1).contiguous();  // (R, 1)
-      h = model_.transformer->decoder->forward_step(model_.embed_tgt(last, t - 1), caches_, src_pad_).output;  // (R, 1, D)
+      h = model_.transformer->decoder->forward_step(model_.embed_tgt(last, t - 1), caches_, row_pad_).output;  // (R, 1, D)
     } else {
-      Tensor causal = nn::make_causal_mask(t);  // (t, t)
-      h = model_.transformer->decoder->forward(model_.embed_tgt(prefix), memory_, causal, Tensor(), src_pad_).output;  // (R, t, D)
+      Tensor causal = nn::make_causal_mask(t);                       // (t, t)
+      Variable memory(rows_of(memory_.data(), source_of_));          // (R, S, D)
+      h = model_.transformer->decoder->forward(model_.embed_tgt(prefix), memory, causal, Tensor(), row_pad_).output;  // (R, t, D)
     }
     return last_log_probs(model_.project(h));  // (R, V)
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
-    src_pad_ = rows_of(src_pad_, rows);
-    memory_ = Variable(rows_of(memory_.data(), rows));
+    std::vector<int64_t> next(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) next[i] = source_of_[static_cast<size_t>(rows[i])];
+    if (next != source_of_) row_pad_ = rows_of(row_pad_, rows);  // (R', S); beams reordered within a sentence keep it
+    source_of_ = std::move(next);
     for (auto& c : caches_) c.select_rows(rows);
   }
 
@@ -99,8 +117,10 @@ class EncoderDecoderSteps : public StepModel {
  private:
   const nn::Seq2SeqTransformer& model_;
   const DecodeOptions& opt_;
-  Tensor src_pad_;
-  Variable memory_;
+  std::vector<int64_t> source_of_;  // the source row of each decoding row
+  Tensor src_pad_;                  // (B, S): per source
+  Tensor row_pad_;                  // (R, S): per decoding row
+  Variable memory_;                 // (B, S, D): per source
   std::vector<nn::DecoderLayerCache> caches_;
 };
 
@@ -108,9 +128,10 @@ class EncoderDecoderSteps : public StepModel {
 // the cache; then each step feeds the newest token.
 class DecoderOnlySteps : public StepModel {
  public:
-  DecoderOnlySteps(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t steps)
-      : model_(model), opt_(opt), src_(src) {
-    if (opt.use_cache) caches_ = model.start_cache(src.size(0), src.size(1) + steps);
+  // Each copy holds its own prompt in its cache.
+  DecoderOnlySteps(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t steps, int64_t copies)
+      : model_(model), opt_(opt), src_(copies == 1 ? src : rows_of(src, repeated_rows(src.size(0), copies))) {
+    if (opt.use_cache) caches_ = model.start_cache(src_.size(0), src_.size(1) + steps);
   }
 
   Tensor next_log_probs(const Tensor& prefix) override {
@@ -157,7 +178,8 @@ class DecoderOnlySteps : public StepModel {
 // Log-probabilities from a function of each row's source and prefix (tests script a model with it).
 class FunctionSteps : public StepModel {
  public:
-  FunctionSteps(const NextLogProbs& next, const Tensor& src) : next_(next), src_(src) {}
+  FunctionSteps(const NextLogProbs& next, const Tensor& src, int64_t copies)
+      : next_(next), src_(copies == 1 ? src : rows_of(src, repeated_rows(src.size(0), copies))) {}
   Tensor next_log_probs(const Tensor& prefix) override { return next_(src_, prefix); }  // (R, V)
   void select_rows(const std::vector<int64_t>& rows) override { src_ = rows_of(src_, rows); }
   void record(DecodeStats& st, int64_t step) const override { st.steps = step; }
@@ -203,7 +225,7 @@ Tensor prefix_tensor(int64_t R, int64_t t, int64_t bos, TokensOf tokens_of) {
 std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
   const int64_t B = src.size(0);
   auto [limit, max_steps] = step_limits(src, opt);
-  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1);
+  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1, 1);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B)), emitted(static_cast<size_t>(B));  // emitted: <eos> included
   std::vector<int64_t> alive(static_cast<size_t>(B));  // original row of each live row
   for (int64_t b = 0; b < B; ++b) alive[b] = b;
@@ -274,6 +296,22 @@ struct Candidate {
   int64_t row, token;
 };
 
+// The n best tokens of a row (V), best first; of equal values the lower token first. One pass
+// with a small sorted list: n is K + 1, far below V.
+std::vector<int64_t> top_tokens(const float* row, int64_t V, int64_t n) {
+  n = std::min(n, V);
+  std::vector<int64_t> top;
+  top.reserve(static_cast<size_t>(n) + 1);
+  for (int64_t v = 0; v < V; ++v) {
+    if (static_cast<int64_t>(top.size()) == n && !(row[v] > row[top.back()])) continue;
+    size_t at = top.size();
+    while (at > 0 && row[v] > row[top[at - 1]]) --at;  // after every value >= it: ties keep token order
+    top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), v);
+    if (static_cast<int64_t>(top.size()) > n) top.pop_back();
+  }
+  return top;
+}
+
 // The best continuations of sentence b's live rows: each row's K+1 best tokens are enough, since
 // at most one of them is <eos> and the sentence keeps K others. Best first. At the first step all
 // K rows of a sentence hold the same empty hypothesis; only one of them may propose, or the K best
@@ -281,18 +319,14 @@ struct Candidate {
 std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam, const Tensor& lp, int64_t K) {
   const int64_t V = lp.size(1);
   std::vector<Candidate> out;
-  std::vector<int64_t> idx(static_cast<size_t>(V));
   std::vector<bool> proposed(beam.size(), false);
   for (size_t r = 0; r < live.size(); ++r) {
     if (live[r].sentence != b || proposed[static_cast<size_t>(live[r].beam)]) continue;
     proposed[static_cast<size_t>(live[r].beam)] = true;
     const Hypothesis& h = beam[static_cast<size_t>(live[r].beam)];
     const float* row = lp.data<float>() + static_cast<int64_t>(r) * V;
-    for (int64_t v = 0; v < V; ++v) idx[v] = v;
-    const int64_t take = std::min<int64_t>(K + 1, V);
-    std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), [&](int64_t a, int64_t c) { return row[a] > row[c]; });
-    for (int64_t j = 0; j < take; ++j)
-      if (row[idx[j]] > -INFINITY) out.push_back({h.log_prob + row[idx[j]], static_cast<int64_t>(r), idx[j]});  // not a forbidden token
+    for (int64_t tok : top_tokens(row, V, K + 1))
+      if (row[tok] > -INFINITY) out.push_back({h.log_prob + row[tok], static_cast<int64_t>(r), tok});  // not a forbidden token
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& c) { return a.log_prob > c.log_prob; });
   return out;
@@ -332,11 +366,8 @@ bool can_stop(const std::vector<Hypothesis>& finished, const std::vector<Hypothe
 std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
   const int64_t B = src.size(0), K = opt.beam;
   auto [limit, max_steps] = step_limits(src, opt);
-  // Every source row repeated K times: row b*K + k starts as beam k of sentence b.
-  std::vector<int64_t> rep;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 0; k < K; ++k) rep.push_back(b);
-  std::unique_ptr<StepModel> step = make_steps(rows_of(src, rep), max_steps + 1);
+  // K rows per source: row b*K + k starts as beam k of sentence b.
+  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1, K);
   std::vector<std::vector<Hypothesis>> beams(static_cast<size_t>(B), std::vector<Hypothesis>(1)), finished(static_cast<size_t>(B));
   std::vector<LiveRow> live;  // one per cache row
   for (int64_t b = 0; b < B; ++b)
@@ -398,7 +429,9 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
   check_request(src, opt);
   NoGradGuard ng;
   if (src.size(0) == 0) return {};
-  MakeSteps make = [&](const Tensor& rows, int64_t steps) { return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps); };
+  MakeSteps make = [&](const Tensor& rows, int64_t steps, int64_t copies) {
+    return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps, copies);
+  };
   return decode(src, make, opt, stats);
 }
 
@@ -419,7 +452,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
     GF_CHECK(o.max_extra >= 1 - S, "translate_batch: a source of {} tokens leaves no room in the decoder-only model's {} positions", S,
              model.options().max_len);
     Tensor part = rows_of(src, rows).narrow(1, 0, S).contiguous();  // (R, S)
-    MakeSteps make = [&](const Tensor& r, int64_t steps) { return std::make_unique<DecoderOnlySteps>(model, r, o, steps); };
+    MakeSteps make = [&](const Tensor& r, int64_t steps, int64_t copies) { return std::make_unique<DecoderOnlySteps>(model, r, o, steps, copies); };
     DecodeStats st;
     auto hyps = decode(part, make, o, &st);
     if (stats) {
@@ -435,7 +468,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
 std::vector<std::vector<int64_t>> translate_batch_with(const NextLogProbs& next, const Tensor& src, const DecodeOptions& opt) {
   check_request(src, opt);
   if (src.size(0) == 0) return {};
-  MakeSteps make = [&](const Tensor& rows, int64_t) { return std::make_unique<FunctionSteps>(next, rows); };
+  MakeSteps make = [&](const Tensor& rows, int64_t, int64_t copies) { return std::make_unique<FunctionSteps>(next, rows, copies); };
   return decode(src, make, opt, nullptr);
 }
 
