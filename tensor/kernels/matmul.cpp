@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,7 @@ void check_blas_size(int64_t v, const char* op) {
 }
 
 std::atomic<uint64_t> g_gemm_flops{0};  // see gemm_flops()
+std::atomic<int> g_small_rows_scopes{0};  // live SmallRowsGemmScopes
 
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims.
 template <class T>
@@ -181,6 +183,13 @@ void batched_product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const 
     run(0, n_kept);
 }
 
+// Output features per block of a column-split linear: about an eighth of them, a multiple of 64
+// (whole OpenBLAS column panels), at least 128 (each block also packs the input rows once).
+int64_t column_block(int64_t out_f) {
+  const int64_t eighth = (out_f + 7) / 8;
+  return std::max<int64_t>(128, (eighth + 63) / 64 * 64);
+}
+
 // The batch shape of a @ b, or an error naming both operands.
 Shape product_batch(const Tensor& a, const Tensor& b, const char* op) {
   check_same_dtype(a, b, op);
@@ -265,11 +274,32 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       beta = T(1);
     }
     // x @ W^T: W (out, in) row-major is read transposed; a transposed view of W reads as is.
+    if (!W.lay.trans && g_small_rows_scopes.load(std::memory_order_relaxed) > 0) {
+      const int64_t block = column_block(out_f);
+      parallel_for((out_f + block - 1) / block, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t j = lo; j < hi; ++j) {
+          const int64_t c0 = j * block, n = std::min(block, out_f - c0);
+          gemm<T>(X.lay.trans, true, rows, n, in, X.base, X.lay.ld, W.base + c0 * W.lay.ld, W.lay.ld, beta, o + c0, out_f);
+        }
+      });
+      return;
+    }
     gemm<T>(X.lay.trans, !W.lay.trans, rows, out_f, in, X.base, X.lay.ld, W.base, W.lay.ld, beta, o, out_f);
   });
   return out;
 }
 
 uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
+
+SmallRowsGemmScope::SmallRowsGemmScope() {
+  const char* env = std::getenv("GRADFLOW_DECODE_GEMM");
+  if (env && std::string(env) == "openblas") return;
+  active_ = true;
+  if (g_small_rows_scopes.fetch_add(1) == 0) openblas_set_num_threads(1);
+}
+
+SmallRowsGemmScope::~SmallRowsGemmScope() {
+  if (active_ && g_small_rows_scopes.fetch_sub(1) == 1) openblas_set_num_threads(max_threads());
+}
 
 }  // namespace gf::kernels

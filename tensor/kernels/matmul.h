@@ -26,4 +26,22 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // of matrix-product FLOPs the model ran at, to compare with the machine's sgemm peak.
 uint64_t gemm_flops();
 
+// While one is alive (decoding): OpenBLAS runs single-threaded and linear() splits the output
+// features into column blocks whose size depends only on the shape, spread over oneTBB threads,
+// one single-threaded GEMM each (a decoding step's linears have only the batch's rows).
+// OpenBLAS's own threads, handed a 64-row product, spend more on waking, syncing and yielding
+// than on the product; here each thread packs only its columns' weights and the batch's rows.
+// Every output element is the same dot product in the same order however many threads run.
+// GRADFLOW_DECODE_GEMM=openblas turns it off (OpenBLAS's threading as elsewhere), for comparison.
+class SmallRowsGemmScope {
+ public:
+  SmallRowsGemmScope();
+  ~SmallRowsGemmScope();
+  SmallRowsGemmScope(const SmallRowsGemmScope&) = delete;
+  SmallRowsGemmScope& operator=(const SmallRowsGemmScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 }  // namespace gf::kernels

@@ -13,6 +13,7 @@
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
+#include "tensor/kernels/matmul.h"
 
 namespace gf::train {
 namespace {
@@ -428,6 +429,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
                                                   DecodeStats* stats) {
   check_request(src, opt);
   NoGradGuard ng;
+  kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
   if (src.size(0) == 0) return {};
   MakeSteps make = [&](const Tensor& rows, int64_t steps, int64_t copies) {
     return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps, copies);
@@ -439,6 +441,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
                                                   DecodeStats* stats) {
   check_request(src, opt);
   NoGradGuard ng;
+  kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(src.size(0)));
   // Rows grouped by source length: each group's prompts have no padding.
   std::map<int64_t, std::vector<int64_t>> groups;
