@@ -216,7 +216,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   opt.stop_at_eos = beam > 1;  // beam search needs <eos>; random weights almost never pick it, so it runs to the limit too
   opt.beam = beam;
   opt.use_cache = use_cache;
-  int64_t sentences = 0, tokens = 0;
+  int64_t sentences = 0, tokens = 0, steps = 0;
   train::DecodeStats stats;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < sources.size(); i += static_cast<size_t>(decode_batch)) {
@@ -231,8 +231,13 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
     std::vector<int64_t> flat(static_cast<size_t>(B * S), train::Vocab::kPad);
     for (int64_t b = 0; b < B; ++b) std::copy(ids[b].begin(), ids[b].end(), flat.begin() + b * S);
     Tensor src = Tensor::from_vector(flat, {B, S});  // (B, S)
-    for (const auto& out : train::translate_batch(model, src, opt, &stats)) tokens += static_cast<int64_t>(out.size());
+    train::DecodeStats st;
+    for (const auto& out : train::translate_batch(model, src, opt, &st)) tokens += static_cast<int64_t>(out.size());
     sentences += B;
+    steps += st.steps;
+    stats.cache_bytes_peak = std::max(stats.cache_bytes_peak, st.cache_bytes_peak);
+    stats.self_bytes_per_token = st.self_bytes_per_token;
+    stats.cross_bytes_per_src_token = st.cross_bytes_per_src_token;
   }
   const double dt = seconds_since(t0);
   Json info = s.info;
@@ -240,6 +245,11 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["decode_batch"] = decode_batch;
   info["kv_cache"] = use_cache;
   info["beam"] = beam;
+  // What a sentence's decoding runs to, so that greedy and beam figures are read for what they are.
+  info["stops"] = beam > 1 ? "beam search: a sentence stops when no live hypothesis can still outscore its best finished one "
+                             "(exact, with the length penalty), or at its own source length + 20 tokens"
+                           : "greedy: every sentence runs exactly (longest source in its batch + 20) steps, <eos> ignored, as the reference";
+  info["decode_steps"] = steps;  // model steps, summed over the batches
   info["seconds"] = round_to(dt, 3);
   info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
   info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);

@@ -158,45 +158,43 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   return r;
 }
 
-int64_t KVCache::bytes() const {
-  int64_t n = 0;
-  for (const Tensor* t : {&k, &v, &spare_k, &spare_v})
-    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
-  return n;
+int64_t KVCache::bytes() const { return (k.defined() ? static_cast<int64_t>(k.nbytes()) : 0) + (v.defined() ? static_cast<int64_t>(v.nbytes()) : 0); }
+
+int64_t KVCache::batch() const {
+  if (!position_rows.empty()) return static_cast<int64_t>(position_rows.size()) / capacity();
+  return k.defined() ? k.size(0) : 0;
 }
 
 namespace {
 
-// dst row i, positions [0, len) = src row rows[i]'s, for every head: both (B, KV, capacity, d_k),
-// contiguous, same capacity. Rows are independent, so the split over threads changes nothing.
-void gather_positions(const Tensor& src, Tensor& dst, const std::vector<int64_t>& rows, int64_t len) {
-  const int64_t KV = src.size(1), cap = src.size(2), dk = src.size(3);
-  const int64_t row = KV * cap * dk, n = static_cast<int64_t>(rows.size());
+// A new (n, KV, capacity, d_k) buffer whose row i holds, at positions [0, len), what `src` holds
+// for position p in buffer row at(i, p). Rows are independent, so the split over threads changes nothing.
+template <class At>
+Tensor gather_positions(const Tensor& src, int64_t n, int64_t len, At at) {
+  const int64_t KV = src.size(1), cap = src.size(2), dk = src.size(3), row = KV * cap * dk;
+  Tensor dst = Tensor::empty({n, KV, cap, dk}, src.dtype());  // (n, KV, capacity, d_k)
+  GF_CHECK(src.is_contiguous(), "KVCache: the cache {} must be contiguous", shape_str(src.shape()));
   dispatch_float(src.dtype(), "KVCache::select_rows", [&]<class T>() {
     const T* s = src.data<T>();
     T* d = dst.data<T>();
     parallel_for(n * KV, row_grain(len * dk), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         const int64_t r = i / KV, h = i % KV;
-        const T* from = s + rows[static_cast<size_t>(r)] * row + h * cap * dk;
-        std::copy(from, from + len * dk, d + r * row + h * cap * dk);
+        for (int64_t p = 0; p < len; ++p) {
+          const T* from = s + at(r, p) * row + (h * cap + p) * dk;
+          std::copy(from, from + dk, d + r * row + (h * cap + p) * dk);
+        }
       }
     });
   });
-}
-
-// (n, KV, capacity, d_k) for select_rows to fill: a view of the spare buffer when it is large
-// enough (batches only shrink after the first reorder), else a new one.
-Tensor gather_target(const Tensor& spare, const Tensor& like, int64_t n) {
-  if (spare.defined() && spare.size(0) >= n) return spare.narrow(0, 0, n);  // contiguous: a prefix of rows
-  return Tensor::empty({n, like.size(1), like.size(2), like.size(3)}, like.dtype());  // (n, KV, capacity, d_k)
+  return dst;
 }
 
 }  // namespace
 
 void KVCache::select_rows(const std::vector<int64_t>& rows) {
   if (!k.defined()) return;
-  const int64_t B = k.size(0), n = static_cast<int64_t>(rows.size());
+  const int64_t B = batch(), n = static_cast<int64_t>(rows.size()), cap = capacity();
   for (int64_t i = 0; i < n; ++i)
     GF_CHECK_AS(std::out_of_range, rows[i] >= 0 && rows[i] < B,
                 "KVCache::select_rows: index {} at position {} is out of range for a table of {} rows (cache keys {})", rows[i], i, B,
@@ -204,16 +202,27 @@ void KVCache::select_rows(const std::vector<int64_t>& rows) {
   bool same = n == B;
   for (int64_t i = 0; same && i < n; ++i) same = rows[i] == i;
   if (same) return;  // beam search often keeps every row where it was
-  GF_CHECK(k.is_contiguous() && v.is_contiguous(), "KVCache::select_rows: the cache k {} and v {} must be contiguous",
-           shape_str(k.shape()), shape_str(v.shape()));
-  Tensor nk = gather_target(spare_k, k, n), nv = gather_target(spare_v, v, n);  // (n, KV, capacity, d_k)
-  gather_positions(k, nk, rows, length);
-  gather_positions(v, nv, rows, length);
-  // The old buffers become the spares; a spare smaller than the new batch is dropped.
-  spare_k = k.size(0) >= n ? k : Tensor();
-  spare_v = v.size(0) >= n ? v : Tensor();
-  k = nk;
-  v = nv;
+  // The buffer row of position p of the current row r.
+  auto at = [&](int64_t r, int64_t p) { return position_rows.empty() ? r : position_rows[static_cast<size_t>(r * cap + p)]; };
+  if (n > k.size(0) || cap == 0) {  // more rows than slots (a repeat): a new buffer
+    k = gather_positions(k, n, length, [&](int64_t i, int64_t p) { return at(rows[i], p); });
+    v = gather_positions(v, n, length, [&](int64_t i, int64_t p) { return at(rows[i], p); });
+    position_rows.clear();
+    return;
+  }
+  std::vector<int64_t> next(static_cast<size_t>(n * cap));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < cap; ++p) next[static_cast<size_t>(i * cap + p)] = p < length ? at(rows[i], p) : i;
+  position_rows = std::move(next);
+}
+
+void KVCache::materialize() {
+  if (position_rows.empty()) return;
+  const int64_t cap = capacity();
+  auto at = [&](int64_t r, int64_t p) { return position_rows[static_cast<size_t>(r * cap + p)]; };
+  k = gather_positions(k, batch(), length, at);  // (batch, KV, capacity, d_k)
+  v = gather_positions(v, batch(), length, at);
+  position_rows.clear();
 }
 
 KVCache MultiheadAttention::start_cache(int64_t batch, int64_t capacity, DType dtype) const {
@@ -227,7 +236,7 @@ AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& c
   NoGradGuard ng;
   check_input(x, embed_dim, "x");
   const int64_t t = x.size(1), past = cache.length;
-  GF_CHECK(cache.k.defined() && cache.k.size(0) == x.size(0),
+  GF_CHECK(cache.k.defined() && cache.batch() == x.size(0),
            "MultiheadAttention::forward_cached: the cache was not started for {} (cache keys {})", shape_str(x.shape()),
            shape_str(cache.k.shape()));
   GF_CHECK_AS(std::length_error, past + t <= cache.capacity(),
@@ -235,11 +244,13 @@ AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& c
               cache.capacity(), past, t);
   Variable q = project_q(x);           // (B, H, t, d_k)
   auto [k_new, v_new] = project_kv(x);  // (B, KV, t, d_k)
-  cache.k.narrow(2, past, t).copy_(k_new.data());
-  cache.v.narrow(2, past, t).copy_(v_new.data());
+  if (!cache.position_rows.empty() && (t > 1 || need_weights)) cache.materialize();  // attend() reads rows in place
+  const int64_t R = x.size(0);
+  cache.k.narrow(0, 0, R).narrow(2, past, t).copy_(k_new.data());  // row r writes its new positions in buffer row r
+  cache.v.narrow(0, 0, R).narrow(2, past, t).copy_(v_new.data());
   cache.length = past + t;
   // One new position needs no mask: only the past is in the cache.
-  if (t == 1 && !need_weights) return {attend_one(q, cache.k, cache.v, cache.length, {}, Tensor()), Variable()};  // (B, 1, D)
+  if (t == 1 && !need_weights) return {attend_one(q, cache.k, cache.v, cache.length, {}, Tensor(), cache.position_rows), Variable()};  // (B, 1, D)
   Variable k(cache.k.narrow(2, 0, cache.length)), v(cache.v.narrow(2, 0, cache.length));  // (B, KV, past+t, d_k)
   Tensor causal;
   if (t > 1) {
@@ -268,11 +279,12 @@ T dot(const T* a, const T* b, int64_t n) {
 
 // One (row, head): scores over keys [0, len), masked, softmax, weighted sum of values into out
 // (d_k). scores is scratch of len. A row with every key blocked gets zeros (softmax's rule).
-template <class T>
-void attend_row(const T* q, const T* k, const T* v, int64_t len, int64_t dk, T scale, const bool* blocked, const T* added, T* scores, T* out) {
+// key(s) and value(s) point at position s's d_k values.
+template <class T, class Key, class Value>
+void attend_row(const T* q, Key key, Value value, int64_t len, int64_t dk, const bool* blocked, const T* added, T* scores, T* out) {
   T top = -INFINITY;
   for (int64_t s = 0; s < len; ++s) {
-    T x = dot(q, k + s * dk, dk) * scale;
+    T x = dot(q, key(s), dk);
     if (added) x += added[s];
     if (blocked && blocked[s]) x = -INFINITY;
     scores[s] = x;
@@ -284,7 +296,7 @@ void attend_row(const T* q, const T* k, const T* v, int64_t len, int64_t dk, T s
   for (int64_t s = 0; s < len; ++s) total += scores[s] = std::exp(scores[s] - top);
   for (int64_t s = 0; s < len; ++s) {
     const T w = scores[s] / total;
-    const T* vs = v + s * dk;
+    const T* vs = value(s);
     for (int64_t j = 0; j < dk; ++j) out[j] += w * vs[j];
   }
 }
@@ -292,16 +304,22 @@ void attend_row(const T* q, const T* k, const T* v, int64_t len, int64_t dk, T s
 }  // namespace
 
 Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, const Tensor& v, int64_t len,
-                                        const std::vector<int64_t>& kv_rows, const Tensor& kpm) const {
+                                        const std::vector<int64_t>& kv_rows, const Tensor& kpm,
+                                        const std::vector<int64_t>& position_rows) const {
   NoGradGuard ng;
   const int64_t R = q_in.size(0), H = num_heads, KV = kv_heads, dk = head_dim, Bk = k.size(0);
   GF_CHECK(q_in.ndim() == 4 && q_in.size(1) == H && q_in.size(2) == 1 && q_in.size(3) == dk && k.ndim() == 4 && k.size(1) == KV &&
                k.size(3) == dk && v.shape() == k.shape() && len <= k.size(2),
            "MultiheadAttention::attend_one: q {} must be (R, {}, 1, {}) and k {}, v {} (Bk, {}, >= {}, {})", shape_str(q_in.shape()), H,
            dk, shape_str(k.shape()), shape_str(v.shape()), KV, len, dk);
-  GF_CHECK(kv_rows.empty() ? Bk == R : static_cast<int64_t>(kv_rows.size()) == R,
-           "MultiheadAttention::attend_one: {} query rows, {} key/value rows and {} row indices", R, Bk, kv_rows.size());
-  for (int64_t r : kv_rows) GF_CHECK(r >= 0 && r < Bk, "MultiheadAttention::attend_one: key/value row {} out of range for {} rows", r, Bk);
+  const int64_t cap = k.size(2);
+  GF_CHECK(!position_rows.empty() ? static_cast<int64_t>(position_rows.size()) == R * cap && kv_rows.empty()
+           : kv_rows.empty()      ? Bk == R
+                                  : static_cast<int64_t>(kv_rows.size()) == R,
+           "MultiheadAttention::attend_one: {} query rows, {} key/value rows, {} row indices and {} position rows", R, Bk, kv_rows.size(),
+           position_rows.size());
+  for (const auto* rows : {&kv_rows, &position_rows})
+    for (int64_t r : *rows) GF_CHECK(r >= 0 && r < Bk, "MultiheadAttention::attend_one: key/value row {} out of range for {} rows", r, Bk);
   check_mask_dtype(kpm, "key_padding_mask");
   GF_CHECK(!kpm.defined() || (kpm.ndim() == 2 && kpm.size(0) == R && kpm.size(1) == len),
            "MultiheadAttention::attend_one: key_padding_mask must be ({}, {}), got {}", R, len, shape_str(kpm.shape()));
@@ -310,7 +328,7 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
   Tensor q = q_in.data().contiguous();                       // (R, H, 1, d_k)
   Tensor merged = Tensor::empty({R, 1, H * dk}, q.dtype());  // (R, 1, D): heads side by side, as attend's merge
   Tensor mask = kpm.defined() ? (kpm.dtype() == DType::Bool ? kpm.contiguous() : kpm.to(q.dtype()).contiguous()) : Tensor();  // (R, len)
-  const int64_t G = H / KV, cap = k.size(2);
+  const int64_t G = H / KV;
   dispatch_float(q.dtype(), "MultiheadAttention::attend_one", [&]<class T>() {
     const T* qp = q.data<T>();
     const T *kp = k.data<T>(), *vp = v.data<T>();
@@ -321,10 +339,13 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
         const int64_t r = i / H, h = i % H, kr = kv_rows.empty() ? r : kv_rows[static_cast<size_t>(r)];
         // q scaled first, as attend's (q * scale) @ k^T
         for (int64_t j = 0; j < dk; ++j) qs[j] = qp[i * dk + j] * static_cast<T>(score_scale);
-        const int64_t at = (kr * KV + h / G) * cap * dk;
+        const int64_t* pos = position_rows.empty() ? nullptr : position_rows.data() + r * cap;
+        auto at = [&](int64_t s) { return ((pos ? pos[s] : kr) * KV + h / G) * cap * dk + s * dk; };  // position s of this head
         const bool* blocked = mask.defined() && mask.dtype() == DType::Bool ? mask.data<bool>() + r * len : nullptr;
         const T* added = mask.defined() && mask.dtype() != DType::Bool ? mask.data<T>() + r * len : nullptr;
-        attend_row<T>(qs.data(), kp + at, vp + at, len, dk, T(1), blocked, added, scores.data(), op + i * dk);
+        attend_row<T>(
+            qs.data(), [&](int64_t s) { return kp + at(s); }, [&](int64_t s) { return vp + at(s); }, len, dk, blocked, added, scores.data(),
+            op + i * dk);
       }
     });
   });

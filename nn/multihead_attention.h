@@ -26,17 +26,23 @@ struct AttentionResult {
 };
 
 // The keys and values of the positions seen so far, for incremental self-attention (no graph).
+// Beam search reorders rows every step; rather than moving every row's past keys and values, a
+// row's positions may live in other buffer rows (its ancestors'): position_rows says where. Each
+// (buffer row, position) is written once, at that position's step, by the row then in that slot.
 struct KVCache {
-  Tensor k, v;  // (B, KV, capacity, d_k): positions [0, length) are filled
+  Tensor k, v;  // (buffer rows, KV, capacity, d_k): positions [0, length) are filled
   int64_t length = 0;
-  // The buffers select_rows gathers into next (the previous k and v), so that beam search's
-  // reorder every step allocates nothing; undefined until the first select_rows.
-  Tensor spare_k, spare_v;
+  // Empty: row r's positions are all in buffer row r. Else (batch x capacity): the buffer row
+  // holding position p of row r (positions >= length: row r's own slot, where they will be written).
+  std::vector<int64_t> position_rows;
   int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
-  int64_t bytes() const;  // k, v and the spare buffers
+  int64_t batch() const;  // rows being decoded
+  int64_t bytes() const;
   // Keeps batch rows `rows` (in that order, repeats allowed): beam search reorders hypotheses with
-  // it. Copies only the filled positions [0, length).
+  // it. Only position_rows changes, unless there are more rows than buffer rows (then a new buffer).
   void select_rows(const std::vector<int64_t>& rows);
+  // Moves every row's positions into its own buffer row (position_rows empty again).
+  void materialize();
 };
 
 class MultiheadAttention : public Module {
@@ -65,9 +71,11 @@ class MultiheadAttention : public Module {
   // per-head GEMM calls: q (R, H, 1, d_k); k and v (Bk, KV, capacity, d_k), of which positions
   // [0, len) are used; row r reads key/value row kv_rows[r] (empty: row r), so the rows of one
   // sentence's beam share its cross-attention keys and values; key_padding_mask (R, len) per query
-  // row, bool or float, or undefined. Returns (R, 1, D) after out_proj; no weights, no graph.
+  // row, bool or float, or undefined; position_rows (R x capacity), if not empty, names the
+  // key/value row of each (row, position) instead (KVCache::position_rows). Returns (R, 1, D)
+  // after out_proj; no weights, no graph.
   Variable attend_one(const Variable& q, const Tensor& k, const Tensor& v, int64_t len, const std::vector<int64_t>& kv_rows,
-                      const Tensor& key_padding_mask) const;
+                      const Tensor& key_padding_mask, const std::vector<int64_t>& position_rows = {}) const;
 
   bool grouped() const { return kv_heads != num_heads; }
 

@@ -18,8 +18,8 @@ int64_t DecoderLayerCache::bytes() const {
 }
 
 void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
-  const int64_t B = self.k.defined() ? self.k.size(0) : cross_rows.empty() ? (cross_k.defined() ? cross_k.size(0) : 0)
-                                                                            : static_cast<int64_t>(cross_rows.size());
+  const int64_t B = self.k.defined() ? self.batch() : cross_rows.empty() ? (cross_k.defined() ? cross_k.size(0) : 0)
+                                                                         : static_cast<int64_t>(cross_rows.size());
   for (size_t i = 0; i < rows.size(); ++i)
     GF_CHECK_AS(std::out_of_range, rows[i] >= 0 && rows[i] < B,
                 "DecoderLayerCache::select_rows: index {} at position {} is out of range for a table of {} rows", rows[i], i, B);

@@ -67,7 +67,8 @@ echo "== $ROUNDS rounds: training $STEPS timed steps (after 3 warm-up steps), de
 COMMON=(--data "$DATA" --threads "$THREADS")
 # run IMPL MODE: one measurement, its JSON line tagged with impl and mode, appended to $OUT.
 # Modes: train; decode (torch: no cache; gradflow: its KV cache); decode_cache (torch --cache);
-# beam5 (gradflow only: beam search of width 5, same batches and limit).
+# beam5 (gradflow only: beam search of width 5, same batches; each sentence stops at <eos> by the exact
+# rule or at its own source length + 20, where greedy runs every row to the batch's longest + 20).
 run() {
   local impl="$1" mode="$2" line
   local extra=(--steps "$STEPS")

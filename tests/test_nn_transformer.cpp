@@ -373,42 +373,61 @@ TEST_CASE("DecoderLayerCache::select_rows reorders (and repeats) batch rows, as 
   // Shrinking to fewer rows works too; a row out of range is an error.
   auto more = dec.start_cache(Variable(mem), T);
   more[0].select_rows({1});
-  CHECK(more[0].self.k.size(0) == 1);
+  CHECK(more[0].self.batch() == 1);
   CHECK(more[0].cross_k.size(0) == 3);  // the source's K/V are shared, not copied: row 0 reads row 1
   CHECK(more[0].cross_rows == std::vector<int64_t>{1});
   GF_CHECK_CONTAINS(error_of([&] { more[1].select_rows({0, 3}); }), "index 3 at position 1 is out of range for a table of 3 rows");
 }
 
-TEST_CASE("KVCache::select_rows equals index_select on the filled positions, reusing its spare buffer as rows shrink") {
-  const int64_t B = 4, KV = 2, cap = 6, dk = 3, len = 4;
+TEST_CASE("KVCache::select_rows equals index_select on the filled positions, moving no keys until materialised") {
+  const int64_t B = 4, KV = 2, cap = 6, dk = 3;
   nn::MultiheadAttention mha(6, 2);
   nn::KVCache c = mha.start_cache(B, cap, DType::Float32);
-  Tensor full = randn({B, KV, cap, dk}, 110, 1.0, DType::Float32);  // (4, 2, 6, 3)
-  c.k.copy_(full);
-  c.v.copy_(randn({B, KV, cap, dk}, 111, 1.0, DType::Float32));
-  c.length = len;
-  auto reference = [&](const Tensor& t, const std::vector<int64_t>& order) {  // (n, KV, len, d_k)
-    return kernels::index_select(t, Tensor::from_vector(order, {static_cast<int64_t>(order.size())})).narrow(2, 0, len).contiguous();
+  Tensor keys = randn({B, KV, cap, dk}, 110, 1.0, DType::Float32);  // (4, 2, 6, 3): what each step writes
+  Tensor values = randn({B, KV, cap, dk}, 111, 1.0, DType::Float32);
+  // The reference: a plain cache whose rows are moved by index_select, as before position_rows.
+  Tensor ref_k = Tensor::zeros({B, KV, cap, dk}), ref_v = Tensor::zeros({B, KV, cap, dk});  // (B, KV, capacity, d_k)
+  auto step = [&](int64_t n) {  // writes position `length` of rows [0, n) as forward_cached does
+    c.k.narrow(0, 0, n).narrow(2, c.length, 1).copy_(keys.narrow(0, 0, n).narrow(2, c.length, 1));
+    c.v.narrow(0, 0, n).narrow(2, c.length, 1).copy_(values.narrow(0, 0, n).narrow(2, c.length, 1));
+    ref_k.narrow(0, 0, n).narrow(2, c.length, 1).copy_(keys.narrow(0, 0, n).narrow(2, c.length, 1));
+    ref_v.narrow(0, 0, n).narrow(2, c.length, 1).copy_(values.narrow(0, 0, n).narrow(2, c.length, 1));
+    ++c.length;
   };
-  Tensor k0 = c.k.clone(), v0 = c.v.clone();  // (4, 2, 6, 3)
-  const std::vector<int64_t> first = {3, 1, 1, 0};
-  c.select_rows(first);
-  CHECK(max_abs_diff(c.k.narrow(2, 0, len).contiguous(), reference(k0, first)) == 0.0);
-  CHECK(max_abs_diff(c.v.narrow(2, 0, len).contiguous(), reference(v0, first)) == 0.0);
-  CHECK(c.spare_k.defined());
-  CHECK(c.bytes() == 4 * 4 * B * KV * cap * dk);  // k, v and their spares
-  Tensor k1 = c.k.clone(), v1 = c.v.clone();
-  const void* spare = c.spare_k.storage()->data();
-  const std::vector<int64_t> second = {2, 0};  // shrinks: gathered into the spare, no new buffer
-  c.select_rows(second);
-  CHECK(c.k.storage()->data() == spare);
-  CHECK(shape_str(c.k.shape()) == "(2, 2, 6, 3)");
-  CHECK(max_abs_diff(c.k.narrow(2, 0, len).contiguous(), reference(k1, second)) == 0.0);
-  CHECK(max_abs_diff(c.v.narrow(2, 0, len).contiguous(), reference(v1, second)) == 0.0);
-  Tensor k2 = c.k.clone();
-  c.select_rows({0, 1});  // unchanged order: nothing moves
-  CHECK(max_abs_diff(c.k, k2) == 0.0);
-  GF_CHECK_CONTAINS(error_of([&] { c.select_rows({2}); }), "index 2 at position 0 is out of range for a table of 2 rows");
+  auto reorder = [&](const std::vector<int64_t>& order) {
+    Tensor index = Tensor::from_vector(order, {static_cast<int64_t>(order.size())});
+    ref_k = kernels::index_select(ref_k, index);
+    ref_v = kernels::index_select(ref_v, index);
+    c.select_rows(order);
+  };
+  const void* buffer = c.k.storage()->data();
+  step(4);
+  reorder({3, 1, 1, 0});
+  step(4);
+  reorder({2, 0, 3, 3});
+  step(4);
+  reorder({1, 3});  // shrinks
+  step(2);
+  CHECK(c.batch() == 2);
+  CHECK(c.k.storage()->data() == buffer);  // nothing was copied
+  CHECK(c.bytes() == 2 * 4 * B * KV * cap * dk);
+  nn::KVCache copy = c;
+  copy.materialize();
+  CHECK(copy.position_rows.empty());
+  auto filled = [](const Tensor& t) { return t.narrow(2, 0, 4).contiguous(); };  // (n, KV, 4, d_k)
+  CHECK(max_abs_diff(filled(copy.k), filled(ref_k)) == 0.0);
+  CHECK(max_abs_diff(filled(copy.v), filled(ref_v)) == 0.0);
+  // attend_one through position_rows equals attend on the materialised rows.
+  Variable q(randn({2, 2, 1, dk}, 112, 1.0, DType::Float32));  // (2, 2, 1, 3)
+  NoGradGuard ng;
+  Tensor want = mha.attend(q, Variable(filled(ref_k)), Variable(filled(ref_v)), Tensor(), Tensor(), false).output.data();  // (2, 1, 6)
+  CHECK(max_abs_diff(mha.attend_one(q, c.k, c.v, 4, {}, Tensor(), c.position_rows).data(), want) < 1e-5);
+  // More rows than the buffer holds: a new buffer, gathered.
+  reorder({0, 1, 1, 0, 1, 0});
+  CHECK(c.batch() == 6);
+  CHECK(c.position_rows.empty());
+  CHECK(max_abs_diff(filled(c.k), filled(ref_k)) == 0.0);
+  GF_CHECK_CONTAINS(error_of([&] { c.select_rows({6}); }), "index 6 at position 0 is out of range for a table of 6 rows");
 }
 
 TEST_CASE("attend_one (one query per row, shared key/value rows) equals attend on the gathered rows, with masks") {
@@ -435,7 +454,7 @@ TEST_CASE("attend_one (one query per row, shared key/value rows) equals attend o
       CHECK(shape_str(got.shape()) == "(5, 1, 8)");
       CHECK(max_abs_diff(got, want) < 1e-5);
     }
-    GF_CHECK_CONTAINS(error_of([&] { mha.attend_one(q, k, v, len, {0, 1}, Tensor()); }), "5 query rows, 3 key/value rows and 2 row indices");
+    GF_CHECK_CONTAINS(error_of([&] { mha.attend_one(q, k, v, len, {0, 1}, Tensor()); }), "5 query rows, 3 key/value rows, 2 row indices and 0 position rows");
   }
 }
 

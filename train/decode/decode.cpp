@@ -234,6 +234,7 @@ std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& mak
     const int64_t R = static_cast<int64_t>(alive.size());
     Tensor lp = step->next_log_probs(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& { return emitted[alive[r]]; })).contiguous();  // (R, V)
     forbid_specials(lp, opt);
+    if (stats) stats->steps = t + 1;
     if (stats && opt.use_cache) step->record(*stats, t + 1);
     const int64_t V = lp.size(1);
     std::vector<int64_t> keep;
@@ -379,6 +380,7 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
                   return beams[live[r].sentence][live[r].beam].tokens;
                 })).contiguous();  // (R, V)
     forbid_specials(lp, opt);
+    if (stats) stats->steps = t + 1;
     if (stats && opt.use_cache) step->record(*stats, t + 1);
     std::vector<int64_t> keep_rows;
     std::vector<LiveRow> next_live;
