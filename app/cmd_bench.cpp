@@ -200,7 +200,9 @@ double sgemm_peak_gflops() {
 // The reference's decode: random weights in eval mode, the test sources in batches of
 // `decode_batch`, each batch decoded greedily for exactly (its longest source + 20) steps whatever
 // the model picks (<eos> does not stop it). With the KV cache unless told otherwise (the reference
-// has none: it reruns the decoder over the whole prefix every step).
+// has none: it reruns the decoder over the whole prefix every step). Beam search (beam > 1) is a
+// real search instead: each sentence ends at <eos> under the exact stopping rule or at its own
+// source length + 20; with random weights <eos> is rare, so nearly every sentence runs to its limit.
 Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, int64_t beam, Setup& s) {
   constexpr int64_t kExtra = 20;
   const std::filesystem::path file = std::filesystem::path(c.data) / (test + "." + c.src);
@@ -282,7 +284,7 @@ int cmd_bench(int argc, char** argv) {
   f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
   f.add_int("decode-batch", 64, "decode: sentences decoded together");
   f.add_bool("profile", "train: time and bytes by op, forward and backward, per step (stderr table, and \"profile\" in the JSON)");
-  f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search to <eos> or the same limit)");
+  f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search, each sentence to <eos> by the exact stopping rule or its own source length + 20)");
   f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
   if (!f.parse(argc, argv)) return 0;
 
