@@ -340,7 +340,8 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
         // q scaled first, as attend's (q * scale) @ k^T
         for (int64_t j = 0; j < dk; ++j) qs[j] = qp[i * dk + j] * static_cast<T>(score_scale);
         const int64_t* pos = position_rows.empty() ? nullptr : position_rows.data() + r * cap;
-        auto at = [&](int64_t s) { return ((pos ? pos[s] : kr) * KV + h / G) * cap * dk + s * dk; };  // position s of this head
+        const int64_t head = (h / G) * cap * dk, row = KV * cap * dk;  // offsets of this key/value head and of one buffer row
+        auto at = [&](int64_t s) { return (pos ? pos[s] : kr) * row + head + s * dk; };  // position s of this head
         const bool* blocked = mask.defined() && mask.dtype() == DType::Bool ? mask.data<bool>() + r * len : nullptr;
         const T* added = mask.defined() && mask.dtype() != DType::Bool ? mask.data<T>() + r * len : nullptr;
         attend_row<T>(
