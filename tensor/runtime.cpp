@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensor/parallel.h"
+#include "tensor/storage.h"
 
 extern "C" {
 char* openblas_get_corename(void);
@@ -60,6 +61,7 @@ std::string blas_config() {
 
 void init_runtime(int argc, char** argv) {
   (void)argc;
+  keep_freed_memory();
   const char* forced = std::getenv("GRADFLOW_BLAS_CORE");
   if (forced && !*forced) forced = nullptr;  // set but empty: as if unset, not "force the preferred kernel"
   if (forced && std::strcmp(forced, "native") == 0) return;
