@@ -77,8 +77,20 @@ class MultiheadAttention : public Module {
   // When set, called on every forward with the attention weights (B, H, L, S) (before dropout,
   // part of the graph, so retain_grad() and hooks work on them): per-head statistics, pictures.
   std::function<void(const Variable&)> weights_observer;
+  // forward() runs the fused, blocked attention op (autograd/ops/attention.h, docs/attention.md)
+  // unless the weights are asked for (need_weights, weights_observer), naive_softmax is set, or a
+  // mask is float or per head. false forces the unfused path; the environment variable
+  // GRADFLOW_UNFUSED_ATTENTION=1 sets false for every module built after it is read (A/B runs).
+  bool fused = true;
 
  private:
+  // The projections with the heads not yet split: (B, L, D) and 2 x (B, S, KV * d_k).
+  Variable q_rows(const Variable& x) const;
+  std::pair<Variable, Variable> kv_rows(const Variable& x) const;
+  // attend() on unsplit projections: the fused op when allowed, else split_heads and attend().
+  AttentionResult attend_rows(const Variable& q, const Variable& k, const Variable& v, const Tensor& key_padding_mask,
+                              const Tensor& attn_mask, bool need_weights) const;
+  bool can_fuse(const Tensor& key_padding_mask, const Tensor& attn_mask, bool need_weights) const;
   Variable split_heads(const Variable& x, int64_t heads) const;  // (B, L, heads * d_k) -> (B, heads, L, d_k) contiguous
 };
 
