@@ -84,13 +84,15 @@ bool tile_mask(const Ctx<T>& c, int64_t b, int64_t l0, int64_t n, int64_t s0, in
 
 // Multiplies the tile by dropout's factor (1/(1-p) kept, 0 dropped), drawn as keep_mask() would
 // for element (b, h, l0 + r, s0 + j) of a (B, H, L, S) tensor.
+// x2, when given, is multiplied by the same factors (the backward's P and dP): one draw each.
 template <class T>
-void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t s0, int64_t nk, T* x) {
+void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t s0, int64_t nk, T* x, T* x2 = nullptr) {
   for (int64_t r = 0; r < n; ++r) {
     const uint64_t row = c.base + static_cast<uint64_t>(((b * c.H + h) * c.L + l0 + r) * c.S + s0);
     for (int64_t j = 0; j < nk; ++j) {
-      const bool keep = Generator::to_unit(c.gen->at(row + j)) >= c.p;
-      x[r * nk + j] *= keep ? c.drop_scale : T(0);
+      const T z = Generator::to_unit(c.gen->at(row + j)) >= c.p ? c.drop_scale : T(0);
+      x[r * nk + j] *= z;
+      if (x2) x2[r * nk + j] *= z;
     }
   }
 }
@@ -194,8 +196,7 @@ void backward_tile(const Ctx<T>& c, const Rows<T>& g, const T* lse, const T* D, 
   const T* pd = w.s.data();
   if (c.p > 0) {
     std::copy(w.s.begin(), w.s.begin() + n * nk, w.pd.begin());
-    drop_tile(c, b, h, l0, n, s0, nk, w.pd.data());
-    drop_tile(c, b, h, l0, n, s0, nk, w.dp.data());
+    drop_tile(c, b, h, l0, n, s0, nk, w.pd.data(), w.dp.data());
     pd = w.pd.data();
   }
   const int64_t ldo = c.KV * dk;
