@@ -228,15 +228,19 @@ AttentionResult MultiheadAttention::attend_rows(const Variable& q, const Variabl
   if (!can_fuse(kpm, attn_mask, need_weights))
     return attend(split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads), kpm, attn_mask, need_weights);
   check_masks(kpm, attn_mask, q.size(0), num_heads, q.size(1), k.size(1));
+  AttentionResult r;
+  r.output = out_proj->forward(fused_attention(q, k, v, fused_options(kpm, attn_mask)));  // (B, L, D): heads come out merged
+  return r;
+}
+
+FusedAttentionOptions MultiheadAttention::fused_options(const Tensor& kpm, const Tensor& attn_mask) const {
   FusedAttentionOptions o;
   o.heads = num_heads, o.kv_heads = kv_heads, o.scale = score_scale;
   o.key_padding_mask = kpm, o.attn_mask = attn_mask;
   // As attn_dropout->forward() would: numbers are drawn only in training with p > 0.
   o.dropout_p = attn_dropout->is_training() ? attn_dropout->p : 0.0;
   o.gen = &default_generator();
-  AttentionResult r;
-  r.output = out_proj->forward(fused_attention(q, k, v, o));  // (B, L, D): heads come out merged
-  return r;
+  return o;
 }
 
 AttentionResult MultiheadAttention::forward(const Variable& query, const Variable& key, const Variable& value, const Tensor& kpm,
@@ -251,6 +255,13 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
   Variable q, k, v;  // (B, L, D), (B, S, KV*d_k) x 2: heads not split, so the fused op reads them in place
   if (!grouped() && query.impl() == key.impl() && key.impl() == value.impl()) {
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3D): one GEMM for self-attention
+    if (can_fuse(kpm, attn_mask, need_weights)) {  // one gradient tensor for the three projections
+      const int64_t B = query.size(0), L = query.size(1);
+      check_masks(kpm, attn_mask, B, num_heads, L, L);
+      AttentionResult r;
+      r.output = out_proj->forward(fused_self_attention(qkv, fused_options(kpm, attn_mask)));  // (B, L, D)
+      return r;
+    }
     q = narrow(qkv, -1, 0, D);
     k = narrow(qkv, -1, D, D);
     v = narrow(qkv, -1, 2 * D, D);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <utility>
 
+#include "autograd/ops/attention.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "nn/module.h"
@@ -91,6 +92,7 @@ class MultiheadAttention : public Module {
   AttentionResult attend_rows(const Variable& q, const Variable& k, const Variable& v, const Tensor& key_padding_mask,
                               const Tensor& attn_mask, bool need_weights) const;
   bool can_fuse(const Tensor& key_padding_mask, const Tensor& attn_mask, bool need_weights) const;
+  FusedAttentionOptions fused_options(const Tensor& key_padding_mask, const Tensor& attn_mask) const;
   Variable split_heads(const Variable& x, int64_t heads) const;  // (B, L, heads * d_k) -> (B, heads, L, d_k) contiguous
 };
 

@@ -59,13 +59,10 @@ Variable reference(const Variable& q, const Variable& k, const Variable& v, cons
   return reshape(permute(reshape(o, {c.B, c.H, c.L, c.dk}), {0, 2, 1, 3}), {c.B, c.L, c.H * c.dk});  // (B, L, H*d_k)
 }
 
+FusedAttentionOptions options_of(const Case& c, Generator& gen);
+
 Variable fused(const Variable& q, const Variable& k, const Variable& v, const Case& c, Generator& gen) {
-  FusedAttentionOptions o;
-  o.heads = c.H, o.kv_heads = c.KV, o.scale = 1.0 / std::sqrt(double(c.dk));
-  o.key_padding_mask = c.kpm, o.attn_mask = c.attn;
-  o.dropout_p = c.p, o.gen = &gen;
-  o.block_q = c.bq, o.block_k = c.bk;
-  return fused_attention(q, k, v, o);
+  return fused_attention(q, k, v, options_of(c, gen));
 }
 
 // q, k, v as narrow() views of one packed leaf (B, L, (H + 2 KV) d_k) when L == S, as the
@@ -74,6 +71,15 @@ std::vector<Variable> inputs_for(const Case& c, uint64_t seed, DType dt = DType:
   if (c.L == c.S) return {leaf(randn({c.B, c.L, (c.H + 2 * c.KV) * c.dk}, seed, 1.0, dt))};
   return {leaf(randn({c.B, c.L, c.H * c.dk}, seed, 1.0, dt)), leaf(randn({c.B, c.S, c.KV * c.dk}, seed + 1, 1.0, dt)),
           leaf(randn({c.B, c.S, c.KV * c.dk}, seed + 2, 1.0, dt))};
+}
+
+FusedAttentionOptions options_of(const Case& c, Generator& gen) {
+  FusedAttentionOptions o;
+  o.heads = c.H, o.kv_heads = c.KV, o.scale = 1.0 / std::sqrt(double(c.dk));
+  o.key_padding_mask = c.kpm, o.attn_mask = c.attn;
+  o.dropout_p = c.p, o.gen = &gen;
+  o.block_q = c.bq, o.block_k = c.bk;
+  return o;
 }
 
 template <class F>
@@ -110,6 +116,19 @@ void check_case(const Case& c, uint64_t seed) {
   for (size_t i = 0; i < in.size(); ++i) {
     CHECK(all_finite(grads[0][i]));
     CHECK(max_abs_diff(grads[0][i], grads[1][i]) < 1e-12);
+  }
+  if (in.size() == 1) {  // the packed op: the same numbers as on narrow() views, gradient in one tensor
+    Variable x = leaf(in[0].data().clone());
+    Generator gen(77);
+    Variable y = fused_self_attention(x, options_of(c, gen));
+    sum(y * Variable(up)).backward();
+    CHECK(max_abs_diff(y.data(), outs[0]) == 0.0);
+    CHECK(max_abs_diff(x.grad(), grads[0][0]) == 0.0);
+    auto packed = [&](const std::vector<Variable>& x) {
+      Generator g(77);
+      return fused_self_attention(x[0], options_of(c, g));
+    };
+    GF_CHECK_GRADS(packed, in);
   }
 }
 

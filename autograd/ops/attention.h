@@ -22,4 +22,10 @@ struct FusedAttentionOptions {
 // every key blocked gives 0 and zero gradients, as softmax() does.
 Variable fused_attention(const Variable& q, const Variable& k, const Variable& v, const FusedAttentionOptions& options);
 
+// Self-attention on the packed projection qkv (B, L, (H + 2 KV) d_k): q, k and v are its column
+// blocks [0, H d_k), [H d_k, (H + KV) d_k), [(H + KV) d_k, end). The same as fused_attention on
+// narrow() views, but the gradient is one (B, L, (H + 2 KV) d_k) tensor written in place, rather than
+// three zero-padded slices summed by the engine.
+Variable fused_self_attention(const Variable& qkv, const FusedAttentionOptions& options);
+
 }  // namespace gf

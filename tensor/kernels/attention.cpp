@@ -187,7 +187,7 @@ void recompute_probs(int64_t n, int64_t nk, const T* lse, Scratch<T>& w) {
 // dP = (dO V^T) * dropout factor.
 template <class T>
 void backward_tile(const Ctx<T>& c, const Rows<T>& g, const T* lse, const T* D, int64_t b, int64_t h, int64_t l0,
-                   int64_t s0, T* dq, T* dkv_k, T* dkv_v, Scratch<T>& w) {
+                   int64_t s0, const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w) {
   const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), dk = c.dk, kvh = h / c.G;
   if (!tile_mask(c, b, l0, n, s0, nk, w.live.data())) return;
   gemm<T, false>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), nk);
@@ -199,23 +199,22 @@ void backward_tile(const Ctx<T>& c, const Rows<T>& g, const T* lse, const T* D, 
     drop_tile(c, b, h, l0, n, s0, nk, w.pd.data(), w.dp.data());
     pd = w.pd.data();
   }
-  const int64_t ldo = c.KV * dk;
-  gemm<T>(true, false, nk, dk, n, T(1), pd, nk, g.at(b, l0, h), g.sl, T(1), dkv_v + (b * c.S + s0) * ldo + kvh * dk, ldo);
+  gemm<T>(true, false, nk, dk, n, T(1), pd, nk, g.at(b, l0, h), g.sl, T(1), dvv.at(b, s0, kvh), dvv.sl);
   for (int64_t r = 0; r < n; ++r) {
     const T dr = D[l0 + r];
     for (int64_t j = 0; j < nk; ++j) w.dp[r * nk + j] = w.s[r * nk + j] * (w.dp[r * nk + j] - dr);
   }
   gemm<T>(true, false, nk, dk, n, c.scale, w.dp.data(), nk, c.q.at(b, l0, h), c.q.sl, T(1),
-          dkv_k + (b * c.S + s0) * ldo + kvh * dk, ldo);
+          dkk.at(b, s0, kvh), dkk.sl);
   gemm<T>(false, false, n, dk, nk, c.scale, w.dp.data(), nk, c.k.at(b, s0, kvh), c.k.sl, T(1),
-          dq + (b * c.L + l0) * c.H * dk + h * dk, c.H * dk);
+          dq.at(b, l0, h), dq.sl);
 }
 
 // All gradients of batch b's key/value head kvh and its G query heads, in a fixed order: the
 // task owns its slices of dQ, dK and dV, so results do not depend on the thread count.
 template <class T>
-void backward_task(const Ctx<T>& c, const Rows<T>& g, const Rows<T>& o, const T* lse, int64_t b, int64_t kvh, T* dq,
-                   T* dkk, T* dvv, Scratch<T>& w, std::vector<T>& D) {
+void backward_task(const Ctx<T>& c, const Rows<T>& g, const Rows<T>& o, const T* lse, int64_t b, int64_t kvh,
+                   const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w, std::vector<T>& D) {
   for (int64_t gi = 0; gi < c.G; ++gi) {
     const int64_t h = kvh * c.G + gi;
     for (int64_t l = 0; l < c.L; ++l) {  // D = rowsum(dO * O)
@@ -309,29 +308,41 @@ AttentionForward attention_forward(const Tensor& q_in, const Tensor& k_in, const
   return r;
 }
 
-AttentionGrads attention_backward(const Tensor& g_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                  const Tensor& out, const Tensor& lse, const AttentionConfig& cfg) {
+void attention_backward_into(const Tensor& g_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                             const Tensor& out, const Tensor& lse, const AttentionConfig& cfg, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) {
   Tensor kpm, am;
   check_inputs(q_in, k_in, v_in, cfg, kpm, am);
-  GF_CHECK(g_in.shape() == q_in.shape() && out.shape() == q_in.shape(),
-           "attention_backward: gradient {} and output {} must match q {}", shape_str(g_in.shape()), shape_str(out.shape()),
-           shape_str(q_in.shape()));
+  GF_CHECK(g_in.shape() == q_in.shape() && out.shape() == q_in.shape() && dq.shape() == q_in.shape() &&
+               dk.shape() == k_in.shape() && dv.shape() == v_in.shape(),
+           "attention_backward: gradient {}, output {} and destinations {}, {}, {} must match q {} and k {}",
+           shape_str(g_in.shape()), shape_str(out.shape()), shape_str(dq.shape()), shape_str(dk.shape()),
+           shape_str(dv.shape()), shape_str(q_in.shape()), shape_str(k_in.shape()));
+  for (const Tensor* d : {&dq, &dk, &dv})
+    GF_CHECK(d->dtype() == q_in.dtype() && d->strides()[2] == 1,
+             "attention_backward: a destination {} {} needs q's dtype and unit stride in its last dim", dtype_name(d->dtype()),
+             shape_str(d->shape()));
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), g = unit_last(g_in);
   const Tensor o = out.contiguous(), ls = lse.contiguous();  // (B, L, H*d_k), (B, H, L)
+  dispatch_float(q.dtype(), "attention_backward", [&]<class T>() {
+    const Ctx<T> c = make_ctx<T>(q, k, v, cfg, kpm, am);
+    const Rows<T> gr = rows_of<T>(g, c.dk), orow = rows_of<T>(o, c.dk);
+    const Rows<T> rq = rows_of<T>(dq, c.dk), rk = rows_of<T>(dk, c.dk), rv = rows_of<T>(dv, c.dk);
+    parallel_for(c.B * c.KV, 1, [&](int64_t lo, int64_t hi) {
+      Scratch<T> w(c.bq, c.bk, c.dk);
+      std::vector<T> D(c.G * c.L);
+      for (int64_t t = lo; t < hi; ++t) backward_task(c, gr, orow, ls.data<T>(), t / c.KV, t % c.KV, rq, rk, rv, w, D);
+    });
+  });
+}
+
+AttentionGrads attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const AttentionConfig& cfg) {
   AttentionGrads r;
   r.q = Tensor::zeros(q.shape(), q.dtype());  // (B, L, H*d_k)
   r.k = Tensor::zeros(k.shape(), k.dtype());  // (B, S, KV*d_k)
   r.v = Tensor::zeros(v.shape(), v.dtype());  // (B, S, KV*d_k)
-  dispatch_float(q.dtype(), "attention_backward", [&]<class T>() {
-    const Ctx<T> c = make_ctx<T>(q, k, v, cfg, kpm, am);
-    const Rows<T> gr = rows_of<T>(g, c.dk), orow = rows_of<T>(o, c.dk);
-    T *dq = r.q.data<T>(), *dk = r.k.data<T>(), *dv = r.v.data<T>();
-    parallel_for(c.B * c.KV, 1, [&](int64_t lo, int64_t hi) {
-      Scratch<T> w(c.bq, c.bk, c.dk);
-      std::vector<T> D(c.G * c.L);
-      for (int64_t t = lo; t < hi; ++t) backward_task(c, gr, orow, ls.data<T>(), t / c.KV, t % c.KV, dq, dk, dv, w, D);
-    });
-  });
+  attention_backward_into(g, q, k, v, out, lse, cfg, r.q, r.k, r.v);
   return r;
 }
 

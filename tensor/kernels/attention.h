@@ -44,4 +44,11 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
 AttentionGrads attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const AttentionConfig& cfg);
 
+// The same, adding into dq, dk, dv (zeroed by the caller; shapes of q, k, v, unit stride in the
+// last dim, any row stride): narrow() views of one (B, L, 3D) buffer give the gradient of a packed
+// projection in one tensor.
+void attention_backward_into(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const AttentionConfig& cfg, const Tensor& dq, const Tensor& dk,
+                             const Tensor& dv);
+
 }  // namespace gf::kernels
