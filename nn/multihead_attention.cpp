@@ -141,14 +141,8 @@ Variable unguarded_softmax(const Variable& s) {
 
 }  // namespace
 
-AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
-                                           const Tensor& attn_mask, bool need_weights) const {
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1);
-  GF_CHECK(KV == kv_heads && v.size(1) == KV && H == num_heads,
-           "MultiheadAttention::attend: q {}, k {}, v {} for {} query and {} key/value heads", shape_str(q.shape()),
-           shape_str(k.shape()), shape_str(v.shape()), num_heads, kv_heads);
-  const int64_t G = H / KV;  // query heads per key/value head
-  check_masks(kpm, attn_mask, B, H, L, S);
+Variable MultiheadAttention::weights_of(const Variable& q, const Variable& k, const Tensor& kpm, const Tensor& attn_mask) const {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1), G = H / KV;
   // A group's G query heads are consecutive, so (B, H, L, d_k) is (B, KV, G*L, d_k) with no copy, and
   // each key/value head meets its group's queries in one product: K and V are never repeated.
   Variable qg = G > 1 ? reshape(q, {B, KV, G * L, head_dim}) : q;              // (B, KV, G*L, d_k)
@@ -163,7 +157,24 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   if (kpm.defined() && kpm.dtype() != DType::Bool) scores = scores + Variable(kpm.to(scores.dtype()).reshape({B, 1, 1, S}));
   Tensor blocked = combine_bool_masks(kpm, attn_mask, B, H, L, S);  // (B, 1|H, L, S)
   if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
-  Variable weights = naive_softmax ? unguarded_softmax(scores) : softmax(scores);  // (B, H, L, S)
+  return naive_softmax ? unguarded_softmax(scores) : softmax(scores);  // (B, H, L, S)
+}
+
+void MultiheadAttention::peek_weights(const Variable& q, const Variable& k, const Tensor& kpm, const Tensor& attn_mask) const {
+  NoGradGuard ng;
+  weights_peek(weights_of(split_heads(q, num_heads), split_heads(k, kv_heads), kpm, attn_mask).data());
+}
+
+AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
+                                           const Tensor& attn_mask, bool need_weights) const {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1);
+  GF_CHECK(KV == kv_heads && v.size(1) == KV && H == num_heads,
+           "MultiheadAttention::attend: q {}, k {}, v {} for {} query and {} key/value heads", shape_str(q.shape()),
+           shape_str(k.shape()), shape_str(v.shape()), num_heads, kv_heads);
+  const int64_t G = H / KV;  // query heads per key/value head
+  check_masks(kpm, attn_mask, B, H, L, S);
+  Variable weights = weights_of(q, k, kpm, attn_mask);  // (B, H, L, S)
+  if (weights_peek) weights_peek(weights.data());
   if (weights_observer) weights_observer(weights);
   Variable kept = attn_dropout->p > 0 ? attn_dropout->forward(weights) : weights;  // (B, H, L, S)
   Variable mixed = matmul(G > 1 ? reshape(kept, {B, KV, G * L, S}) : kept, v);  // (B, KV, G*L, d_k)
@@ -228,6 +239,7 @@ AttentionResult MultiheadAttention::attend_rows(const Variable& q, const Variabl
   if (!can_fuse(kpm, attn_mask, need_weights))
     return attend(split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads), kpm, attn_mask, need_weights);
   check_masks(kpm, attn_mask, q.size(0), num_heads, q.size(1), k.size(1));
+  if (weights_peek) peek_weights(q, k, kpm, attn_mask);
   AttentionResult r;
   r.output = out_proj->forward(fused_attention(q, k, v, fused_options(kpm, attn_mask)));  // (B, L, D): heads come out merged
   return r;
@@ -258,6 +270,7 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
     if (can_fuse(kpm, attn_mask, need_weights)) {  // one gradient tensor for the three projections
       const int64_t B = query.size(0), L = query.size(1);
       check_masks(kpm, attn_mask, B, num_heads, L, L);
+      if (weights_peek) peek_weights(narrow(qkv, -1, 0, D), narrow(qkv, -1, D, D), kpm, attn_mask);
       AttentionResult r;
       r.output = out_proj->forward(fused_self_attention(qkv, fused_options(kpm, attn_mask)));  // (B, L, D)
       return r;

@@ -287,3 +287,22 @@ TEST_CASE("MultiheadAttention: fused and unfused agree, dropout included (same s
       compare_module(kv, p, kpm, nn::make_causal_mask(6));
     }
 }
+
+TEST_CASE("MultiheadAttention: weights_peek keeps the fused op; it sees the weights need_weights returns") {
+  Generator init(31);
+  auto mha = std::make_shared<nn::MultiheadAttention>(8, 2, 0.2, true, init);
+  mha->to(DType::Float64);
+  Variable x(randn({2, 5, 8}, 32));
+  Tensor causal = nn::make_causal_mask(5);
+  default_generator().seed(4);
+  Tensor plain = mha->forward(x, x, x, Tensor(), causal).output.data();
+  Tensor seen;
+  mha->weights_peek = [&](const Tensor& w) { seen = w; };
+  default_generator().seed(4);
+  Tensor peeked = mha->forward(x, x, x, Tensor(), causal).output.data();
+  CHECK(max_abs_diff(plain, peeked) == 0.0);  // same op, same dropout draws
+  REQUIRE(seen.defined());
+  mha->weights_peek = nullptr;
+  Tensor w = mha->forward(x, x, x, Tensor(), causal, true).weights.data();  // (2, 2, 5, 5)
+  CHECK(max_abs_diff(seen, w) < 1e-15);
+}
