@@ -305,5 +305,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
+void count_gemm_flops(uint64_t flops) { g_gemm_flops.fetch_add(flops, std::memory_order_relaxed); }
 
 }  // namespace gf::kernels
