@@ -20,6 +20,7 @@
 #include "optim/adam.h"
 #include "tensor/check.h"
 #include "tensor/kernels/matmul.h"
+#include "tensor/storage.h"
 #include "tensor/kernels/random.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -145,6 +146,9 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
   info["tgt_tokens_per_s"] = round_to(static_cast<double>(tgt_tokens) / dt, 1);
   info["src_tokens_per_s"] = round_to(static_cast<double>(src_tokens) / dt, 1);
   info["peak_rss_mib"] = peak_rss_mib();
+  // The tensors' share of it: the most bytes held by tensor storages at once (weights, Adam's
+  // moments, gradients, activations); the rest is code, the data set, and the allocator's slack.
+  info["tensor_peak_mib"] = round_to(static_cast<double>(memory_stats().peak_bytes) / (1 << 20), 1);
   info["model_gflops_per_s"] = round_to(model_gflops, 2);  // forward + backward GEMM FLOPs, from the shapes
   info["sgemm_peak_gflops_per_s"] = round_to(peak_gflops, 2);
   info["mfu"] = round_to(model_gflops / peak_gflops, 3);

@@ -103,6 +103,10 @@ std::unordered_map<const Storage*, Kind> classify(const Graph& g) {
     const Kind k = self ? Kind::SelfMaps : Kind::CrossMaps;
     if (n.op == "softmax" || n.op == "masked_fill" || n.op == "dropout")
       for (const auto& x : n.saved) kind.try_emplace(x.storage, k);
+    // The fused op (docs/attention.md) keeps no map: its per-row log-sum-exp is all that is left.
+    if (n.op == "attention")
+      for (const auto& x : n.saved)
+        if (x.name == "lse") kind.try_emplace(x.storage, k);
     if (n.op == "matmul" && made_by_weights_op(n))
       for (const auto& x : n.saved)
         if (x.name == "a") kind.try_emplace(x.storage, k);

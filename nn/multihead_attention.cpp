@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
+#include "autograd/ops/attention.h"
 #include "autograd/ops/indexing.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
@@ -49,6 +52,11 @@ MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, double dropout, boo
     b.zero_();                         // as nn.MultiheadAttention's _reset_parameters
   }
   attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(dropout));  // no parameters: no state_dict keys
+  static const bool unfused_env = [] {
+    const char* e = std::getenv("GRADFLOW_UNFUSED_ATTENTION");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  fused = !unfused_env;
 }
 
 Variable MultiheadAttention::split_heads(const Variable& x, int64_t heads) const {
@@ -57,19 +65,26 @@ Variable MultiheadAttention::split_heads(const Variable& x, int64_t heads) const
   return contiguous(permute(r, {0, 2, 1, 3}));       // (B, heads, L, d_k)
 }
 
-Variable MultiheadAttention::project_q(const Variable& x) const {
-  if (grouped()) return split_heads(q_proj->forward(x), num_heads);                        // (B, H, L, d_k)
+Variable MultiheadAttention::q_rows(const Variable& x) const {
+  if (grouped()) return q_proj->forward(x);                                                  // (B, L, D)
   Variable w = narrow(in_proj_weight, 0, 0, embed_dim);                                    // (D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, 0, embed_dim) : Variable();  // (D)
-  return split_heads(linear(x, w, b), num_heads);                                          // (B, H, L, d_k)
+  return linear(x, w, b);                                                                  // (B, L, D)
 }
 
-std::pair<Variable, Variable> MultiheadAttention::project_kv(const Variable& x) const {
-  if (grouped()) return {split_heads(k_proj->forward(x), kv_heads), split_heads(v_proj->forward(x), kv_heads)};  // (B, KV, S, d_k)
+std::pair<Variable, Variable> MultiheadAttention::kv_rows(const Variable& x) const {
+  if (grouped()) return {k_proj->forward(x), v_proj->forward(x)};                                      // (B, S, KV*d_k)
   Variable w = narrow(in_proj_weight, 0, embed_dim, 2 * embed_dim);                                    // (2D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, embed_dim, 2 * embed_dim) : Variable();  // (2D)
   Variable kv = linear(x, w, b);                                                                       // (B, S, 2D)
-  return {split_heads(narrow(kv, -1, 0, embed_dim), num_heads), split_heads(narrow(kv, -1, embed_dim, embed_dim), num_heads)};
+  return {narrow(kv, -1, 0, embed_dim), narrow(kv, -1, embed_dim, embed_dim)};                         // (B, S, D) views
+}
+
+Variable MultiheadAttention::project_q(const Variable& x) const { return split_heads(q_rows(x), num_heads); }  // (B, H, L, d_k)
+
+std::pair<Variable, Variable> MultiheadAttention::project_kv(const Variable& x) const {
+  auto [k, v] = kv_rows(x);                                             // (B, S, KV*d_k)
+  return {split_heads(k, kv_heads), split_heads(v, kv_heads)};  // (B, KV, S, d_k)
 }
 
 namespace {
@@ -84,6 +99,19 @@ void check_mask_dtype(const Tensor& m, const char* what) {
 void check_input(const Variable& x, int64_t D, const char* what) {
   GF_CHECK(x.ndim() == 3 && x.size(2) == D, "MultiheadAttention: {} must be (B, len, {}), got {}", what, D,
            shape_str(x.shape()));
+}
+
+void check_masks(const Tensor& kpm, const Tensor& attn_mask, int64_t B, int64_t H, int64_t L, int64_t S) {
+  check_mask_dtype(kpm, "key_padding_mask");
+  check_mask_dtype(attn_mask, "attn_mask");
+  GF_CHECK(!kpm.defined() || (kpm.ndim() == 2 && kpm.size(0) == B && kpm.size(1) == S),
+           "MultiheadAttention: key_padding_mask must be ({}, {}), got {}", B, S, shape_str(kpm.shape()));
+  if (attn_mask.defined()) {
+    bool ok2 = attn_mask.ndim() == 2 && attn_mask.size(0) == L && attn_mask.size(1) == S;
+    bool ok3 = attn_mask.ndim() == 3 && attn_mask.size(0) == B * H && attn_mask.size(1) == L && attn_mask.size(2) == S;
+    GF_CHECK(ok2 || ok3, "MultiheadAttention: attn_mask must be ({}, {}) or ({}, {}, {}), got {}", L, S, B * H, L, S,
+             shape_str(attn_mask.shape()));
+  }
 }
 
 // OR of the boolean masks as one (B, 1, L, S) or (B, H, L, S) tensor; undefined if none is bool.
@@ -115,23 +143,8 @@ Variable unguarded_softmax(const Variable& s) {
 
 }  // namespace
 
-AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
-                                           const Tensor& attn_mask, bool need_weights) const {
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1);
-  GF_CHECK(KV == kv_heads && v.size(1) == KV && H == num_heads,
-           "MultiheadAttention::attend: q {}, k {}, v {} for {} query and {} key/value heads", shape_str(q.shape()),
-           shape_str(k.shape()), shape_str(v.shape()), num_heads, kv_heads);
-  const int64_t G = H / KV;  // query heads per key/value head
-  check_mask_dtype(kpm, "key_padding_mask");
-  check_mask_dtype(attn_mask, "attn_mask");
-  GF_CHECK(!kpm.defined() || (kpm.ndim() == 2 && kpm.size(0) == B && kpm.size(1) == S),
-           "MultiheadAttention: key_padding_mask must be ({}, {}), got {}", B, S, shape_str(kpm.shape()));
-  if (attn_mask.defined()) {
-    bool ok2 = attn_mask.ndim() == 2 && attn_mask.size(0) == L && attn_mask.size(1) == S;
-    bool ok3 = attn_mask.ndim() == 3 && attn_mask.size(0) == B * H && attn_mask.size(1) == L && attn_mask.size(2) == S;
-    GF_CHECK(ok2 || ok3, "MultiheadAttention: attn_mask must be ({}, {}) or ({}, {}, {}), got {}", L, S, B * H, L, S,
-             shape_str(attn_mask.shape()));
-  }
+Variable MultiheadAttention::weights_of(const Variable& q, const Variable& k, const Tensor& kpm, const Tensor& attn_mask) const {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1), G = H / KV;
   // A group's G query heads are consecutive, so (B, H, L, d_k) is (B, KV, G*L, d_k) with no copy, and
   // each key/value head meets its group's queries in one product: K and V are never repeated.
   Variable qg = G > 1 ? reshape(q, {B, KV, G * L, head_dim}) : q;              // (B, KV, G*L, d_k)
@@ -146,7 +159,24 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   if (kpm.defined() && kpm.dtype() != DType::Bool) scores = scores + Variable(kpm.to(scores.dtype()).reshape({B, 1, 1, S}));
   Tensor blocked = combine_bool_masks(kpm, attn_mask, B, H, L, S);  // (B, 1|H, L, S)
   if (blocked.defined()) scores = masked_fill(scores, blocked, -INFINITY);
-  Variable weights = naive_softmax ? unguarded_softmax(scores) : softmax(scores);  // (B, H, L, S)
+  return naive_softmax ? unguarded_softmax(scores) : softmax(scores);  // (B, H, L, S)
+}
+
+void MultiheadAttention::peek_weights(const Variable& q, const Variable& k, const Tensor& kpm, const Tensor& attn_mask) const {
+  NoGradGuard ng;
+  weights_peek(weights_of(split_heads(q, num_heads), split_heads(k, kv_heads), kpm, attn_mask).data());
+}
+
+AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
+                                           const Tensor& attn_mask, bool need_weights) const {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), S = k.size(2), KV = k.size(1);
+  GF_CHECK(KV == kv_heads && v.size(1) == KV && H == num_heads,
+           "MultiheadAttention::attend: q {}, k {}, v {} for {} query and {} key/value heads", shape_str(q.shape()),
+           shape_str(k.shape()), shape_str(v.shape()), num_heads, kv_heads);
+  const int64_t G = H / KV;  // query heads per key/value head
+  check_masks(kpm, attn_mask, B, H, L, S);
+  Variable weights = weights_of(q, k, kpm, attn_mask);  // (B, H, L, S)
+  if (weights_peek) weights_peek(weights.data());
   if (weights_observer) weights_observer(weights);
   Variable kept = attn_dropout->p > 0 ? attn_dropout->forward(weights) : weights;  // (B, H, L, S)
   Variable mixed = matmul(G > 1 ? reshape(kept, {B, KV, G * L, S}) : kept, v);  // (B, KV, G*L, d_k)
@@ -353,6 +383,34 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
   return out_proj->forward(Variable(merged));  // (R, 1, D)
 }
 
+bool MultiheadAttention::can_fuse(const Tensor& kpm, const Tensor& attn_mask, bool need_weights) const {
+  // Float masks would need to be added tile by tile; (B*H, L, S) masks are rare. Both stay unfused.
+  const bool kpm_ok = !kpm.defined() || kpm.dtype() == DType::Bool;
+  const bool mask_ok = !attn_mask.defined() || (attn_mask.dtype() == DType::Bool && attn_mask.ndim() == 2);
+  return fused && !need_weights && !weights_observer && !naive_softmax && kpm_ok && mask_ok;
+}
+
+AttentionResult MultiheadAttention::attend_rows(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
+                                                const Tensor& attn_mask, bool need_weights) const {
+  if (!can_fuse(kpm, attn_mask, need_weights))
+    return attend(split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads), kpm, attn_mask, need_weights);
+  check_masks(kpm, attn_mask, q.size(0), num_heads, q.size(1), k.size(1));
+  if (weights_peek) peek_weights(q, k, kpm, attn_mask);
+  AttentionResult r;
+  r.output = out_proj->forward(fused_attention(q, k, v, fused_options(kpm, attn_mask)));  // (B, L, D): heads come out merged
+  return r;
+}
+
+FusedAttentionOptions MultiheadAttention::fused_options(const Tensor& kpm, const Tensor& attn_mask) const {
+  FusedAttentionOptions o;
+  o.heads = num_heads, o.kv_heads = kv_heads, o.scale = score_scale;
+  o.key_padding_mask = kpm, o.attn_mask = attn_mask;
+  // As attn_dropout->forward() would: numbers are drawn only in training with p > 0.
+  o.dropout_p = attn_dropout->is_training() ? attn_dropout->p : 0.0;
+  o.gen = &default_generator();
+  return o;
+}
+
 AttentionResult MultiheadAttention::forward(const Variable& query, const Variable& key, const Variable& value, const Tensor& kpm,
                                             const Tensor& attn_mask, bool need_weights) const {
   const int64_t D = embed_dim;
@@ -362,27 +420,35 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
   GF_CHECK(key.size(0) == query.size(0) && value.size(0) == query.size(0) && key.size(1) == value.size(1),
            "MultiheadAttention: query {}, key {} and value {} disagree in batch or key length", shape_str(query.shape()),
            shape_str(key.shape()), shape_str(value.shape()));
-  Variable q, k, v;
+  Variable q, k, v;  // (B, L, D), (B, S, KV*d_k) x 2: heads not split, so the fused op reads them in place
   if (!grouped() && query.impl() == key.impl() && key.impl() == value.impl()) {
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3D): one GEMM for self-attention
-    q = split_heads(narrow(qkv, -1, 0, D), num_heads);
-    k = split_heads(narrow(qkv, -1, D, D), num_heads);
-    v = split_heads(narrow(qkv, -1, 2 * D, D), num_heads);
+    if (can_fuse(kpm, attn_mask, need_weights)) {  // one gradient tensor for the three projections
+      const int64_t B = query.size(0), L = query.size(1);
+      check_masks(kpm, attn_mask, B, num_heads, L, L);
+      if (weights_peek) peek_weights(narrow(qkv, -1, 0, D), narrow(qkv, -1, D, D), kpm, attn_mask);
+      AttentionResult r;
+      r.output = out_proj->forward(fused_self_attention(qkv, fused_options(kpm, attn_mask)));  // (B, L, D)
+      return r;
+    }
+    q = narrow(qkv, -1, 0, D);
+    k = narrow(qkv, -1, D, D);
+    v = narrow(qkv, -1, 2 * D, D);
   } else if (key.impl() == value.impl()) {
-    q = project_q(query);
-    std::tie(k, v) = project_kv(key);
+    q = q_rows(query);
+    std::tie(k, v) = kv_rows(key);
   } else if (grouped()) {
-    q = project_q(query);
-    k = split_heads(k_proj->forward(key), kv_heads);
-    v = split_heads(v_proj->forward(value), kv_heads);
+    q = q_rows(query);
+    k = k_proj->forward(key);
+    v = v_proj->forward(value);
   } else {
-    q = project_q(query);
+    q = q_rows(query);
     auto w = [&](int64_t i) { return narrow(in_proj_weight, 0, i * D, D); };
     auto b = [&](int64_t i) { return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * D, D) : Variable(); };
-    k = split_heads(linear(key, w(1), b(1)), num_heads);
-    v = split_heads(linear(value, w(2), b(2)), num_heads);
+    k = linear(key, w(1), b(1));
+    v = linear(value, w(2), b(2));
   }
-  return attend(q, k, v, kpm, attn_mask, need_weights);
+  return attend_rows(q, k, v, kpm, attn_mask, need_weights);
 }
 
 }  // namespace gf::nn

@@ -14,6 +14,7 @@
 #include <memory>
 #include <utility>
 
+#include "autograd/ops/attention.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "nn/module.h"
@@ -96,8 +97,30 @@ class MultiheadAttention : public Module {
   // When set, called on every forward with the attention weights (B, H, L, S) (before dropout,
   // part of the graph, so retain_grad() and hooks work on them): per-head statistics, pictures.
   std::function<void(const Variable&)> weights_observer;
+  // When set, called on every forward with the weights (B, H, L, S) as plain data (before dropout).
+  // Unlike weights_observer it keeps the fused op: the weights are then computed apart, without a
+  // graph and without drawing random numbers, so the forward's numbers are unchanged by it
+  // (train --grad-stats reads entropies through it).
+  std::function<void(const Tensor&)> weights_peek;
+  // forward() runs the fused, blocked attention op (autograd/ops/attention.h, docs/attention.md)
+  // unless the weights are asked for (need_weights, weights_observer), naive_softmax is set, or a
+  // mask is float or per head. false forces the unfused path; the environment variable
+  // GRADFLOW_UNFUSED_ATTENTION=1 sets false for every module built after it is read (A/B runs).
+  bool fused = true;
 
  private:
+  // The projections with the heads not yet split: (B, L, D) and 2 x (B, S, KV * d_k).
+  Variable q_rows(const Variable& x) const;
+  std::pair<Variable, Variable> kv_rows(const Variable& x) const;
+  // attend() on unsplit projections: the fused op when allowed, else split_heads and attend().
+  AttentionResult attend_rows(const Variable& q, const Variable& k, const Variable& v, const Tensor& key_padding_mask,
+                              const Tensor& attn_mask, bool need_weights) const;
+  bool can_fuse(const Tensor& key_padding_mask, const Tensor& attn_mask, bool need_weights) const;
+  FusedAttentionOptions fused_options(const Tensor& key_padding_mask, const Tensor& attn_mask) const;
+  // softmax(scores + masks) (B, H, L, S) from q (B, H, L, d_k) and k (B, KV, S, d_k): attend()'s first half.
+  Variable weights_of(const Variable& q, const Variable& k, const Tensor& key_padding_mask, const Tensor& attn_mask) const;
+  // weights_peek's call on the fused path: the weights from the unsplit projections, no graph.
+  void peek_weights(const Variable& q, const Variable& k, const Tensor& key_padding_mask, const Tensor& attn_mask) const;
   Variable split_heads(const Variable& x, int64_t heads) const;  // (B, L, heads * d_k) -> (B, heads, L, d_k) contiguous
 };
 

@@ -37,4 +37,11 @@ inline int64_t row_grain(int64_t row_cost) {
 void set_num_threads(int n);
 int max_threads();
 
+// Who runs a large GEMM's threads. false (GRADFLOW_GEMM_THREADS=openblas): OpenBLAS's own pool.
+// true (GRADFLOW_GEMM_THREADS=tbb): OpenBLAS is kept to one thread and the GEMM is cut into one
+// slab per TBB thread, so a single pool runs everything and OpenBLAS's idle workers never spin
+// against TBB's. Read from the environment by set_num_threads; set_gemm_on_tbb overrides.
+bool gemm_on_tbb();
+void set_gemm_on_tbb(bool on);
+
 }  // namespace gf

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensor/parallel.h"
+#include "tensor/storage.h"
 
 extern "C" {
 char* openblas_get_corename(void);
@@ -24,6 +25,7 @@ namespace gf {
 namespace {
 std::unique_ptr<tbb::global_control> g_tbb_limit;
 int g_threads = 0;
+int g_gemm_on_tbb = -1;  // -1: not yet read from GRADFLOW_GEMM_THREADS
 bool g_threads_chosen = false;
 
 bool core_is_weaker(const std::string& in_use, const std::string& want) {
@@ -60,6 +62,7 @@ std::string blas_config() {
 
 void init_runtime(int argc, char** argv) {
   (void)argc;
+  keep_freed_memory();
   const char* forced = std::getenv("GRADFLOW_BLAS_CORE");
   if (forced && !*forced) forced = nullptr;  // set but empty: as if unset, not "force the preferred kernel"
   if (forced && std::strcmp(forced, "native") == 0) return;
@@ -85,7 +88,21 @@ void set_num_threads(int n) {
   if (n <= 0) n = 1;
   g_threads = n;
   g_tbb_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, n);
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(gemm_on_tbb() ? 1 : n);
+}
+
+bool gemm_on_tbb() {
+  if (g_gemm_on_tbb < 0) {
+    const char* e = std::getenv("GRADFLOW_GEMM_THREADS");
+    g_gemm_on_tbb = e && std::strcmp(e, "tbb") == 0;
+    if (g_gemm_on_tbb) openblas_set_num_threads(1);
+  }
+  return g_gemm_on_tbb == 1;
+}
+
+void set_gemm_on_tbb(bool on) {
+  g_gemm_on_tbb = on;
+  openblas_set_num_threads(on ? 1 : max_threads());
 }
 
 int max_threads() {

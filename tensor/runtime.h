@@ -12,7 +12,7 @@ namespace gf {
 // when the CPU has no AVX2 (then OpenBLAS's own choice stands).
 std::string preferred_blas_core();
 
-// Call first thing in main(). If OpenBLAS chose a weaker kernel than preferred_blas_core(), sets
+// Call first thing in main(). Keeps freed memory for reuse (keep_freed_memory in storage.h). If OpenBLAS chose a weaker kernel than preferred_blas_core(), sets
 // OPENBLAS_CORETYPE to it and re-executes /proc/self/exe with the same arguments, at most once
 // (GRADFLOW_BLAS_REEXEC marks the second run). The environment can say otherwise:
 //   OPENBLAS_CORETYPE set by the user     respected: no re-execution;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <malloc.h>
 #include <new>
 
 namespace gf {
@@ -28,5 +29,14 @@ Storage::~Storage() {
 
 MemoryStats memory_stats() { return {g_live.load(), g_peak.load(), g_allocs.load()}; }
 void reset_peak_memory() { g_peak = g_live.load(); }
+
+void keep_freed_memory() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables && std::strstr(tunables, "glibc.malloc.")) return;
+  // Not M_MMAP_THRESHOLD: mallopt caps it at 32 MiB, and the logits of a batch and their
+  // gradient are larger. No mmap at all puts every buffer in the heap.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT32_MAX);
+}
 
 }  // namespace gf

@@ -120,3 +120,23 @@ TEST_CASE("dropout backward applies the same mask and scale") {
   };
   GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({3, 5}, 4)), leaf(randn({5, 3}, 5).transpose(0, 1))}));
 }
+
+TEST_CASE("dropout_forward draws keep_mask's mask and gives apply_mask's output, and the integer test is to_unit's") {
+  for (double p : {0.0, 0.1, 0.5, 1.0}) {
+    Generator g1(5), g2(5);
+    Tensor x = kernels::uniform({3, 70001}, -1.0, 1.0, g1);  // (3, 70001)
+    g2.reserve(static_cast<uint64_t>(x.numel()));             // g2 at g1's position
+    Tensor mask;
+    Tensor out = kernels::dropout_forward(x, p, 2.0, g1, mask);  // (3, 70001)
+    Tensor ref_mask = kernels::keep_mask(x.shape(), p, g2);      // (3, 70001)
+    CHECK(mask.to_vector<bool>() == ref_mask.to_vector<bool>());
+    CHECK(out.to_vector<float>() == kernels::apply_mask(x, ref_mask, 2.0).to_vector<float>());
+    CHECK(g1.offset() == g2.offset());
+  }
+  Generator g(11);
+  const uint64_t t = kernels::keep_threshold(0.3);
+  for (int i = 0; i < 100000; ++i) {
+    const uint64_t bits = g.next_u64();
+    REQUIRE(kernels::keeps(bits, t) == (Generator::to_unit(bits) >= 0.3));
+  }
+}

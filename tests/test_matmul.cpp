@@ -1,11 +1,15 @@
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "autograd/ops/arith.h"
 #include "autograd/ops/matmul.h"
 #include "gradcheck_util.h"
 #include "tensor/kernels/matmul.h"
+#include "tensor/kernels/random.h"
+#include "tensor/parallel.h"
 #include "tensor/storage.h"
 
 using namespace gf;
@@ -214,4 +218,26 @@ TEST_CASE("gemm_flops counts 2 m n k per product, forward and backward") {
   out.backward(Tensor::ones({2, 3, 5}, DType::Float64));
   // grad a = g @ b^T (6 x 4 x 5), grad b = a^T @ g summed over the batch (4 x 5 x 6)
   CHECK(kernels::gemm_flops() - before == 2 * 6 * 4 * 5 + 2 * 4 * 5 * 6);
+}
+
+TEST_CASE("GEMMs cut across TBB threads (GRADFLOW_GEMM_THREADS=tbb) equal OpenBLAS's own threading") {
+  Generator gen(3);
+  // Tall, wide (cut by columns) and odd sizes, plain and transposed operands, float64 so that
+  // any slab placed at the wrong offset shows as a difference far above rounding.
+  const std::vector<std::array<int64_t, 3>> sizes = {{300, 70, 129}, {33, 517, 65}, {1025, 256, 257}};
+  for (auto [m, k, n] : sizes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Tensor a = ta ? kernels::randn({k, m}, gen, DType::Float64).transpose(0, 1) : kernels::randn({m, k}, gen, DType::Float64);
+        Tensor b = tb ? kernels::randn({n, k}, gen, DType::Float64).transpose(0, 1) : kernels::randn({k, n}, gen, DType::Float64);
+        set_gemm_on_tbb(false);
+        Tensor ref = kernels::matmul(a, b);  // (m, n)
+        set_gemm_on_tbb(true);
+        Tensor cut = kernels::matmul(a, b);  // (m, n)
+        set_gemm_on_tbb(false);
+        double worst = 0;
+        for (int64_t i = 0; i < ref.numel(); ++i) worst = std::max(worst, std::abs(ref.flat_get(i) - cut.flat_get(i)));
+        INFO("m ", m, " k ", k, " n ", n, " ta ", ta, " tb ", tb);
+        CHECK(worst < 1e-12);
+      }
 }

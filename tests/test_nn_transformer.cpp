@@ -273,7 +273,9 @@ TEST_CASE("cross-attention weights: (B, H, 3, 4) per layer, rows sum to 1, padde
   Tensor tgt_ids = Tensor::of({2, 7, 8, 2, 5, 6}, {2, 3}, DType::Int64);
   nn::DecoderOutput d = model.forward_with_attention(src, tgt_ids);
   CHECK(shape_str(d.output.shape()) == "(2, 3, 9)");
-  CHECK(max_abs_diff(d.output.data(), model.forward(src, tgt_ids).data()) == 0.0);
+  // Asking for the weights takes the unfused attention path; without, the fused op (same values
+  // up to float32 rounding, docs/attention.md).
+  CHECK(max_abs_diff(d.output.data(), model.forward(src, tgt_ids).data()) < 1e-5);
   REQUIRE(d.cross_weights.size() == 2);
   for (const Variable& cw : d.cross_weights) {
     CHECK(shape_str(cw.shape()) == "(2, 2, 3, 4)");

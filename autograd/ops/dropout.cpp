@@ -25,8 +25,8 @@ Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
   // p == 1 drops everything: scale 0 instead of 1 / 0.
   const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
-  Tensor mask = kernels::keep_mask(x.shape(), p, gen);            // (...) bool
-  Tensor out = kernels::apply_mask(x.data(), mask, scale);         // (...)
+  Tensor mask;                                                          // (...) bool, true = kept
+  Tensor out = kernels::dropout_forward(x.data(), p, scale, gen, mask);  // (...)
   auto node = make_node<DropoutBackward>({&x});
   if (node) node->mask = std::move(mask), node->scale = scale;
   return Variable::from_op(std::move(out), node);

@@ -45,6 +45,41 @@ void check_blas_size(int64_t v, const char* op) {
 std::atomic<uint64_t> g_gemm_flops{0};  // see gemm_flops()
 std::atomic<int> g_small_rows_scopes{0};  // live SmallRowsGemmScopes
 
+// One BLAS call on the calling thread's terms (threaded inside OpenBLAS or not, as set).
+template <class T>
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+               T* c, int64_t ldc) {
+  const CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Rows (or, for a short C, columns) of C below which a GEMM is not cut for TBB threads.
+constexpr int64_t kMinSplit = 64;
+
+// With gemm_on_tbb(): a large GEMM cut into one slab of C's rows (or columns) per thread, each a
+// single-threaded BLAS call on a TBB thread. Every output element is still one BLAS dot product
+// over the whole k, and only one thread pool is ever busy.
+template <class T>
+void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+                T* c, int64_t ldc) {
+  const int64_t parts = max_threads();
+  const bool by_rows = m >= n || n < parts * kMinSplit;
+  const int64_t extent = by_rows ? m : n, chunk = (extent + parts - 1) / parts;
+  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      const int64_t s = p * chunk, len = std::min(chunk, extent - s);
+      if (len <= 0) continue;
+      if (by_rows)
+        blas_gemm(ta, tb, len, n, k, ta ? a + s : a + s * lda, lda, b, ldb, beta, c + s * ldc, ldc);
+      else
+        blas_gemm(ta, tb, m, len, k, a, lda, tb ? b + s * ldb : b + s, ldb, beta, c + s, ldc);
+    }
+  });
+}
+
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims.
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
@@ -56,11 +91,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
   }
-  const CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  if (gemm_on_tbb() && max_threads() > 1 && m * n * k >= 4 * 65536 && std::max(m, n) >= max_threads() * kMinSplit)
+    split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   else
-    cblas_dgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+    blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 // One matrix operand of a batched product as BLAS will read it.
@@ -290,6 +324,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
+void count_gemm_flops(uint64_t flops) { g_gemm_flops.fetch_add(flops, std::memory_order_relaxed); }
 
 SmallRowsGemmScope::SmallRowsGemmScope() {
   const char* env = std::getenv("GRADFLOW_DECODE_GEMM");
@@ -299,7 +334,7 @@ SmallRowsGemmScope::SmallRowsGemmScope() {
 }
 
 SmallRowsGemmScope::~SmallRowsGemmScope() {
-  if (active_ && g_small_rows_scopes.fetch_sub(1) == 1) openblas_set_num_threads(max_threads());
+  if (active_ && g_small_rows_scopes.fetch_sub(1) == 1) openblas_set_num_threads(gemm_on_tbb() ? 1 : max_threads());  // as set_num_threads left it
 }
 
 }  // namespace gf::kernels

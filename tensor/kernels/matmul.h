@@ -25,6 +25,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // forward and backward): `gradflow bench train` divides its difference by the time for the rate
 // of matrix-product FLOPs the model ran at, to compare with the machine's sgemm peak.
 uint64_t gemm_flops();
+// Adds to that count: kernels that call BLAS on their own tiles (fused attention) report here.
+void count_gemm_flops(uint64_t flops);
 
 // While one is alive (decoding): OpenBLAS runs single-threaded and linear() splits the output
 // features into column blocks whose size depends only on the shape, spread over oneTBB threads,

@@ -87,9 +87,9 @@ Tensor keep_mask(const Shape& shape, double p, Generator& gen) {
   Tensor mask = Tensor::empty(shape, DType::Bool);  // (shape)
   bool* m = mask.data<bool>();
   const int64_t n = mask.numel();
-  const uint64_t base = gen.reserve(static_cast<uint64_t>(n));
+  const uint64_t base = gen.reserve(static_cast<uint64_t>(n)), threshold = keep_threshold(p);
   parallel_for(n, kSerialGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) m[i] = Generator::to_unit(gen.at(base + i)) >= p;
+    for (int64_t i = b; i < e; ++i) m[i] = keeps(gen.at(base + i), threshold);
   });
   return mask;
 }
@@ -108,6 +108,27 @@ Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale) {
     parallel_for(out.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
       // x * 0 rather than a plain 0 for dropped elements: a NaN input stays visible, as in PyTorch.
       for (int64_t i = b; i < e; ++i) po[i] = px[i] * (pm[i] ? s : T(0));
+    });
+  });
+  return out;
+}
+
+Tensor dropout_forward(const Tensor& x, double p, double scale, Generator& gen, Tensor& mask) {
+  GF_CHECK(p >= 0.0 && p <= 1.0, "dropout_forward: drop probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
+  Tensor xc = x.contiguous();                         // (shape)
+  Tensor out = Tensor::empty(x.shape(), x.dtype());  // (shape)
+  mask = Tensor::empty(x.shape(), DType::Bool);      // (shape)
+  bool* m = mask.data<bool>();
+  const uint64_t base = gen.reserve(static_cast<uint64_t>(out.numel())), threshold = keep_threshold(p);
+  dispatch_float(x.dtype(), "dropout_forward", [&]<class T>() {
+    const T* px = xc.data<T>();
+    T* po = out.data<T>();
+    const T s = static_cast<T>(scale);
+    parallel_for(out.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        m[i] = keeps(gen.at(base + i), threshold);
+        po[i] = px[i] * (m[i] ? s : T(0));  // x * 0, as apply_mask: a NaN input stays visible
+      }
     });
   });
   return out;

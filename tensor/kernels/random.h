@@ -6,6 +6,7 @@
 // the n-th number of a stream is mix(seed + n * gamma). Any element can therefore be computed
 // on its own, so a fill split across threads gives exactly the numbers of a serial fill: results
 // depend on the seed and the order of calls, never on the thread count.
+#include <cmath>
 #include <cstdint>
 
 #include "tensor/tensor.h"
@@ -71,6 +72,15 @@ Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::Float32); 
 // x * scale where mask is true, 0 where it is false (mask of x's shape), in one pass.
 Tensor keep_mask(const Shape& shape, double p, Generator& gen);
 Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale);
+// Both in one pass: the mask keep_mask(x.shape(), p, gen) would draw (into `mask`) and
+// apply_mask(x, mask, scale), with the same numbers of the stream.
+Tensor dropout_forward(const Tensor& x, double p, double scale, Generator& gen, Tensor& mask);
+
+// One element's keep decision, to_unit(bits) >= p, made on the integer: to_unit is
+// (bits >> 11) * 2^-53 and p * 2^53 is exact, so (bits >> 11) >= ceil(p * 2^53) is the same test
+// without a conversion. Fused kernels that regenerate dropout masks use it to agree with keep_mask.
+inline uint64_t keep_threshold(double p) { return static_cast<uint64_t>(std::ceil(p * 0x1.0p53)); }
+inline bool keeps(uint64_t bits, uint64_t threshold) { return (bits >> 11) >= threshold; }
 
 }  // namespace kernels
 }  // namespace gf

@@ -107,7 +107,7 @@ std::vector<AttentionSite> attention_sites(const nn::DecoderOnlyTransformer& mod
 
 struct EntropyProbe::Site {
   AttentionSite where;
-  std::function<void(const Variable&)> previous;
+  std::function<void(const Tensor&)> previous;
   Tensor query_pad, key_pad;  // (B, L) and (B, S) bool for the armed batch; key_pad undefined when unmasked
   bool causal = false;
   std::vector<double> sum;  // (H) entropy summed over counted rows
@@ -125,13 +125,14 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
   for (const AttentionSite& a : sites) {
     auto site = std::make_unique<Site>();
     site->where = a;
-    site->previous = a.attention->weights_observer;
+    site->previous = a.attention->weights_peek;
     Site* s = site.get();
-    a.attention->weights_observer = [this, s](const Variable& weights) {
+    // A peek, not an observer: attention keeps its fused op, so recording leaves training's numbers alone.
+    a.attention->weights_peek = [this, s](const Tensor& weights) {
       if (s->previous) s->previous(weights);
       if (!armed_) return;
       const double t0 = now_seconds();
-      const Tensor& w = weights.data();  // (B, H, L, S)
+      const Tensor& w = weights;  // (B, H, L, S)
       GF_CHECK_AS(std::logic_error, w.size(2) == s->query_pad.size(1), "EntropyProbe: {} saw weights {} but was armed for {} query positions",
                   s->where.name, shape_str(w.shape()), s->query_pad.size(1));
       HeadEntropy h = head_entropy(w, s->query_pad, s->key_pad, s->causal);
@@ -146,7 +147,7 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
 }
 
 EntropyProbe::~EntropyProbe() {
-  for (auto& s : sites_) s->where.attention->weights_observer = s->previous;
+  for (auto& s : sites_) s->where.attention->weights_peek = s->previous;
 }
 
 void EntropyProbe::arm(const Tensor& src, const Tensor& tgt_in) {

@@ -54,8 +54,8 @@ std::vector<AttentionSite> attention_sites(const nn::Seq2SeqTransformer& model);
 std::vector<AttentionSite> attention_sites(const nn::DecoderOnlyTransformer& model);
 
 // Per-head entropies of every attention of a translator, from the forwards it is armed for. It
-// installs a weights_observer on each attention (calling any observer that was there before) and
-// puts the old ones back when destroyed; disarmed, the observers return at once.
+// installs a weights_peek on each attention (calling any peek that was there before) and
+// puts the old ones back when destroyed; disarmed, the peeks return at once.
 class EntropyProbe {
  public:
   explicit EntropyProbe(const nn::Seq2SeqTransformer& model);

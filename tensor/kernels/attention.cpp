@@ -1,0 +1,349 @@
+#include "tensor/kernels/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/check.h"
+#include "tensor/kernels/matmul.h"
+#include "tensor/kernels/softmax.h"
+#include "tensor/parallel.h"
+
+namespace gf::kernels {
+namespace {
+
+// The tiles are kept below OpenBLAS's multithreading threshold (m*n*k < 65536 * 4, see
+// kSmallGemmWork in matmul.cpp): every BLAS call then runs on the TBB thread that makes it, so the
+// two thread pools never oversubscribe the cores.
+constexpr int64_t kSingleThreadGemm = 65536 * 4;
+constexpr int64_t kDefaultBlock = 64;
+
+// C (m, n) = alpha * op(A) @ op(B) + beta * C, row-major with leading dims. Counted in
+// gemm_flops() unless it is the backward's recomputation of the scores, which the model's FLOP
+// count (bench's model_gflops_per_s) leaves out.
+template <class T, bool Count = true>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
+          T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0 || k == 0) return;  // callers never ask for an empty inner dim with beta 0
+  if constexpr (Count) count_gemm_flops(static_cast<uint64_t>(2 * m * n * k));
+  const CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// A (B, len, heads*d_k) operand read in place: element (b, l, head, d) at b*sb + l*sl + head*dk + d.
+template <class T>
+struct Rows {
+  T* p = nullptr;
+  int64_t sb = 0, sl = 0, dk = 0;
+  T* at(int64_t b, int64_t l, int64_t head) const { return p + b * sb + l * sl + head * dk; }
+};
+
+template <class T>
+Rows<T> rows_of(const Tensor& t, int64_t dk) {
+  return {static_cast<T*>(t.storage()->data()) + t.offset(), t.strides()[0], t.strides()[1], dk};
+}
+
+// Everything a tile needs: shapes, operands, masks, dropout.
+template <class T>
+struct Ctx {
+  int64_t B = 0, L = 0, S = 0, H = 0, KV = 0, G = 1, dk = 0, bq = 0, bk = 0;
+  Rows<T> q, k, v;
+  const bool* kpm = nullptr;  // (B, S) or null
+  const bool* am = nullptr;   // (L, S) or null
+  T scale = 1;
+  double p = 0;      // dropout probability; 0 = no dropout
+  T drop_scale = 1;  // 1 / (1 - p), 0 when p == 1 (as dropout())
+  const Generator* gen = nullptr;
+  uint64_t base = 0;
+};
+
+// live[r*nk + c] = 1 where query l0 + r may see key s0 + c. Returns whether any may.
+template <class T>
+bool tile_mask(const Ctx<T>& c, int64_t b, int64_t l0, int64_t n, int64_t s0, int64_t nk, uint8_t* live) {
+  bool any = false;
+  for (int64_t r = 0; r < n; ++r) {
+    const bool* kr = c.kpm ? c.kpm + b * c.S + s0 : nullptr;
+    const bool* ar = c.am ? c.am + (l0 + r) * c.S + s0 : nullptr;
+    for (int64_t j = 0; j < nk; ++j) {
+      const bool ok = !(kr && kr[j]) && !(ar && ar[j]);
+      live[r * nk + j] = ok;
+      any |= ok;
+    }
+  }
+  return any;
+}
+
+// Multiplies the tile by dropout's factor (1/(1-p) kept, 0 dropped), drawn as keep_mask() would
+// for element (b, h, l0 + r, s0 + j) of a (B, H, L, S) tensor.
+// x2, when given, is multiplied by the same factors (the backward's P and dP): one draw each.
+template <class T>
+void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t s0, int64_t nk, T* x, T* x2 = nullptr) {
+  for (int64_t r = 0; r < n; ++r) {
+    const uint64_t row = c.base + static_cast<uint64_t>(((b * c.H + h) * c.L + l0 + r) * c.S + s0);
+    for (int64_t j = 0; j < nk; ++j) {
+      const T z = Generator::to_unit(c.gen->at(row + j)) >= c.p ? c.drop_scale : T(0);
+      x[r * nk + j] *= z;
+      if (x2) x2[r * nk + j] *= z;
+    }
+  }
+}
+
+// Per-task buffers: one tile of scores, one of dP, the output accumulator and row statistics.
+template <class T>
+struct Scratch {
+  std::vector<T> s, dp, pd, acc;
+  std::vector<uint8_t> live;
+  std::vector<T> m;
+  std::vector<double> sum;
+  Scratch(int64_t bq, int64_t bk, int64_t dk)
+      : s(bq * bk), dp(bq * bk), pd(bq * bk), acc(bq * dk), live(bq * bk), m(bq), sum(bq) {}
+};
+
+// One key tile of the online softmax: S (n, nk) becomes exp(S - new max) in place (0 where
+// blocked), each row's running sum and accumulator are rescaled to the new max.
+template <class T>
+void online_update(int64_t n, int64_t nk, int64_t dk, Scratch<T>& w) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < n; ++r) {
+    T* sr = w.s.data() + r * nk;
+    const uint8_t* lr = w.live.data() + r * nk;
+    T mx = w.m[r];
+    for (int64_t j = 0; j < nk; ++j) {
+      if (!lr[j]) sr[j] = kNegInf;
+      else mx = sr[j] > mx ? sr[j] : mx;
+    }
+    if (mx == kNegInf) {  // no key of this row seen yet: exp(-inf - -inf) would be NaN
+      std::fill(sr, sr + nk, T(0));
+      continue;
+    }
+    const T alpha = fast_exp(w.m[r] - mx);  // 0 for the row's first live tile (m = -inf)
+    const double add = lane_sum(nk, [&](int64_t j) {
+      sr[j] = fast_exp(sr[j] - mx);
+      return sr[j];
+    });
+    w.sum[r] = w.sum[r] * static_cast<double>(alpha) + add;
+    if (alpha != T(1))
+      for (int64_t d = 0; d < dk; ++d) w.acc[r * dk + d] *= alpha;
+    w.m[r] = mx;
+  }
+}
+
+// The output rows [l0, l0 + n) of head h for batch b: every key tile in turn, then normalised.
+template <class T>
+void forward_block(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, T* out, T* lse, Scratch<T>& w) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const int64_t n = std::min(c.bq, c.L - l0), dk = c.dk, kvh = h / c.G;
+  std::fill(w.acc.begin(), w.acc.begin() + n * dk, T(0));
+  std::fill(w.m.begin(), w.m.begin() + n, kNegInf);
+  std::fill(w.sum.begin(), w.sum.begin() + n, 0.0);
+  for (int64_t s0 = 0; s0 < c.S; s0 += c.bk) {
+    const int64_t nk = std::min(c.bk, c.S - s0);
+    if (!tile_mask(c, b, l0, n, s0, nk, w.live.data())) continue;  // e.g. above the causal diagonal
+    gemm<T>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), nk);
+    online_update(n, nk, dk, w);
+    if (c.p > 0) drop_tile(c, b, h, l0, n, s0, nk, w.s.data());
+    gemm<T>(false, false, n, dk, nk, T(1), w.s.data(), nk, c.v.at(b, s0, kvh), c.v.sl, T(1), w.acc.data(), dk);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    T* o = out + ((b * c.L + l0 + r) * c.H + h) * dk;
+    T* e = lse + (b * c.H + h) * c.L + l0 + r;
+    if (w.m[r] == kNegInf) {  // every key blocked: weights 0, as softmax() gives
+      std::fill(o, o + dk, T(0));
+      *e = kNegInf;
+      continue;
+    }
+    const T inv = static_cast<T>(1.0 / w.sum[r]);
+    for (int64_t d = 0; d < dk; ++d) o[d] = w.acc[r * dk + d] * inv;
+    *e = w.m[r] + static_cast<T>(std::log(w.sum[r]));
+  }
+}
+
+// P (n, nk) = exp(S - lse) recomputed from the scores in w.s, 0 where blocked or the row is.
+template <class T>
+void recompute_probs(int64_t n, int64_t nk, const T* lse, Scratch<T>& w) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < n; ++r) {
+    T* sr = w.s.data() + r * nk;
+    const uint8_t* lr = w.live.data() + r * nk;
+    if (lse[r] == kNegInf) {
+      std::fill(sr, sr + nk, T(0));
+      continue;
+    }
+    for (int64_t j = 0; j < nk; ++j) sr[j] = lr[j] ? fast_exp(sr[j] - lse[r]) : T(0);
+  }
+}
+
+// One (query tile, key tile) pair of the backward (FlashAttention-2): dV += Pd^T dO,
+// dS = P * (dP - D), dK += scale dS^T Q, dQ += scale dS K, with Pd = P * dropout factor and
+// dP = (dO V^T) * dropout factor.
+template <class T>
+void backward_tile(const Ctx<T>& c, const Rows<T>& g, const T* lse, const T* D, int64_t b, int64_t h, int64_t l0,
+                   int64_t s0, const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w) {
+  const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), dk = c.dk, kvh = h / c.G;
+  if (!tile_mask(c, b, l0, n, s0, nk, w.live.data())) return;
+  gemm<T, false>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), nk);
+  recompute_probs(n, nk, lse + (b * c.H + h) * c.L + l0, w);
+  gemm<T>(false, true, n, nk, dk, T(1), g.at(b, l0, h), g.sl, c.v.at(b, s0, kvh), c.v.sl, T(0), w.dp.data(), nk);
+  const T* pd = w.s.data();
+  if (c.p > 0) {
+    std::copy(w.s.begin(), w.s.begin() + n * nk, w.pd.begin());
+    drop_tile(c, b, h, l0, n, s0, nk, w.pd.data(), w.dp.data());
+    pd = w.pd.data();
+  }
+  gemm<T>(true, false, nk, dk, n, T(1), pd, nk, g.at(b, l0, h), g.sl, T(1), dvv.at(b, s0, kvh), dvv.sl);
+  for (int64_t r = 0; r < n; ++r) {
+    const T dr = D[l0 + r];
+    for (int64_t j = 0; j < nk; ++j) w.dp[r * nk + j] = w.s[r * nk + j] * (w.dp[r * nk + j] - dr);
+  }
+  gemm<T>(true, false, nk, dk, n, c.scale, w.dp.data(), nk, c.q.at(b, l0, h), c.q.sl, T(1),
+          dkk.at(b, s0, kvh), dkk.sl);
+  gemm<T>(false, false, n, dk, nk, c.scale, w.dp.data(), nk, c.k.at(b, s0, kvh), c.k.sl, T(1),
+          dq.at(b, l0, h), dq.sl);
+}
+
+// All gradients of batch b's key/value head kvh and its G query heads, in a fixed order: the
+// task owns its slices of dQ, dK and dV, so results do not depend on the thread count.
+template <class T>
+void backward_task(const Ctx<T>& c, const Rows<T>& g, const Rows<T>& o, const T* lse, int64_t b, int64_t kvh,
+                   const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w, std::vector<T>& D) {
+  for (int64_t gi = 0; gi < c.G; ++gi) {
+    const int64_t h = kvh * c.G + gi;
+    for (int64_t l = 0; l < c.L; ++l) {  // D = rowsum(dO * O)
+      const T *gr = g.at(b, l, h), *orow = o.at(b, l, h);
+      D[gi * c.L + l] = static_cast<T>(lane_sum(c.dk, [&](int64_t d) { return gr[d] * orow[d]; }));
+    }
+  }
+  for (int64_t s0 = 0; s0 < c.S; s0 += c.bk)
+    for (int64_t gi = 0; gi < c.G; ++gi)
+      for (int64_t l0 = 0; l0 < c.L; l0 += c.bq)
+        backward_tile(c, g, lse, D.data() + gi * c.L, b, kvh * c.G + gi, l0, s0, dq, dkk, dvv, w);
+}
+
+void check_operand(const Tensor& t, int64_t heads, const char* what, const Tensor& q) {
+  GF_CHECK(t.defined() && t.ndim() == 3 && t.size(0) == q.size(0) && t.size(2) % heads == 0,
+           "attention: {} {} must be (B, len, heads*d_k) with B = {} and {} heads", what,
+           t.defined() ? shape_str(t.shape()) : std::string("undefined"), q.size(0), heads);
+  check_same_dtype(q, t, "attention");
+}
+
+// The operand with unit stride in its last dim (a copy only when it has not).
+Tensor unit_last(const Tensor& t) { return t.strides()[2] == 1 || t.size(2) <= 1 ? t : t.contiguous(); }
+
+template <class T>
+Ctx<T> make_ctx(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& cfg, Tensor& kpm, Tensor& am) {
+  Ctx<T> c;
+  c.B = q.size(0), c.L = q.size(1), c.S = k.size(1), c.H = cfg.heads, c.KV = cfg.kv_heads, c.G = c.H / c.KV;
+  c.dk = q.size(2) / c.H;
+  c.q = rows_of<T>(q, c.dk), c.k = rows_of<T>(k, c.dk), c.v = rows_of<T>(v, c.dk);
+  c.bq = cfg.block_q > 0 ? cfg.block_q : kDefaultBlock;
+  c.bk = cfg.block_k > 0 ? cfg.block_k : kDefaultBlock;
+  while (cfg.block_q <= 0 && c.bq > 8 && c.bq * c.bk * c.dk >= kSingleThreadGemm) c.bq /= 2;
+  c.kpm = kpm.defined() ? kpm.data<bool>() : nullptr;
+  c.am = am.defined() ? am.data<bool>() : nullptr;
+  c.scale = static_cast<T>(cfg.scale);
+  c.p = cfg.dropout_p;
+  c.drop_scale = static_cast<T>(cfg.dropout_p >= 1.0 ? 0.0 : 1.0 / (1.0 - cfg.dropout_p));
+  c.gen = &cfg.gen;
+  c.base = cfg.dropout_base;
+  return c;
+}
+
+// Checks shapes and masks; returns the masks dense.
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& cfg, Tensor& kpm, Tensor& am) {
+  GF_CHECK(q.defined() && q.ndim() == 3, "attention: q must be (B, L, H*d_k), got {}",
+           q.defined() ? shape_str(q.shape()) : std::string("undefined"));
+  GF_CHECK(cfg.heads > 0 && cfg.kv_heads > 0 && cfg.heads % cfg.kv_heads == 0 && q.size(2) % cfg.heads == 0,
+           "attention: q {} with {} query heads and {} key/value heads", shape_str(q.shape()), cfg.heads, cfg.kv_heads);
+  check_operand(k, cfg.kv_heads, "k", q);
+  check_operand(v, cfg.kv_heads, "v", q);
+  const int64_t dk = q.size(2) / cfg.heads;
+  GF_CHECK(k.size(2) == cfg.kv_heads * dk && v.shape() == k.shape(),
+           "attention: q {}, k {}, v {}: keys and values need {} heads of {} features, the same length", shape_str(q.shape()),
+           shape_str(k.shape()), shape_str(v.shape()), cfg.kv_heads, dk);
+  const int64_t B = q.size(0), L = q.size(1), S = k.size(1);
+  if (cfg.key_padding_mask.defined()) {
+    check_dtype(cfg.key_padding_mask, DType::Bool, "attention: key_padding_mask");
+    GF_CHECK(cfg.key_padding_mask.shape() == (Shape{B, S}), "attention: key_padding_mask must be ({}, {}), got {}", B, S,
+             shape_str(cfg.key_padding_mask.shape()));
+    kpm = cfg.key_padding_mask.contiguous();
+  }
+  if (cfg.attn_mask.defined()) {
+    check_dtype(cfg.attn_mask, DType::Bool, "attention: attn_mask");
+    GF_CHECK(cfg.attn_mask.shape() == (Shape{L, S}), "attention: attn_mask must be ({}, {}), got {}", L, S,
+             shape_str(cfg.attn_mask.shape()));
+    am = cfg.attn_mask.contiguous();
+  }
+  GF_CHECK(cfg.dropout_p >= 0.0 && cfg.dropout_p <= 1.0, "attention: dropout probability {} is outside [0, 1]", cfg.dropout_p);
+}
+
+}  // namespace
+
+AttentionForward attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionConfig& cfg) {
+  Tensor kpm, am;
+  check_inputs(q_in, k_in, v_in, cfg, kpm, am);
+  const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
+  const int64_t B = q.size(0), L = q.size(1), H = cfg.heads;
+  AttentionForward r;
+  r.out = Tensor::empty(q.shape(), q.dtype());  // (B, L, H*d_k)
+  r.lse = Tensor::empty({B, H, L}, q.dtype());  // (B, H, L)
+  dispatch_float(q.dtype(), "attention", [&]<class T>() {
+    const Ctx<T> c = make_ctx<T>(q, k, v, cfg, kpm, am);
+    const int64_t nqb = (L + c.bq - 1) / c.bq, tasks = B * H * nqb;
+    T *out = r.out.data<T>(), *lse = r.lse.data<T>();
+    // A task is one block of queries of one head: a few tiles of work, so a grain of 1.
+    parallel_for(tasks, 1, [&](int64_t lo, int64_t hi) {
+      Scratch<T> w(c.bq, c.bk, c.dk);
+      for (int64_t t = lo; t < hi; ++t) forward_block(c, t / (H * nqb), t / nqb % H, t % nqb * c.bq, out, lse, w);
+    });
+  });
+  return r;
+}
+
+void attention_backward_into(const Tensor& g_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                             const Tensor& out, const Tensor& lse, const AttentionConfig& cfg, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) {
+  Tensor kpm, am;
+  check_inputs(q_in, k_in, v_in, cfg, kpm, am);
+  GF_CHECK(g_in.shape() == q_in.shape() && out.shape() == q_in.shape() && dq.shape() == q_in.shape() &&
+               dk.shape() == k_in.shape() && dv.shape() == v_in.shape(),
+           "attention_backward: gradient {}, output {} and destinations {}, {}, {} must match q {} and k {}",
+           shape_str(g_in.shape()), shape_str(out.shape()), shape_str(dq.shape()), shape_str(dk.shape()),
+           shape_str(dv.shape()), shape_str(q_in.shape()), shape_str(k_in.shape()));
+  for (const Tensor* d : {&dq, &dk, &dv})
+    GF_CHECK(d->dtype() == q_in.dtype() && d->strides()[2] == 1,
+             "attention_backward: a destination {} {} needs q's dtype and unit stride in its last dim", dtype_name(d->dtype()),
+             shape_str(d->shape()));
+  const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), g = unit_last(g_in);
+  const Tensor o = out.contiguous(), ls = lse.contiguous();  // (B, L, H*d_k), (B, H, L)
+  dispatch_float(q.dtype(), "attention_backward", [&]<class T>() {
+    const Ctx<T> c = make_ctx<T>(q, k, v, cfg, kpm, am);
+    const Rows<T> gr = rows_of<T>(g, c.dk), orow = rows_of<T>(o, c.dk);
+    const Rows<T> rq = rows_of<T>(dq, c.dk), rk = rows_of<T>(dk, c.dk), rv = rows_of<T>(dv, c.dk);
+    parallel_for(c.B * c.KV, 1, [&](int64_t lo, int64_t hi) {
+      Scratch<T> w(c.bq, c.bk, c.dk);
+      std::vector<T> D(c.G * c.L);
+      for (int64_t t = lo; t < hi; ++t) backward_task(c, gr, orow, ls.data<T>(), t / c.KV, t % c.KV, rq, rk, rv, w, D);
+    });
+  });
+}
+
+AttentionGrads attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const AttentionConfig& cfg) {
+  AttentionGrads r;
+  r.q = Tensor::zeros(q.shape(), q.dtype());  // (B, L, H*d_k)
+  r.k = Tensor::zeros(k.shape(), k.dtype());  // (B, S, KV*d_k)
+  r.v = Tensor::zeros(v.shape(), v.dtype());  // (B, S, KV*d_k)
+  attention_backward_into(g, q, k, v, out, lse, cfg, r.q, r.k, r.v);
+  return r;
+}
+
+}  // namespace gf::kernels
