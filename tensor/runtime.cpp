@@ -4,6 +4,7 @@
 #include <tbb/global_control.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <strings.h>
@@ -94,7 +95,10 @@ void set_num_threads(int n) {
 bool gemm_on_tbb() {
   if (g_gemm_on_tbb < 0) {
     const char* e = std::getenv("GRADFLOW_GEMM_THREADS");
-    g_gemm_on_tbb = e && std::strcmp(e, "tbb") == 0;
+    const bool openblas = e && std::strcmp(e, "openblas") == 0;
+    if (e && *e && !openblas && std::strcmp(e, "tbb") != 0)
+      std::fprintf(stderr, "gradflow: GRADFLOW_GEMM_THREADS='%s' is neither 'tbb' nor 'openblas'; using tbb\n", e);
+    g_gemm_on_tbb = !openblas;
     if (g_gemm_on_tbb) openblas_set_num_threads(1);
   }
   return g_gemm_on_tbb == 1;
