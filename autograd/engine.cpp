@@ -76,6 +76,7 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, 
       else kernels::add_(kept->grad, grad);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    node->last_backward = !retain_graph && !node->persistent;
     std::vector<Tensor> grads = grad.defined() ? node->backward(grad) : std::vector<Tensor>{};
     if (profile::enabled())
       profile::backward_done(node->name(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), grads);

@@ -49,6 +49,9 @@ struct Node {
   std::string created_in;  // NameScope::current() when made; recorded only in anomaly mode
   uint64_t sequence = 0;
   bool released = false;
+  // Set by the engine just before backward(): true when this is the last backward through the
+  // Node (no retain_graph), so backward may write into a saved tensor that nothing else holds.
+  bool last_backward = false;
   bool persistent = false;  // leaf accumulators outlive every backward
 };
 

@@ -1,9 +1,16 @@
 #include "nn/ffn.h"
 
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/unary.h"
+
 namespace gf::nn {
 
 Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, ActivationFn act, const Dropout* dropout) {
-  Variable h = act(linear1.forward(x));  // (..., ff)
+  Variable h = linear1.forward(x);  // (..., ff)
+  // ReLU then dropout as one op (same numbers and draws): relu's output and the mask are not
+  // kept for backward, only the hidden activation linear2 keeps anyway.
+  if (dropout && act == &gf::relu) return linear2.forward(relu_dropout(h, dropout->p, dropout->is_training(), default_generator()));
+  h = act(h);  // (..., ff)
   if (dropout) h = dropout->forward(h);
   return linear2.forward(h);  // (..., d_model)
 }

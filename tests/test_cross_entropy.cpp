@@ -4,6 +4,7 @@
 
 #include "autograd/ops/arith.h"
 #include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/matmul.h"
 #include "gradcheck_util.h"
 #include "tensor/kernels/cross_entropy.h"
 
@@ -84,6 +85,36 @@ TEST_CASE("gradcheck: cross_entropy with ignore_index and label smoothing") {
   GF_CHECK_GRADS(ce_chain, (std::vector<Variable>{leaf(randn({5, 6}, 3)), leaf(randn({6}, 4))}));
   // Non-contiguous logits.
   GF_CHECK_GRADS(ce_ls, (std::vector<Variable>{leaf(randn({6, 5}, 5).transpose(0, 1))}));
+}
+
+TEST_CASE("cross_entropy backward writes over logits nothing else holds, and only then") {
+  // logits = x @ w: an intermediate whose buffer only the loss's Node keeps after forward. A hook
+  // on it sees the gradient arrive and tells whether it sits in the logits' own buffer.
+  Tensor tv = targets({3, -100, 0, 7, 2, 5});
+  auto run = [&](bool hold_logits, bool twice) {
+    Variable x(randn({6, 4}, 11), true), w(randn({4, 9}, 12), true);
+    Variable logits = matmul(x, w);  // (6, 9)
+    const Storage* buffer = logits.data().storage().get();
+    int in_buffer = 0;
+    logits.register_hook([&](const Tensor& g) {
+      in_buffer += g.storage().get() == buffer;
+      return Tensor();
+    });
+    Variable loss = cross_entropy(logits, tv, -100, 0.1);
+    if (!hold_logits) logits = Variable();
+    loss.backward(twice);
+    if (twice) loss.backward();  // the saved logits must still be intact for the second pass
+    return std::make_pair(w.grad().to_vector<double>(), in_buffer);
+  };
+  auto [g_free, in_place_free] = run(false, false);
+  auto [g_held, in_place_held] = run(true, false);
+  CHECK(in_place_free == 1);  // nothing else sees the logits: the gradient takes their buffer
+  CHECK(in_place_held == 0);  // the caller still holds them: a new buffer
+  CHECK(g_free == g_held);    // the same numbers either way
+  // retain_graph: the first backward must not consume the logits.
+  auto [g_twice, in_place_twice] = run(false, true);
+  CHECK(in_place_twice == 1);  // only the second, last, backward writes over them
+  for (size_t i = 0; i < g_held.size(); ++i) CHECK(g_twice[i] == doctest::Approx(2 * g_held[i]).epsilon(1e-14));
 }
 
 TEST_CASE("cross_entropy: float32 matches float64 on a large batch") {

@@ -4,6 +4,8 @@
 
 #include "autograd/ops/arith.h"
 #include "autograd/ops/dropout.h"
+#include "autograd/ops/unary.h"
+#include "nn/ffn.h"
 #include "gradcheck_util.h"
 #include "tensor/kernels/random.h"
 #include "tensor/parallel.h"
@@ -139,4 +141,57 @@ TEST_CASE("dropout_forward draws keep_mask's mask and gives apply_mask's output,
     const uint64_t bits = g.next_u64();
     REQUIRE(kernels::keeps(bits, t) == (Generator::to_unit(bits) >= 0.3));
   }
+}
+
+TEST_CASE("relu_dropout is dropout(relu(x)): the same numbers, draws and gradients, keeping only its output") {
+  for (double p : {0.0, 0.1, 0.5, 1.0}) {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      Tensor xt = randn({7, 3001}, 21, 1.0, dt);  // (7, 3001): chunks and threads split it unevenly
+      xt.flat_set(5, NAN);                        // relu lets NaN through, and so must the fused op
+      Variable x1(xt, true), x2(xt.clone(), true);
+      Generator g1(8), g2(8);
+      Variable fused = relu_dropout(x1, p, true, g1);
+      Variable plain = dropout(relu(x2), p, true, g2);
+      CHECK(g1.offset() == g2.offset());
+      const auto a = fused.data().to_vector<double>(), b = plain.data().to_vector<double>();
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) REQUIRE((a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))));
+      Tensor up = randn({7, 3001}, 22, 1.0, dt);
+      fused.backward(up);
+      plain.backward(up);
+      CHECK(x1.grad().to_vector<double>() == x2.grad().to_vector<double>());
+    }
+  }
+  // Not training, or p == 0: relu alone, no draws.
+  Generator g(3);
+  Variable x(randn({4, 5}, 23));
+  CHECK(relu_dropout(x, 0.3, false, g).data().to_vector<double>() == relu(x).data().to_vector<double>());
+  CHECK(g.offset() == 0);
+  CHECK_THROWS_WITH(relu_dropout(x, -0.5, true, g), "relu_dropout: probability -0.5 is outside [0, 1] (input (4, 5))");
+}
+
+TEST_CASE("gradcheck: relu_dropout") {
+  // The generator is reseeded per call so every evaluation uses the same mask; inputs are kept
+  // away from relu's kink at 0, where finite differences are not a derivative.
+  auto fn = [](const std::vector<Variable>& in) {
+    static Generator g;
+    g.seed(3);
+    return relu_dropout(in[0] * in[1], 0.4, true, g);
+  };
+  Tensor a = randn({3, 5}, 24), b = randn({3, 5}, 25);
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::abs(a.flat_get(i) * b.flat_get(i)) < 0.05) a.flat_set(i, 0.5), b.flat_set(i, i % 2 ? 0.5 : -0.5);
+  GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(a), leaf(b)}));
+}
+
+TEST_CASE("the feed-forward layer's fused relu + dropout draws and computes as the two ops did") {
+  Generator init(4);
+  nn::FFN ffn(8, 32, "relu", 0.25, init);
+  ffn.train();
+  Variable x(randn({2, 5, 8}, 26, 1.0, DType::Float32));
+  default_generator().seed(17);
+  Variable fused = ffn.forward(x);  // (2, 5, 8)
+  default_generator().seed(17);
+  Variable plain = ffn.linear2->forward(ffn.dropout->forward(relu(ffn.linear1->forward(x))));  // (2, 5, 8)
+  CHECK(fused.data().to_vector<float>() == plain.data().to_vector<float>());
 }

@@ -1,6 +1,6 @@
 // cross_entropy fused with log_softmax: the forward keeps the logits and one log-sum-exp per row
 // (no (N, C) probability tensor); the backward writes (softmax - smoothed one-hot) * g / count
-// in one pass.
+// in one pass, over the logits themselves when nothing else can see them.
 #include "autograd/ops/cross_entropy.h"
 
 #include "autograd/function.h"
@@ -18,7 +18,11 @@ struct CrossEntropyBackward : Node {
   const char* name() const override { return "cross_entropy"; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: ()
     const double scale = count > 0 ? g.item() / static_cast<double>(count) : 0.0;
-    return {kernels::cross_entropy_backward(logits, lse, target, ignore_index, label_smoothing, scale)};  // (N, C)
+    // The logits are (N, V), the step's largest tensor. On the last backward, when no other
+    // tensor or view shares their buffer (no user variable, hook or retain_grad holds them), the
+    // gradient is written over them instead of into a second (N, V) buffer.
+    const bool in_place = last_backward && logits.is_contiguous() && logits.storage().use_count() == 1;
+    return {kernels::cross_entropy_backward(logits, lse, target, ignore_index, label_smoothing, scale, in_place)};  // (N, C)
   }
   std::vector<SavedTensor> saved() override { return {{"logits", &logits}, {"lse", &lse}, {"target", &target}}; }
 };

@@ -1,11 +1,13 @@
 // dropout: the backward applies the same mask and scale; the mask is kept as bool (1 byte per
-// element) rather than as a float tensor of scales.
+// element) rather than as a float tensor of scales. relu_dropout: both ops in one, keeping only
+// its output.
 #include "autograd/ops/dropout.h"
 
 #include <stdexcept>
 #include <string>
 
 #include "autograd/function.h"
+#include "autograd/ops/unary.h"
 #include "tensor/check.h"
 
 namespace gf {
@@ -29,6 +31,26 @@ Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
   Tensor out = kernels::dropout_forward(x.data(), p, scale, gen, mask);  // (...)
   auto node = make_node<DropoutBackward>({&x});
   if (node) node->mask = std::move(mask), node->scale = scale;
+  return Variable::from_op(std::move(out), node);
+}
+
+struct ReluDropoutBackward : Node {
+  Tensor out;  // (...): relu(x) * (scale or 0); the next layer's input, so no extra memory
+  double scale = 1.0;
+  const char* name() const override { return "relu_dropout"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {kernels::relu_dropout_backward(g, out, scale)}; }
+  std::vector<SavedTensor> saved() override { return {{"out", &out}}; }
+};
+
+Variable relu_dropout(const Variable& x, double p, bool training, Generator& gen) {
+  GF_CHECK(p >= 0.0 && p <= 1.0, "relu_dropout: probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
+  GF_CHECK(is_floating(x.dtype()), "relu_dropout: expected a float32 or float64 tensor, got {} {}", dtype_name(x.dtype()),
+           shape_str(x.shape()));
+  if (!training || p == 0.0) return relu(x);
+  const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);                  // as dropout
+  Tensor out = kernels::relu_dropout_forward(x.data(), p, scale, gen);  // (...)
+  auto node = make_node<ReluDropoutBackward>({&x});
+  if (node) node->out = out, node->scale = scale;
   return Variable::from_op(std::move(out), node);
 }
 

@@ -10,4 +10,9 @@ namespace gf {
 // Identity (the input itself) when !training or p == 0; zeros when p == 1. p must be in [0, 1].
 Variable dropout(const Variable& x, double p, bool training, Generator& gen);
 
+// dropout(relu(x), p, training, gen) as one op, with the same numbers and the same draws from
+// gen; it keeps only its output for backward (see kernels::relu_dropout_forward). relu(x) when
+// !training or p == 0.
+Variable relu_dropout(const Variable& x, double p, bool training, Generator& gen);
+
 }  // namespace gf

@@ -1,13 +1,10 @@
 #include "tensor/kernels/attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "tensor/check.h"
@@ -32,11 +29,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
           T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0 || k == 0) return;  // callers never ask for an empty inner dim with beta 0
   if constexpr (Count) count_gemm_flops(static_cast<uint64_t>(2 * m * n * k));
-  const CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // A (B, len, heads*d_k) operand read in place: element (b, l, head, d) at b*sb + l*sl + head*dk + d.

@@ -80,10 +80,12 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& target, int64_t ignore_index,
-                              double label_smoothing, double scale) {
+                              double label_smoothing, double scale, bool in_place) {
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  GF_CHECK(!in_place || logits.is_contiguous(), "cross_entropy_backward: in place needs contiguous logits, got {} with strides {}",
+           shape_str(logits.shape()), shape_str(logits.strides()));
   Tensor xc = logits.contiguous(), lc = lse.contiguous(), tc = target.contiguous();  // (N, C), (N,), (N,)
-  Tensor gx = Tensor::empty({n, c}, logits.dtype());                                 // (N, C)
+  Tensor gx = in_place ? logits : Tensor::empty({n, c}, logits.dtype());             // (N, C)
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&]<class T>() {
     const T *px = xc.data<T>(), *pl = lc.data<T>();
     const int64_t* pt = tc.data<int64_t>();
@@ -99,9 +101,9 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Ten
           for (int64_t j = 0; j < c; ++j) gr[j] = T(0);
           continue;
         }
-        const T l = pl[i];
+        const T l = pl[i], xt = xr[pt[i]];  // xt read first: in place, the loop overwrites it
         for (int64_t j = 0; j < c; ++j) gr[j] = (fast_exp(xr[j] - l) - off) * s;
-        gr[pt[i]] = (fast_exp(xr[pt[i]] - l) - hit) * s;
+        gr[pt[i]] = (fast_exp(xt - l) - hit) * s;
       }
     });
   });

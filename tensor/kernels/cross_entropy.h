@@ -24,7 +24,10 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
 
 // d loss / d logits scaled by `scale` (the upstream gradient over count):
 // (softmax - ((1 - ls) * onehot + ls / C)) * scale; ignored rows get 0. Returns (N, C).
+// With in_place, the gradient is written over the logits' own buffer (contiguous logits only)
+// and returned as a view of it: autograd does so on the last backward through a loss whose
+// logits nothing else holds, so the step's largest tensor is not allocated twice.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& target, int64_t ignore_index,
-                              double label_smoothing, double scale);
+                              double label_smoothing, double scale, bool in_place = false);
 
 }  // namespace gf::kernels

@@ -45,17 +45,6 @@ void check_blas_size(int64_t v, const char* op) {
 std::atomic<uint64_t> g_gemm_flops{0};  // see gemm_flops()
 std::atomic<int> g_small_rows_scopes{0};  // live SmallRowsGemmScopes
 
-// One BLAS call on the calling thread's terms (threaded inside OpenBLAS or not, as set).
-template <class T>
-void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-               T* c, int64_t ldc) {
-  const CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
 // Rows (or, for a short C, columns) of C below which a GEMM is not cut for TBB threads.
 constexpr int64_t kMinSplit = 64;
 
@@ -73,9 +62,9 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
       const int64_t s = p * chunk, len = std::min(chunk, extent - s);
       if (len <= 0) continue;
       if (by_rows)
-        blas_gemm(ta, tb, len, n, k, ta ? a + s : a + s * lda, lda, b, ldb, beta, c + s * ldc, ldc);
+        blas_gemm(ta, tb, len, n, k, T(1), ta ? a + s : a + s * lda, lda, b, ldb, beta, c + s * ldc, ldc);
       else
-        blas_gemm(ta, tb, m, len, k, a, lda, tb ? b + s * ldb : b + s, ldb, beta, c + s, ldc);
+        blas_gemm(ta, tb, m, len, k, T(1), a, lda, tb ? b + s * ldb : b + s, ldb, beta, c + s, ldc);
     }
   });
 }
@@ -94,7 +83,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   if (gemm_on_tbb() && max_threads() > 1 && m * n * k >= 4 * 65536 && std::max(m, n) >= max_threads() * kMinSplit)
     split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   else
-    blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 // One matrix operand of a batched product as BLAS will read it.
@@ -322,6 +311,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   });
   return out;
 }
+
+template <class T>
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+               T* c, int64_t ldc) {
+  const CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, fa, fb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+template void blas_gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                               float*, int64_t);
+template void blas_gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*, int64_t,
+                                double, double*, int64_t);
 
 uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
 void count_gemm_flops(uint64_t flops) { g_gemm_flops.fetch_add(flops, std::memory_order_relaxed); }

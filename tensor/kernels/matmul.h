@@ -21,6 +21,14 @@ Tensor matmul_sum_to(const Tensor& a, const Tensor& b, const Shape& shape);
 // over all leading dims. bias may be undefined (no bias).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+// One BLAS call on the calling thread, never cut across threads: C (m, n) = alpha * op(A) @ op(B)
+// + beta * C, all row-major with leading dims (ta/tb: A/B read transposed). For kernels that call
+// BLAS on their own tiles inside a parallel loop (fused attention); m, n, k > 0 and within int.
+// It does not add to gemm_flops(): such callers count what they mean to with count_gemm_flops().
+template <class T>
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+               T* c, int64_t ldc);
+
 // 2 * m * n * k summed over every GEMM handed to BLAS since the program started (all threads,
 // forward and backward): `gradflow bench train` divides its difference by the time for the rate
 // of matrix-product FLOPs the model ran at, to compare with the machine's sgemm peak.

@@ -1,5 +1,6 @@
 #include "tensor/kernels/random.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -35,6 +36,19 @@ void fill_dense(Tensor& t, const char* op, F&& fill) {
   dispatch_float(t.dtype(), op, [&]<class T>() { fill(dense.data<T>(), dense.numel()); });
   if (!t.is_contiguous()) t.copy_(dense);
 }
+
+// out[i] = x[i] * (mask[i] ? s : 0) for i in [b, e), written as x * (s * 0 or 1): the same
+// value bit for bit, but the compiler vectorises a byte-to-float conversion and not the select
+// (3x faster). x * 0 rather than a plain 0 for a dropped element keeps a NaN input visible, as
+// in PyTorch.
+template <class T>
+void scale_by_mask(const T* x, const bool* mask, T s, T* out, int64_t b, int64_t e) {
+  static_assert(sizeof(bool) == 1);
+  const auto* m = reinterpret_cast<const unsigned char*>(mask);  // a bool is one byte, 0 or 1
+  for (int64_t i = b; i < e; ++i) out[i] = x[i] * (s * static_cast<T>(m[i]));
+}
+
+constexpr int64_t kMaskChunk = 1024;  // elements per mask-then-apply chunk: stays in L1
 
 }  // namespace
 
@@ -105,10 +119,7 @@ Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale) {
     const bool* pm = mc.data<bool>();
     T* po = out.data<T>();
     const T s = static_cast<T>(scale);
-    parallel_for(out.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
-      // x * 0 rather than a plain 0 for dropped elements: a NaN input stays visible, as in PyTorch.
-      for (int64_t i = b; i < e; ++i) po[i] = px[i] * (pm[i] ? s : T(0));
-    });
+    parallel_for(out.numel(), kSerialGrain, [&](int64_t b, int64_t e) { scale_by_mask(px, pm, s, po, b, e); });
   });
   return out;
 }
@@ -125,13 +136,53 @@ Tensor dropout_forward(const Tensor& x, double p, double scale, Generator& gen, 
     T* po = out.data<T>();
     const T s = static_cast<T>(scale);
     parallel_for(out.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        m[i] = keeps(gen.at(base + i), threshold);
-        po[i] = px[i] * (m[i] ? s : T(0));  // x * 0, as apply_mask: a NaN input stays visible
+      // Two tight loops per cache-sized chunk vectorise; one loop doing both ran 5x slower.
+      for (int64_t c = b; c < e; c += kMaskChunk) {
+        const int64_t ce = std::min(c + kMaskChunk, e);
+        for (int64_t i = c; i < ce; ++i) m[i] = keeps(gen.at(base + i), threshold);
+        scale_by_mask(px, m, s, po, c, ce);
       }
     });
   });
   return out;
+}
+
+Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen) {
+  GF_CHECK(p >= 0.0 && p <= 1.0, "relu_dropout_forward: drop probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
+  Tensor xc = x.contiguous();                         // (shape)
+  Tensor out = Tensor::empty(x.shape(), x.dtype());  // (shape)
+  const uint64_t base = gen.reserve(static_cast<uint64_t>(out.numel())), threshold = keep_threshold(p);
+  dispatch_float(x.dtype(), "relu_dropout_forward", [&]<class T>() {
+    const T* px = xc.data<T>();
+    T* po = out.data<T>();
+    const T s = static_cast<T>(scale);
+    parallel_for(out.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
+      unsigned char keep[kMaskChunk];
+      for (int64_t c = b; c < e; c += kMaskChunk) {
+        const int64_t ce = std::min(c + kMaskChunk, e);
+        for (int64_t i = c; i < ce; ++i) keep[i - c] = keeps(gen.at(base + i), threshold);
+        // relu as kernels::relu (v < 0 ? 0 : v lets NaN through), then dropout's x * (s * 0 or 1).
+        for (int64_t i = c; i < ce; ++i) po[i] = (px[i] < 0 ? T(0) : px[i]) * (s * static_cast<T>(keep[i - c]));
+      }
+    });
+  });
+  return out;
+}
+
+Tensor relu_dropout_backward(const Tensor& g, const Tensor& out, double scale) {
+  GF_CHECK(g.shape() == out.shape(), "relu_dropout_backward: gradient {} does not match output {}", shape_str(g.shape()),
+           shape_str(out.shape()));
+  Tensor gc = g.contiguous(), oc = out.contiguous();  // (shape), (shape)
+  Tensor gx = Tensor::empty(g.shape(), g.dtype());     // (shape)
+  dispatch_float(g.dtype(), "relu_dropout_backward", [&]<class T>() {
+    const T *pg = gc.data<T>(), *po = oc.data<T>();
+    T* px = gx.data<T>();
+    const T s = static_cast<T>(scale);
+    parallel_for(gx.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) px[i] = po[i] > 0 ? pg[i] * s : T(0);
+    });
+  });
+  return gx;
 }
 
 }  // namespace kernels

@@ -76,6 +76,13 @@ Tensor apply_mask(const Tensor& x, const Tensor& mask, double scale);
 // apply_mask(x, mask, scale), with the same numbers of the stream.
 Tensor dropout_forward(const Tensor& x, double p, double scale, Generator& gen, Tensor& mask);
 
+// dropout(relu(x)) in one pass, drawing what dropout_forward(relu(x), ...) would: out =
+// relu(x) * (scale or 0). Its backward needs only out: an element passes the gradient (times
+// scale) exactly where out > 0, i.e. where relu passed and dropout kept it. The feed-forward
+// layer's hidden activation thus keeps one tensor for backward, not relu's output and a mask.
+Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen);
+Tensor relu_dropout_backward(const Tensor& g, const Tensor& out, double scale);  // g * scale where out > 0, else 0
+
 // One element's keep decision, to_unit(bits) >= p, made on the integer: to_unit is
 // (bits >> 11) * 2^-53 and p * 2^53 is exact, so (bits >> 11) >= ceil(p * 2^53) is the same test
 // without a conversion. Fused kernels that regenerate dropout masks use it to agree with keep_mask.
