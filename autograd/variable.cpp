@@ -29,7 +29,13 @@ std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
   auto v = variable.lock();
   if (!v) return {};
   if (!v->grad.defined()) {
-    v->grad = grad_output.clone();
+    // The first gradient is taken as it is when nothing else can see its buffer (as PyTorch
+    // steals it): no copy. A buffer shared with another tensor (the caller's upstream gradient,
+    // an add's two inputs) is copied, so accumulating later cannot write into someone else's.
+    const auto& st = grad_output.storage();
+    const bool sole = st.use_count() == 1 && grad_output.is_contiguous() && grad_output.offset() == 0 &&
+                      static_cast<size_t>(grad_output.numel()) * dtype_size(grad_output.dtype()) == st->nbytes();
+    v->grad = sole ? grad_output : grad_output.clone();
   } else {
     kernels::add_(v->grad, grad_output);
   }

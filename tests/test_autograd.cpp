@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
 #include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
 #include "autograd/ops/unary.h"
 #include "autograd/profile.h"
 #include "gradcheck_util.h"
@@ -205,4 +206,34 @@ TEST_CASE("profile: each op's forward and backward calls, and the bytes it wrote
   CHECK(r.at("matmul").forward_seconds >= 0);
   Variable z = relu(a);  // after stop(): not recorded
   CHECK(profile::results().at("relu").forward_calls == 1);
+}
+
+TEST_CASE("a leaf takes its first gradient without a copy only when no other tensor shares it") {
+  // c = a + b hands the same upstream tensor to both leaves, and `up` is the caller's: neither may
+  // become a leaf's .grad, or the next backward's accumulation would write into the others.
+  Variable a(randn({3, 4}, 31), true), b(randn({3, 4}, 32), true);
+  Tensor up = randn({3, 4}, 33);
+  const std::vector<double> up_before = up.to_vector<double>();
+  for (int pass = 0; pass < 2; ++pass) (a + b).backward(up);
+  CHECK(up.to_vector<double>() == up_before);
+  CHECK(a.grad().storage() != b.grad().storage());
+  CHECK(a.grad().storage() != up.storage());
+  for (int64_t i = 0; i < 12; ++i) {
+    CHECK(a.grad().flat_get(i) == 2 * up_before[i]);
+    CHECK(b.grad().flat_get(i) == 2 * up_before[i]);
+  }
+  // A gradient made for this leaf alone (w's, from x @ w) becomes .grad as it is: the hook on w
+  // sees the buffer arrive, and .grad is that buffer.
+  Variable x(randn({2, 3}, 34)), w(randn({3, 5}, 35), true);
+  const Storage* arrived = nullptr;
+  w.register_hook([&](const Tensor& g) {
+    arrived = g.storage().get();
+    return Tensor();
+  });
+  sum(matmul(x, w)).backward();
+  CHECK(arrived != nullptr);
+  CHECK(w.grad().storage().get() == arrived);
+  const std::vector<double> once = w.grad().to_vector<double>();
+  sum(matmul(x, w)).backward();  // accumulates into it
+  for (size_t i = 0; i < once.size(); ++i) CHECK(w.grad().flat_get(static_cast<int64_t>(i)) == 2 * once[i]);
 }
