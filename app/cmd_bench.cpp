@@ -113,8 +113,8 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
     train::Batch batch = plan.batch(order[next++]);
     train::BatchTensors t = train::to_tensors(batch);
     profile::mark();
+    adam.zero_grad();  // before the forward, as the trainer: the last step's gradients are not held beside the activations
     Variable loss = train::batch_loss(model, t, c.label_smoothing);  // scalar
-    adam.zero_grad();
     loss.backward();
     const auto t_update = std::chrono::steady_clock::now();
     optim::clip_grad_norm(params, c.clip);

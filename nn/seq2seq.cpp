@@ -60,7 +60,7 @@ Variable Seq2SeqTransformer::encode(const Tensor& src, const Tensor& src_pad_mas
 
 Variable Seq2SeqTransformer::project(const Variable& h) const { return out->forward(h); }
 
-DecoderOutput Seq2SeqTransformer::run(const Tensor& src, const Tensor& tgt_in, bool need_weights) const {
+DecoderOutput Seq2SeqTransformer::run(const Tensor& src, const Tensor& tgt_in, bool need_weights, bool project_output) const {
   GF_CHECK(src.ndim() == 2 && tgt_in.ndim() == 2 && src.size(0) == tgt_in.size(0),
            "Seq2SeqTransformer: src {} and tgt {} must be (B, S) and (B, T) with the same B", shape_str(src.shape()),
            shape_str(tgt_in.shape()));
@@ -69,9 +69,11 @@ DecoderOutput Seq2SeqTransformer::run(const Tensor& src, const Tensor& tgt_in, b
   Tensor causal = masks.causal ? make_causal_mask(tgt_in.size(1)) : Tensor();            // (T, T)
   Variable memory = encode(src, src_pad);                // (B, S, D)
   DecoderOutput d = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad, need_weights);
-  d.output = project(d.output);  // (B, T, V)
+  if (project_output) d.output = project(d.output);  // (B, T, V); else the states (B, T, D)
   return d;
 }
+
+Variable Seq2SeqTransformer::decoder_states(const Tensor& src, const Tensor& tgt_in) const { return run(src, tgt_in, false, false).output; }
 
 DecoderOutput Seq2SeqTransformer::forward_with_attention(const Tensor& src, const Tensor& tgt_in) const { return run(src, tgt_in, true); }
 

@@ -38,6 +38,9 @@ class Seq2SeqTransformer : public Module {
   Variable forward(const Tensor& src, const Tensor& tgt_in) const;
   // Also returns each decoder layer's cross-attention weights (B, H, T, S).
   DecoderOutput forward_with_attention(const Tensor& src, const Tensor& tgt_in) const;
+  // forward() without the output projection: the decoder's last states (B, T, D), which
+  // project() turns into logits. The training loss projects them inside linear_cross_entropy.
+  Variable decoder_states(const Tensor& src, const Tensor& tgt_in) const;
 
   Variable embed_src(const Tensor& src) const;                          // (B, S) -> (B, S, D)
   Variable embed_tgt(const Tensor& tgt, int64_t offset = 0) const;      // (B, T) -> (B, T, D)
@@ -61,7 +64,7 @@ class Seq2SeqTransformer : public Module {
   std::shared_ptr<Linear> out;
 
  private:
-  DecoderOutput run(const Tensor& src, const Tensor& tgt_in, bool need_weights) const;
+  DecoderOutput run(const Tensor& src, const Tensor& tgt_in, bool need_weights, bool project_output = true) const;
 
   Seq2SeqOptions options_;
 };

@@ -4,7 +4,9 @@
 
 #include "autograd/ops/arith.h"
 #include "autograd/ops/cross_entropy.h"
+#include "autograd/grad_mode.h"
 #include "autograd/ops/matmul.h"
+#include "tensor/storage.h"
 #include "gradcheck_util.h"
 #include "tensor/kernels/cross_entropy.h"
 
@@ -138,4 +140,83 @@ TEST_CASE("cross_entropy errors") {
                     "cross_entropy: logits (4, 5) and target (3,): expected logits (N, C) and target (N,)");
   CHECK_THROWS_WITH(cross_entropy(logits, Tensor::zeros({4})), doctest::Contains("target must be int64"));
   CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 2, 3}), -100, 1.5), doctest::Contains("label_smoothing"));
+}
+
+namespace {
+// The unfused reference: linear, then cross_entropy over the whole (N, V) logits.
+Variable unfused_loss(const Variable& h, const Variable& w, const Variable& b, const Tensor& t, double ls) {
+  return cross_entropy(linear(h, w, b), t, -100, ls);
+}
+Tensor some_targets(int64_t n, int64_t v) {
+  std::vector<int64_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = i % 5 == 2 ? -100 : (i * 7 + 3) % v;
+  return targets(t);
+}
+}  // namespace
+
+TEST_CASE("linear_cross_entropy: the loss and gradients of linear then cross_entropy, for any chunking") {
+  const int64_t N = 37, D = 5, V = 11;
+  Tensor t = some_targets(N, V);
+  for (int64_t chunk : {1, 4, 36, 37, 0}) {
+    for (bool with_bias : {true, false}) {
+      CAPTURE(chunk);
+      CAPTURE(with_bias);
+      Variable h1(randn({N, D}, 41), true), w1(randn({V, D}, 42), true), b1 = with_bias ? Variable(randn({V}, 43), true) : Variable();
+      Variable h2(h1.data().clone(), true), w2(w1.data().clone(), true), b2 = with_bias ? Variable(b1.data().clone(), true) : Variable();
+      Variable fused = linear_cross_entropy(h1, w1, b1, t, -100, 0.1, chunk);
+      Variable plain = unfused_loss(h2, w2, b2, t, 0.1);
+      CHECK(fused.item() == doctest::Approx(plain.item()).epsilon(1e-14));
+      (fused * 2.5).backward();  // an upstream gradient other than 1 scales every gradient
+      (plain * 2.5).backward();
+      auto close = [](const Tensor& a, const Tensor& b) {
+        double worst = 0;
+        for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(a.flat_get(i) - b.flat_get(i)));
+        return worst;
+      };
+      CHECK(close(h1.grad(), h2.grad()) < 1e-14);
+      CHECK(close(w1.grad(), w2.grad()) < 1e-14);
+      if (with_bias) CHECK(close(b1.grad(), b2.grad()) < 1e-14);
+    }
+  }
+  // Without grad mode: the loss alone.
+  NoGradGuard ng;
+  Variable h(randn({N, D}, 44), true), w(randn({V, D}, 45), true), b(randn({V}, 46), true);
+  Variable l = linear_cross_entropy(h, w, b, t, -100, 0.0, 5);
+  CHECK_FALSE(l.requires_grad());
+  CHECK(l.item() == doctest::Approx(unfused_loss(h, w, b, t, 0.0).item()).epsilon(1e-14));
+}
+
+TEST_CASE("gradcheck: linear_cross_entropy across chunks, with ignore_index and label smoothing") {
+  Tensor t = some_targets(9, 6);
+  auto fn = [t](const std::vector<Variable>& in) { return linear_cross_entropy(in[0] * 1.5, in[1], in[2], t, -100, 0.2, 4) * 0.7; };
+  GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({9, 4}, 47)), leaf(randn({6, 4}, 48)), leaf(randn({6}, 49))}));
+  auto no_bias = [t](const std::vector<Variable>& in) { return linear_cross_entropy(in[0], in[1], Variable(), t, -100, 0.0, 2); };
+  GF_CHECK_GRADS(no_bias, (std::vector<Variable>{leaf(randn({9, 4}, 50)), leaf(randn({6, 4}, 51).transpose(0, 1).contiguous().transpose(0, 1))}));
+}
+
+TEST_CASE("linear_cross_entropy never holds the whole (N, V) logits") {
+  const int64_t N = 400, D = 8, V = 1000;  // float64 logits: 3.2 MB
+  Tensor t = some_targets(N, V);
+  auto peak_of = [&](bool fused) {
+    Variable h(randn({N, D}, 52), true), w(randn({V, D}, 53), true), b(randn({V}, 54), true);
+    reset_peak_memory();
+    const int64_t before = memory_stats().live_bytes;
+    Variable loss = fused ? linear_cross_entropy(h, w, b, t, -100, 0.1, 50) : unfused_loss(h, w, b, t, 0.1);
+    loss.backward();
+    return memory_stats().peak_bytes - before;
+  };
+  const int64_t fused = peak_of(true), plain = peak_of(false);
+  MESSAGE("peak above the inputs: fused ", fused, " bytes, unfused ", plain, " bytes");
+  CHECK(fused < N * V * 8 / 2);            // a 50-row chunk of logits, and the gradients
+  CHECK(plain - fused > N * V * 8 / 2);   // the unfused ops hold all N rows of logits at once
+}
+
+TEST_CASE("linear_cross_entropy errors name the op and the shapes") {
+  Variable h(randn({4, 3}, 55)), w(randn({5, 2}, 56));
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w, Variable(), targets({0, 1, 2, 3})),
+                    "linear_cross_entropy: h (4, 3), weight (5, 2) and target (4,): expected h (N, D), weight (V, D) and target (N,)");
+  Variable w3(randn({5, 3}, 57)), b(randn({4}, 58));
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w3, b, targets({0, 1, 2, 3})), "linear_cross_entropy: bias (4,) does not match weight (5, 3)");
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w3, Variable(), targets({0, 1, 2, 7}), -100, 0.0, 2),
+                    "linear_cross_entropy: target 7 at row 3 is out of range for 5 classes (weight (5, 3), ignore_index -100)");
 }

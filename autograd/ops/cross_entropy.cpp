@@ -3,8 +3,14 @@
 // in one pass, over the logits themselves when nothing else can see them.
 #include "autograd/ops/cross_entropy.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "autograd/function.h"
+#include "tensor/kernels/binary.h"
 #include "tensor/kernels/cross_entropy.h"
+#include "tensor/kernels/matmul.h"
+#include "tensor/kernels/reduce.h"
 
 namespace gf {
 
@@ -43,6 +49,89 @@ Variable cross_entropy(const Variable& logits, const Tensor& target, int64_t ign
 
 Variable cross_entropy(const Variable& logits, const Variable& target, int64_t ignore_index, double label_smoothing) {
   return cross_entropy(logits, target.data(), ignore_index, label_smoothing);
+}
+
+// ---- linear_cross_entropy: the gradients are made in forward, chunk by chunk ----
+struct LinearCrossEntropyBackward : Node {
+  Tensor grad_h;       // (N, D): d loss / d h for an upstream gradient of 1; kept if h needs it
+  Tensor grad_weight;  // (V, D), likewise
+  Tensor grad_bias;    // (V), likewise
+  const char* name() const override { return "linear_cross_entropy"; }
+  std::vector<Tensor> backward(const Tensor& g) override {  // g: ()
+    const double s = g.item();
+    auto scaled = [s](const Tensor& t) { return !t.defined() || s == 1.0 ? t : kernels::mul_scalar(t, s); };
+    return {scaled(grad_h), scaled(grad_weight), scaled(grad_bias)};
+  }
+  std::vector<SavedTensor> saved() override { return {{"grad_h", &grad_h}, {"grad_weight", &grad_weight}, {"grad_bias", &grad_bias}}; }
+};
+
+namespace {
+
+void check_linear_cross_entropy(const Variable& h, const Variable& weight, const Variable& bias, const Tensor& target) {
+  GF_CHECK(h.ndim() == 2 && weight.ndim() == 2 && h.size(1) == weight.size(1) && target.ndim() == 1 && target.size(0) == h.size(0),
+           "linear_cross_entropy: h {}, weight {} and target {}: expected h (N, D), weight (V, D) and target (N,)", shape_str(h.shape()),
+           shape_str(weight.shape()), shape_str(target.shape()));
+  GF_CHECK(h.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == h.dtype()),
+           "linear_cross_entropy: h {} {} and weight {} {} (and bias) must share a dtype", dtype_name(h.dtype()), shape_str(h.shape()),
+           dtype_name(weight.dtype()), shape_str(weight.shape()));
+  GF_CHECK(!bias.defined() || bias.shape() == Shape{weight.size(0)}, "linear_cross_entropy: bias {} does not match weight {}",
+           shape_str(bias.shape()), shape_str(weight.shape()));
+}
+
+// The rows that count, checked here with their row in the whole batch (a chunk's kernel would
+// name its row within the chunk).
+int64_t counted_rows(const Tensor& target, int64_t ignore_index, const Variable& weight) {
+  check_dtype(target, DType::Int64, "linear_cross_entropy");
+  Tensor tc = target.contiguous();  // (N,)
+  const int64_t* t = tc.data<int64_t>();
+  const int64_t classes = weight.size(0);
+  int64_t count = 0;
+  for (int64_t i = 0; i < tc.numel(); ++i) {
+    if (t[i] == ignore_index) continue;
+    GF_CHECK_AS(std::out_of_range, t[i] >= 0 && t[i] < classes,
+                "linear_cross_entropy: target {} at row {} is out of range for {} classes (weight {}, ignore_index {})", t[i], i, classes,
+                shape_str(weight.shape()), ignore_index);
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace
+
+Variable linear_cross_entropy(const Variable& h, const Variable& weight, const Variable& bias, const Tensor& target, int64_t ignore_index,
+                              double label_smoothing, int64_t rows_per_chunk) {
+  check_linear_cross_entropy(h, weight, bias, target);
+  const int64_t count = counted_rows(target, ignore_index, weight);
+  const int64_t N = h.size(0), D = h.size(1), V = weight.size(0);
+  const int64_t chunk = rows_per_chunk > 0 ? rows_per_chunk : std::max<int64_t>(1, kLinearCrossEntropyChunk / std::max<int64_t>(V, 1));
+  Tensor hc = h.data().contiguous(), w = weight.data().contiguous(), b = bias.defined() ? bias.data() : Tensor();  // (N, D), (V, D), (V)
+  auto node = make_node<LinearCrossEntropyBackward>({&h, &weight, &bias});
+  const bool need_h = node && node->needs_grad(0), need_w = node && node->needs_grad(1), need_b = node && node->needs_grad(2);
+  if (need_h) node->grad_h = Tensor::empty({N, D}, h.dtype());            // (N, D): every row written once
+  if (need_w) node->grad_weight = Tensor::zeros({V, D}, h.dtype());       // (V, D): chunks add into it
+  if (need_b) node->grad_bias = Tensor::zeros({V}, h.dtype());            // (V)
+  // Every chunk's gradient is already divided by the whole batch's count, as the unfused backward.
+  const double scale = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
+  double total = 0;  // summed losses of the counted rows
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    Tensor hr = hc.narrow(0, r0, rows), tr = target.narrow(0, r0, rows);  // (rows, D), (rows,)
+    Tensor logits = kernels::linear(hr, w, b);                              // (rows, V)
+    kernels::CrossEntropyResult r = kernels::cross_entropy(logits, tr, ignore_index, label_smoothing);
+    total += r.total;
+    if (!node) continue;
+    // d loss / d logits over the logits' own buffer; then the two GEMMs of linear's backward.
+    Tensor gl = kernels::cross_entropy_backward(logits, r.lse, tr, ignore_index, label_smoothing, scale, true);  // (rows, V)
+    dispatch_float(h.dtype(), "linear_cross_entropy", [&]<class T>() {
+      if (need_h)  // grad_h[rows] = gl @ W
+        kernels::gemm<T>(false, false, rows, D, V, gl.data<T>(), V, w.data<T>(), D, T(0), node->grad_h.data<T>() + r0 * D, D);
+      if (need_w)  // grad_W += gl^T @ h[rows]
+        kernels::gemm<T>(true, false, V, D, rows, gl.data<T>(), V, hr.data<T>(), D, T(1), node->grad_weight.data<T>(), D);
+    });
+    if (need_b) kernels::add_(node->grad_bias, kernels::sum(gl, {0}, false));  // (V)
+  }
+  Tensor loss = Tensor::scalar(count > 0 ? total / static_cast<double>(count) : 0.0, h.dtype());  // ()
+  return Variable::from_op(std::move(loss), node);
 }
 
 }  // namespace gf

@@ -75,6 +75,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
   // Summed serially in row order: the loss is bit-identical for any thread count.
   double total = 0;
   for (double v : row_loss) total += v;
+  r.total = total;
   r.loss = Tensor::scalar(r.count > 0 ? total / r.count : 0.0, logits.dtype());  // ()
   return r;
 }

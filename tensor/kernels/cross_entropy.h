@@ -16,6 +16,7 @@ struct CrossEntropyResult {
   Tensor lse;         // (N,) log-sum-exp of each counted row (0 where ignored): with the
                       // logits, all that backward needs
   int64_t count = 0;  // rows whose target is not ignore_index
+  double total = 0;   // the counted rows' losses summed in row order (loss = total / count)
 };
 
 // logits (N, C) float, target (N,) int64 with values in [0, C) or ignore_index.

@@ -69,6 +69,8 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
   });
 }
 
+}  // namespace
+
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims.
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
@@ -85,6 +87,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   else
     blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
+
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t, double, double*,
+                           int64_t);
+
+namespace {
 
 // One matrix operand of a batched product as BLAS will read it.
 template <class T>

@@ -22,8 +22,9 @@ BatchTensors teacher_forced(const Tensor& src, const Tensor& tgt) {
 }
 
 Variable batch_loss(const nn::Seq2SeqTransformer& model, const BatchTensors& t, double label_smoothing) {
-  Variable logits = model.forward(t.src, t.tgt_in);  // (B, T-1, V)
-  return cross_entropy(reshape(logits, {-1, logits.size(2)}), t.labels, Vocab::kPad, label_smoothing);
+  // The output projection and the loss as one op: the (B*(T-1), V) logits are never held whole.
+  Variable h = model.decoder_states(t.src, t.tgt_in);  // (B, T-1, D)
+  return linear_cross_entropy(reshape(h, {-1, h.size(2)}), model.out->weight, model.out->bias, t.labels, Vocab::kPad, label_smoothing);
 }
 
 double evaluate_loss(nn::Seq2SeqTransformer& model, const BatchPlan& plan) {
