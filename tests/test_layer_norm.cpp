@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
+#include <tuple>
 
 #include "autograd/ops/arith.h"
 #include "autograd/ops/layer_norm.h"
@@ -112,4 +114,46 @@ TEST_CASE("layer_norm errors name the shapes") {
   CHECK_THROWS_WITH(layer_norm(x, Variable(), Variable(Tensor::ones({8, 1}))),
                     "layer_norm: bias (8, 1) does not match the last dim of input (2, 5, 8)");
   CHECK_THROWS_WITH(layer_norm(Variable(Tensor::zeros({3, 0}))), doctest::Contains("has an empty last dim"));
+}
+
+TEST_CASE("layer_norm keeps its output, not its input, unless the weight has a zero") {
+  // x = a * 2 is an intermediate: once forward is done only what layer_norm keeps holds it.
+  auto run = [](const Tensor& w_init, bool with_bias) {
+    Variable a(randn({6, 9}, 61), true), w(w_init, true), b = with_bias ? Variable(randn({9}, 62), true) : Variable();
+    Variable x = a * 2.0;  // (6, 9)
+    const std::weak_ptr<Storage> input = x.data().storage();
+    Variable y = layer_norm(x, w, b, 1e-5);
+    x = Variable();
+    const bool input_kept = !input.expired();
+    y.backward(randn({6, 9}, 63));
+    return std::make_tuple(input_kept, a.grad().to_vector<double>(), w.grad().to_vector<double>());
+  };
+  Tensor w = randn({9}, 64);
+  Tensor w_zero = w.clone();
+  w_zero.flat_set(4, 0.0);
+  for (bool with_bias : {true, false}) {
+    auto [kept_y, ga, gw] = run(w, with_bias);
+    CHECK_FALSE(kept_y);  // invertible weight: the input is freed after forward
+    auto [kept_x, ga0, gw0] = run(w_zero, with_bias);
+    CHECK(kept_x);  // a zero weight: (y - bias) / weight cannot give the input back, so it is kept
+  }
+  // Both forms give the input path's gradients: the kernel from the output against the one from the input.
+  Tensor x = randn({5, 7}, 65, 3.0), g = randn({5, 7}, 66), wt = randn({7}, 67), bt = randn({7}, 68);
+  kernels::LayerNormResult r = kernels::layer_norm(x, wt, bt, 1e-5);
+  kernels::LayerNormGrads from_x = kernels::layer_norm_backward(g, x, r.mean, r.rstd, wt, true, true, true);
+  kernels::LayerNormGrads from_y = kernels::layer_norm_backward_from_output(g, r.out, r.rstd, wt, bt, true, true, true);
+  auto worst = [](const Tensor& p, const Tensor& q) {
+    double d = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) d = std::max(d, std::abs(p.flat_get(i) - q.flat_get(i)));
+    return d;
+  };
+  CHECK(worst(from_x.x, from_y.x) < 1e-12);
+  CHECK(worst(from_x.weight, from_y.weight) < 1e-12);
+  CHECK(worst(from_x.bias, from_y.bias) < 1e-12);
+  // gradcheck through both forms (the zero-weight one falls back to the input).
+  auto ln = [](const std::vector<Variable>& in) { return layer_norm(in[0] * 1.0, in[1], in[2], 1e-5); };
+  GF_CHECK_GRADS(ln, (std::vector<Variable>{leaf(randn({4, 6}, 69)), leaf(randn({6}, 70)), leaf(randn({6}, 71))}));
+  Tensor wz = randn({6}, 72);
+  wz.flat_set(2, 0.0);
+  GF_CHECK_GRADS(ln, (std::vector<Variable>{leaf(randn({4, 6}, 73)), leaf(wz), leaf(randn({6}, 74))}));
 }

@@ -1,6 +1,9 @@
-// layer_norm: the forward keeps the input and per-row mean and rstd; backward recomputes the
-// normalised input from them and gives all three gradients in one fused pass per row.
+// layer_norm: the forward keeps its output (or, when the weight has a zero, its input and the
+// per-row mean) and rstd; backward recovers the normalised input from them and gives all three
+// gradients in one fused pass per row.
 #include "autograd/ops/layer_norm.h"
+
+#include <cmath>
 
 #include "autograd/function.h"
 #include "tensor/kernels/layer_norm.h"
@@ -8,28 +11,48 @@
 namespace gf {
 
 struct LayerNormBackward : Node {
-  Tensor x;       // (..., D)
-  Tensor mean;    // (...)
+  // Either the output y (and bias), when every weight element is nonzero: the input is then kept
+  // by nothing and freed, while y is kept anyway by the next layer's linear. Or else the input x
+  // (and mean), as PyTorch keeps it.
+  bool from_output = false;
+  Tensor kept;    // (..., D): y or x
+  Tensor mean;    // (...): with x only
   Tensor rstd;    // (...)
-  Tensor weight;  // (D,) or undefined; needed for grad_x only
+  Tensor weight;  // (D,) or undefined
+  Tensor bias;    // (D,) or undefined: with y only
   const char* name() const override { return "layer_norm"; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (..., D)
     kernels::LayerNormGrads gr =
-        kernels::layer_norm_backward(g, x, mean, rstd, weight, needs_grad(0), needs_grad(1), needs_grad(2));
+        from_output ? kernels::layer_norm_backward_from_output(g, kept, rstd, weight, bias, needs_grad(0), needs_grad(1), needs_grad(2))
+                    : kernels::layer_norm_backward(g, kept, mean, rstd, weight, needs_grad(0), needs_grad(1), needs_grad(2));
     return {gr.x, gr.weight, gr.bias};
   }
-  std::vector<SavedTensor> saved() override { return {{"x", &x}, {"mean", &mean}, {"rstd", &rstd}, {"weight", &weight}}; }
+  std::vector<SavedTensor> saved() override {
+    return {{from_output ? "y" : "x", &kept}, {"mean", &mean}, {"rstd", &rstd}, {"weight", &weight}, {"bias", &bias}};
+  }
 };
+
+namespace {
+// (y - bias) / weight undoes the affine step only when no weight element is 0 (or not finite).
+bool invertible(const Tensor& weight) {
+  if (!weight.defined()) return true;
+  for (double w : weight.to_vector<double>())
+    if (w == 0.0 || !std::isfinite(w)) return false;
+  return true;
+}
+}  // namespace
 
 Variable layer_norm(const Variable& x, const Variable& weight, const Variable& bias, double eps) {
   kernels::LayerNormResult r = kernels::layer_norm(x.data(), weight.defined() ? weight.data() : Tensor(),
                                                    bias.defined() ? bias.data() : Tensor(), eps);
   auto node = make_node<LayerNormBackward>({&x, &weight, &bias});
   if (node) {
-    node->x = x.data();
-    node->mean = std::move(r.mean);
+    node->from_output = invertible(weight.defined() ? weight.data() : Tensor());
+    node->kept = node->from_output ? r.out : x.data();
+    if (!node->from_output) node->mean = std::move(r.mean);
     node->rstd = std::move(r.rstd);
-    if (node->needs_grad(0) && weight.defined()) node->weight = weight.data();
+    if (weight.defined() && (node->needs_grad(0) || node->from_output)) node->weight = weight.data();
+    if (node->from_output && bias.defined()) node->bias = bias.data();
   }
   return Variable::from_op(std::move(r.out), node);
 }

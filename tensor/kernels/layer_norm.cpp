@@ -74,16 +74,20 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   return r;
 }
 
-LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& weight, bool need_x, bool need_weight, bool need_bias) {
+namespace {
+
+// Both backward forms: x is the input (with mean), or, with from_output, the output y (with bias).
+LayerNormGrads backward_rows(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                             const Tensor& bias, bool from_output, bool need_x, bool need_weight, bool need_bias) {
   check_same_dtype(g, x, "layer_norm_backward");
   GF_CHECK(g.shape() == x.shape(), "layer_norm_backward: gradient {} and input {} differ in shape", shape_str(g.shape()),
            shape_str(x.shape()));
   const int64_t cols = x.shape().back();
   const int64_t rows = x.numel() / cols;
   Tensor xc = x.contiguous(), gc = g.contiguous();                      // (..., D), (..., D)
-  Tensor mc = mean.contiguous(), sc = rstd.contiguous();                // (...), (...)
-  Tensor wc = weight.defined() ? weight.contiguous() : Tensor();        // (D,)
+  Tensor mc = from_output ? Tensor() : mean.contiguous(), sc = rstd.contiguous();  // (...), (...)
+  Tensor wc = weight.defined() ? weight.contiguous() : Tensor();                   // (D,)
+  Tensor bc = from_output && bias.defined() ? bias.contiguous() : Tensor();        // (D,)
   LayerNormGrads out;
   if (need_x) out.x = Tensor::empty(x.shape(), x.dtype());              // (..., D)
   if (need_weight) out.weight = Tensor::empty({cols}, x.dtype());       // (D,)
@@ -100,8 +104,9 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
 
   dispatch_float(x.dtype(), "layer_norm_backward", [&]<class T>() {
     const T *px = xc.data<T>(), *pg = gc.data<T>();
-    const double *pm = mc.data<double>(), *ps = sc.data<double>();
+    const double *pm = from_output ? nullptr : mc.data<double>(), *ps = sc.data<double>();
     const T* pw = wc.defined() ? wc.data<T>() : nullptr;
+    const T* pb = bc.defined() ? bc.data<T>() : nullptr;
     T* pgx = need_x ? out.x.data<T>() : nullptr;
     parallel_for(blocks, 1, [&](int64_t b_lo, int64_t b_hi) {
       std::vector<T> xhat(cols), gy(cols);
@@ -113,11 +118,15 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
         const int64_t r_end = std::min(rows, (blk + 1) * block_rows);
         for (int64_t i = blk * block_rows; i < r_end; ++i) {
           const T *xr = px + i * cols, *gr = pg + i * cols;
-          const double m = pm[i];
           const T s = static_cast<T>(ps[i]);
-          // xhat = normalised input (x - mean in double, as in the forward); gy = gradient
-          // reaching xhat through the weight.
-          for (int64_t j = 0; j < cols; ++j) xhat[j] = static_cast<T>((xr[j] - m) * ps[i]);
+          // xhat = normalised input (x - mean in double, as in the forward; or undone from the
+          // output); gy = gradient reaching xhat through the weight.
+          if (!from_output) {
+            const double m = pm[i];
+            for (int64_t j = 0; j < cols; ++j) xhat[j] = static_cast<T>((xr[j] - m) * ps[i]);
+          } else {
+            for (int64_t j = 0; j < cols; ++j) xhat[j] = (xr[j] - (pb ? pb[j] : T(0))) / (pw ? pw[j] : T(1));
+          }
           if (pw) {
             for (int64_t j = 0; j < cols; ++j) gy[j] = gr[j] * pw[j];
           } else {
@@ -153,6 +162,18 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
     });
   });
   return out;
+}
+
+}  // namespace
+
+LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, bool need_x, bool need_weight, bool need_bias) {
+  return backward_rows(g, x, mean, rstd, weight, Tensor(), false, need_x, need_weight, need_bias);
+}
+
+LayerNormGrads layer_norm_backward_from_output(const Tensor& g, const Tensor& y, const Tensor& rstd, const Tensor& weight,
+                                               const Tensor& bias, bool need_x, bool need_weight, bool need_bias) {
+  return backward_rows(g, y, Tensor(), rstd, weight, bias, true, need_x, need_weight, need_bias);
 }
 
 }  // namespace gf::kernels

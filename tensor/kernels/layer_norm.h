@@ -27,5 +27,10 @@ struct LayerNormGrads {
 // rows in fixed blocks, so the result does not depend on the thread count.
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& weight, bool need_x, bool need_weight, bool need_bias);
+// The same gradients from the output y instead of the input: the normalised input is recovered as
+// (y - bias) / weight, so the input need not be kept (Apex's memory-efficient LayerNorm). Every
+// weight element must be nonzero; weight and bias may be undefined (1 and 0).
+LayerNormGrads layer_norm_backward_from_output(const Tensor& g, const Tensor& y, const Tensor& rstd, const Tensor& weight,
+                                               const Tensor& bias, bool need_x, bool need_weight, bool need_bias);
 
 }  // namespace gf::kernels
