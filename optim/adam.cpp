@@ -19,6 +19,29 @@ Adam::Adam(const std::vector<std::pair<std::string, Variable>>& named, AdamOptio
   }
 }
 
+namespace {
+
+template <class T>
+struct AdamScalars {
+  T b1, b2, step_size, inv_sqrt_bc2, eps, decay;
+};
+
+// One span of a parameter. The scalars come by value: captured by reference inside the parallel
+// lambda, every store to w, m or v might have changed them (as far as the compiler knows), and the
+// loop ran unvectorised.
+template <class T>
+void adam_update(T* w, T* m, T* v, const T* g, int64_t n, const AdamScalars<T> k) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (k.decay != 0) w[i] -= k.decay * w[i];
+    m[i] = k.b1 * m[i] + (1 - k.b1) * g[i];
+    v[i] = k.b2 * v[i] + (1 - k.b2) * g[i] * g[i];
+    // PyTorch: denom = sqrt(v) / sqrt(bc2) + eps; p -= lr / bc1 * m / denom
+    w[i] -= k.step_size * m[i] / (std::sqrt(v[i]) * k.inv_sqrt_bc2 + k.eps);
+  }
+}
+
+}  // namespace
+
 void Adam::step() {
   ++step_;
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
@@ -40,13 +63,7 @@ void Adam::step() {
       const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(bc2));
       const T eps = static_cast<T>(options_.eps), decay = static_cast<T>(options_.lr * options_.weight_decay);
       parallel_for(w.numel(), kSerialGrain, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) {
-          if (decay != 0) pw[i] -= decay * pw[i];
-          pm[i] = b1 * pm[i] + (1 - b1) * pg[i];
-          pv[i] = b2 * pv[i] + (1 - b2) * pg[i] * pg[i];
-          // PyTorch: denom = sqrt(v) / sqrt(bc2) + eps; p -= lr / bc1 * m / denom
-          pw[i] -= step_size * pm[i] / (std::sqrt(pv[i]) * inv_sqrt_bc2 + eps);
-        }
+        adam_update(pw + lo, pm + lo, pv + lo, pg + lo, hi - lo, {b1, b2, step_size, inv_sqrt_bc2, eps, decay});
       });
     });
   }

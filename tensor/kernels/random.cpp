@@ -48,6 +48,14 @@ void scale_by_mask(const T* x, const bool* mask, T s, T* out, int64_t b, int64_t
   for (int64_t i = b; i < e; ++i) out[i] = x[i] * (s * static_cast<T>(m[i]));
 }
 
+// out[i] = g[i] * s where y[i] > 0, else 0, for i in [b, e). A function of its own, with s by
+// value: inside a lambda capturing s by reference the compiler must assume each store to out may
+// change s, and the loop ran 16x slower, unvectorised.
+template <class T>
+void pass_where_positive(const T* g, const T* y, T s, T* out, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) out[i] = y[i] > 0 ? g[i] * s : T(0);
+}
+
 constexpr int64_t kMaskChunk = 1024;  // elements per mask-then-apply chunk: stays in L1
 
 }  // namespace
@@ -178,9 +186,7 @@ Tensor relu_dropout_backward(const Tensor& g, const Tensor& out, double scale) {
     const T *pg = gc.data<T>(), *po = oc.data<T>();
     T* px = gx.data<T>();
     const T s = static_cast<T>(scale);
-    parallel_for(gx.numel(), kSerialGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) px[i] = po[i] > 0 ? pg[i] * s : T(0);
-    });
+    parallel_for(gx.numel(), kSerialGrain, [&](int64_t b, int64_t e) { pass_where_positive(pg, po, s, px, b, e); });
   });
   return gx;
 }
