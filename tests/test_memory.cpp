@@ -1,6 +1,9 @@
 // The graph is freed after backward: memory stays flat over 1,000 training steps.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "autograd/ops/arith.h"
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/reduce.h"
@@ -50,4 +53,15 @@ TEST_CASE("live tensor memory is the same after 100 and after 1,000 training ste
   // The peak of steps 100..1000 is one step's working set above the live baseline, not growth.
   CHECK(memory_stats().peak_bytes < peak_at_100 + 256 * 1024);
   CHECK(last_loss < 0.5 * first_loss);  // it trained
+}
+
+TEST_CASE("Storage buffers are 64-byte aligned and whole, for any size") {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{1} << 20, (size_t{1} << 22) + 3}) {
+    CAPTURE(n);
+    Storage s(n);
+    CHECK(reinterpret_cast<uintptr_t>(s.data()) % 64 == 0);
+    CHECK(s.nbytes() == n);
+    std::memset(s.data(), 0xAB, n);  // every byte writable (the sanitizer suite checks the bounds)
+    if (n) CHECK(static_cast<unsigned char*>(s.data())[n - 1] == 0xAB);
+  }
 }
