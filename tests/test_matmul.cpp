@@ -241,3 +241,45 @@ TEST_CASE("GEMMs cut across TBB threads (GRADFLOW_GEMM_THREADS=tbb) equal OpenBL
         CHECK(worst < 1e-12);
       }
 }
+
+TEST_CASE("while decoding (SmallRowsGemmScope), products are cut into fixed column blocks with the same results") {
+  // Column blocks of 128 and 192 (n = 1,000 and 1,500, and a last partial block), every transpose,
+  // through matmul and linear; 1 and 2 threads give the same bits (blocks are fixed by the shape).
+  Generator gen(9);
+  const int old_threads = max_threads();
+  for (int64_t n : {1000, 1500}) {
+    const int64_t m = 64, k = 96;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Tensor a = ta ? kernels::randn({k, m}, gen, DType::Float64).transpose(0, 1) : kernels::randn({m, k}, gen, DType::Float64);
+        Tensor b = tb ? kernels::randn({n, k}, gen, DType::Float64).transpose(0, 1) : kernels::randn({k, n}, gen, DType::Float64);
+        Tensor ref = kernels::matmul(a, b);  // (m, n): one slab per thread, or one call
+        std::vector<std::vector<double>> cut;
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          kernels::SmallRowsGemmScope decoding;
+          cut.push_back(kernels::matmul(a, b).to_vector<double>());  // (m, n) in column blocks
+        }
+        set_num_threads(old_threads);
+        INFO("n ", n, " ta ", ta, " tb ", tb);
+        CHECK(cut[0] == cut[1]);
+        double worst = 0;
+        for (int64_t i = 0; i < ref.numel(); ++i) worst = std::max(worst, std::abs(ref.flat_get(i) - cut[1][static_cast<size_t>(i)]));
+        CHECK(worst < 1e-12);
+      }
+  }
+  // linear: x (64, 96) @ W (1000, 96)^T + bias.
+  Tensor x = kernels::randn({64, 96}, gen, DType::Float64), w = kernels::randn({1000, 96}, gen, DType::Float64),
+         bias = kernels::randn({1000}, gen, DType::Float64);
+  Tensor ref = kernels::linear(x, w, bias);  // (64, 1000)
+  set_num_threads(2);
+  std::vector<double> cut;
+  {
+    kernels::SmallRowsGemmScope decoding;
+    cut = kernels::linear(x, w, bias).to_vector<double>();  // (64, 1000)
+  }
+  set_num_threads(old_threads);
+  double worst = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) worst = std::max(worst, std::abs(ref.flat_get(i) - cut[static_cast<size_t>(i)]));
+  CHECK(worst < 1e-12);
+}

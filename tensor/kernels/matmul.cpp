@@ -47,6 +47,9 @@ std::atomic<int> g_small_rows_scopes{0};  // live SmallRowsGemmScopes
 
 // Rows (or, for a short C, columns) of C below which a GEMM is not cut for TBB threads.
 constexpr int64_t kMinSplit = 64;
+// m * n * k below which a GEMM is never cut: OpenBLAS 0.3.21 runs such products on one thread
+// anyway (see kSmallGemmWork below).
+constexpr int64_t kSplitWork = 4 * 65536;
 
 // With gemm_on_tbb(): a large GEMM cut into one slab of C's rows (or columns) per thread, each a
 // single-threaded BLAS call on a TBB thread. Every output element is still one BLAS dot product
@@ -69,9 +72,35 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
   });
 }
 
+// Columns of C per block while decoding: about an eighth of them, a multiple of 64 (whole
+// OpenBLAS column panels), at least 128 (each block also packs A's few rows once).
+int64_t column_block(int64_t n) {
+  const int64_t eighth = (n + 7) / 8;
+  return std::max<int64_t>(128, (eighth + 63) / 64 * 64);
+}
+
+// While a SmallRowsGemmScope is alive (decoding: A has the batch's few rows): C's columns in
+// blocks whose size depends only on the shape, spread over TBB threads, one single-threaded BLAS
+// call each; each thread packs only its blocks of B (the weights), and the results do not depend
+// on the thread count.
+template <class T>
+void column_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+                   T* c, int64_t ldc) {
+  const int64_t block = column_block(n);
+  parallel_for((n + block - 1) / block, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      const int64_t c0 = j * block, len = std::min(block, n - c0);
+      blas_gemm(ta, tb, m, len, k, T(1), a, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + c0, ldc);
+    }
+  });
+}
+
 }  // namespace
 
-// C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims.
+// C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims. Below kSplitWork a
+// product runs as one BLAS call; above it, it is cut for the threads by one of two rules: while
+// decoding, fixed column blocks (column_blocks); otherwise, with gemm_on_tbb(), one slab per
+// thread (split_gemm). With GRADFLOW_GEMM_THREADS=openblas, OpenBLAS threads it instead.
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
           T* c, int64_t ldc) {
@@ -82,10 +111,13 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
   }
-  if (gemm_on_tbb() && max_threads() > 1 && m * n * k >= 4 * 65536 && std::max(m, n) >= max_threads() * kMinSplit)
-    split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  else
-    blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+  if (m * n * k >= kSplitWork) {
+    // On one thread too: the blocks, and so the bits of a decoded sentence, follow the shape alone.
+    if (g_small_rows_scopes.load(std::memory_order_relaxed) > 0) return column_blocks(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    if (gemm_on_tbb() && max_threads() > 1 && std::max(m, n) >= max_threads() * kMinSplit)
+      return split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  }
+  blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*, int64_t);
@@ -214,13 +246,6 @@ void batched_product(const Tensor& a_in, const Tensor& b_in, Tensor& out, const 
     run(0, n_kept);
 }
 
-// Output features per block of a column-split linear: about an eighth of them, a multiple of 64
-// (whole OpenBLAS column panels), at least 128 (each block also packs the input rows once).
-int64_t column_block(int64_t out_f) {
-  const int64_t eighth = (out_f + 7) / 8;
-  return std::max<int64_t>(128, (eighth + 63) / 64 * 64);
-}
-
 // The batch shape of a @ b, or an error naming both operands.
 Shape product_batch(const Tensor& a, const Tensor& b, const char* op) {
   check_same_dtype(a, b, op);
@@ -305,16 +330,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       beta = T(1);
     }
     // x @ W^T: W (out, in) row-major is read transposed; a transposed view of W reads as is.
-    if (!W.lay.trans && g_small_rows_scopes.load(std::memory_order_relaxed) > 0) {
-      const int64_t block = column_block(out_f);
-      parallel_for((out_f + block - 1) / block, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t j = lo; j < hi; ++j) {
-          const int64_t c0 = j * block, n = std::min(block, out_f - c0);
-          gemm<T>(X.lay.trans, true, rows, n, in, X.base, X.lay.ld, W.base + c0 * W.lay.ld, W.lay.ld, beta, o + c0, out_f);
-        }
-      });
-      return;
-    }
     gemm<T>(X.lay.trans, !W.lay.trans, rows, out_f, in, X.base, X.lay.ld, W.base, W.lay.ld, beta, o, out_f);
   });
   return out;

@@ -43,9 +43,10 @@ uint64_t gemm_flops();
 // Adds to that count: kernels that call BLAS on their own tiles (fused attention) report here.
 void count_gemm_flops(uint64_t flops);
 
-// While one is alive (decoding): OpenBLAS runs single-threaded and linear() splits the output
-// features into column blocks whose size depends only on the shape, spread over oneTBB threads,
-// one single-threaded GEMM each (a decoding step's linears have only the batch's rows).
+// While one is alive (decoding): OpenBLAS runs single-threaded and gemm() splits every large
+// product's output columns (a linear's output features) into blocks whose size depends only on
+// the shape, spread over oneTBB threads, one single-threaded GEMM each (a decoding step's linears
+// have only the batch's rows).
 // OpenBLAS's own threads, handed a 64-row product, spend more on waking, syncing and yielding
 // than on the product; here each thread packs only its columns' weights and the batch's rows.
 // Every output element is the same dot product in the same order however many threads run.
