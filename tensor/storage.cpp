@@ -10,9 +10,7 @@
 namespace gf {
 namespace {
 std::atomic<int64_t> g_live{0}, g_peak{0}, g_allocs{0};
-}
 
-namespace {
 // 64-byte aligned buffers from plain malloc: the block is over-allocated by one alignment and
 // the pointer malloc gave is kept just below the aligned start. glibc's aligned_alloc instead
 // cuts each block out of a larger free chunk and frees the slivers around it; with a training

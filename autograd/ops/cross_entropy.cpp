@@ -4,7 +4,6 @@
 #include "autograd/ops/cross_entropy.h"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "autograd/function.h"
 #include "tensor/kernels/binary.h"
@@ -78,30 +77,15 @@ void check_linear_cross_entropy(const Variable& h, const Variable& weight, const
            shape_str(bias.shape()), shape_str(weight.shape()));
 }
 
-// The rows that count, checked here with their row in the whole batch (a chunk's kernel would
-// name its row within the chunk).
-int64_t counted_rows(const Tensor& target, int64_t ignore_index, const Variable& weight) {
-  check_dtype(target, DType::Int64, "linear_cross_entropy");
-  Tensor tc = target.contiguous();  // (N,)
-  const int64_t* t = tc.data<int64_t>();
-  const int64_t classes = weight.size(0);
-  int64_t count = 0;
-  for (int64_t i = 0; i < tc.numel(); ++i) {
-    if (t[i] == ignore_index) continue;
-    GF_CHECK_AS(std::out_of_range, t[i] >= 0 && t[i] < classes,
-                "linear_cross_entropy: target {} at row {} is out of range for {} classes (weight {}, ignore_index {})", t[i], i, classes,
-                shape_str(weight.shape()), ignore_index);
-    ++count;
-  }
-  return count;
-}
-
 }  // namespace
 
 Variable linear_cross_entropy(const Variable& h, const Variable& weight, const Variable& bias, const Tensor& target, int64_t ignore_index,
                               double label_smoothing, int64_t rows_per_chunk) {
   check_linear_cross_entropy(h, weight, bias, target);
-  const int64_t count = counted_rows(target, ignore_index, weight);
+  // Checked here, on the whole batch, so that an error names the row in it (a chunk's kernel
+  // would name the row within the chunk).
+  check_dtype(target, DType::Int64, "linear_cross_entropy");
+  const int64_t count = kernels::count_targets(target, weight.size(0), ignore_index, "linear_cross_entropy", "weight", weight.shape());
   const int64_t N = h.size(0), D = h.size(1), V = weight.size(0);
   const int64_t chunk = rows_per_chunk > 0 ? rows_per_chunk : std::max<int64_t>(1, kLinearCrossEntropyChunk / std::max<int64_t>(V, 1));
   Tensor hc = h.data().contiguous(), w = weight.data().contiguous(), b = bias.defined() ? bias.data() : Tensor();  // (N, D), (V, D), (V)

@@ -20,13 +20,20 @@ struct DropoutBackward : Node {
   std::vector<SavedTensor> saved() override { return {{"mask", &mask}}; }
 };
 
-Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
-  GF_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
-  GF_CHECK(is_floating(x.dtype()), "dropout: expected a float32 or float64 tensor, got {} {}", dtype_name(x.dtype()),
+namespace {
+// Checks dropout's arguments for op (dropout or relu_dropout) and returns the kept elements'
+// scale 1 / (1 - p); p == 1 drops everything: scale 0 instead of 1 / 0.
+double kept_scale(const Variable& x, double p, const char* op) {
+  GF_CHECK(p >= 0.0 && p <= 1.0, "{}: probability {} is outside [0, 1] (input {})", op, p, shape_str(x.shape()));
+  GF_CHECK(is_floating(x.dtype()), "{}: expected a float32 or float64 tensor, got {} {}", op, dtype_name(x.dtype()),
            shape_str(x.shape()));
+  return p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
+}
+}  // namespace
+
+Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
+  const double scale = kept_scale(x, p, "dropout");
   if (!training || p == 0.0) return x;
-  // p == 1 drops everything: scale 0 instead of 1 / 0.
-  const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
   Tensor mask;                                                          // (...) bool, true = kept
   Tensor out = kernels::dropout_forward(x.data(), p, scale, gen, mask);  // (...)
   auto node = make_node<DropoutBackward>({&x});
@@ -43,11 +50,8 @@ struct ReluDropoutBackward : Node {
 };
 
 Variable relu_dropout(const Variable& x, double p, bool training, Generator& gen) {
-  GF_CHECK(p >= 0.0 && p <= 1.0, "relu_dropout: probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
-  GF_CHECK(is_floating(x.dtype()), "relu_dropout: expected a float32 or float64 tensor, got {} {}", dtype_name(x.dtype()),
-           shape_str(x.shape()));
+  const double scale = kept_scale(x, p, "relu_dropout");
   if (!training || p == 0.0) return relu(x);
-  const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);                  // as dropout
   Tensor out = kernels::relu_dropout_forward(x.data(), p, scale, gen);  // (...)
   auto node = make_node<ReluDropoutBackward>({&x});
   if (node) node->out = out, node->scale = scale;

@@ -25,21 +25,24 @@ int64_t check_inputs(const Tensor& logits, const Tensor& target, int64_t ignore_
            shape_str(target.shape()));
   GF_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label_smoothing {} is outside [0, 1]",
            label_smoothing);
-  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  return count_targets(target, logits.shape()[1], ignore_index, "cross_entropy", "logits", logits.shape());
+}
+
+}  // namespace
+
+int64_t count_targets(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op, const char* against,
+                      const Shape& against_shape) {
   Tensor tc = target.contiguous();  // (N,)
   const int64_t* t = tc.data<int64_t>();
   int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < tc.numel(); ++i) {
     if (t[i] == ignore_index) continue;
-    GF_CHECK_AS(std::out_of_range, t[i] >= 0 && t[i] < c,
-                "cross_entropy: target {} at row {} is out of range for {} classes (logits {}, ignore_index {})", t[i], i, c,
-                shape_str(logits.shape()), ignore_index);
+    GF_CHECK_AS(std::out_of_range, t[i] >= 0 && t[i] < classes, "{}: target {} at row {} is out of range for {} classes ({} {}, ignore_index {})",
+                op, t[i], i, classes, against, shape_str(against_shape), ignore_index);
     ++count;
   }
   return count;
 }
-
-}  // namespace
 
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                  double label_smoothing) {

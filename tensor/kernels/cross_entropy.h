@@ -19,6 +19,11 @@ struct CrossEntropyResult {
   double total = 0;   // the counted rows' losses summed in row order (loss = total / count)
 };
 
+// The rows of target (N,) int64 that count (not ignore_index), each checked to be in [0, classes);
+// an error names op, the row, and `against` (what gives the classes) with its shape.
+int64_t count_targets(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op, const char* against,
+                      const Shape& against_shape);
+
 // logits (N, C) float, target (N,) int64 with values in [0, C) or ignore_index.
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                  double label_smoothing);
