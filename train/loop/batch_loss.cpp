@@ -2,7 +2,9 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/indexing.h"
 #include "autograd/ops/shape.h"
+#include "tensor/kernels/indexing.h"
 #include "train/data/vocab.h"
 
 namespace gf::train {
@@ -21,10 +23,33 @@ BatchTensors teacher_forced(const Tensor& src, const Tensor& tgt) {
   return t;
 }
 
+namespace {
+
+// The positions whose label is not padding, in order: (N,) int64.
+Tensor scored_rows(const Tensor& labels) {  // labels: (B*(T-1),)
+  std::vector<int64_t> rows;
+  const int64_t* l = labels.data<int64_t>();
+  for (int64_t i = 0; i < labels.numel(); ++i)
+    if (l[i] != Vocab::kPad) rows.push_back(i);
+  return Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())});
+}
+
+}  // namespace
+
 Variable batch_loss(const nn::Seq2SeqTransformer& model, const BatchTensors& t, double label_smoothing) {
-  // The output projection and the loss as one op: the (B*(T-1), V) logits are never held whole.
   Variable h = model.decoder_states(t.src, t.tgt_in);  // (B, T-1, D)
-  return linear_cross_entropy(reshape(h, {-1, h.size(2)}), model.out->weight, model.out->bias, t.labels, Vocab::kPad, label_smoothing);
+  Variable states = reshape(h, {-1, h.size(2)});       // (B*(T-1), D)
+  Tensor labels = t.labels.contiguous();               // (B*(T-1),)
+  // Padded positions are ignored by the loss, so their logits are not computed at all: the loss
+  // sees only the scored rows (about 7% of Multi30k's target positions are padding). Their
+  // states get zero gradient either way.
+  Tensor rows = scored_rows(labels);  // (N,)
+  if (rows.numel() > 0 && rows.numel() < labels.numel()) {
+    states = index_select(states, rows);        // (N, D)
+    labels = kernels::index_select(labels, rows);  // (N,)
+  }
+  // The output projection and the loss as one op: the (N, V) logits are never held whole.
+  return linear_cross_entropy(states, model.out->weight, model.out->bias, labels, Vocab::kPad, label_smoothing);
 }
 
 double evaluate_loss(nn::Seq2SeqTransformer& model, const BatchPlan& plan) {

@@ -1,0 +1,56 @@
+// The training loss of a batch (train::batch_loss): the output projection and the loss over the
+// scored positions only equal linear then cross_entropy over every position with PAD ignored.
+#include <doctest/doctest.h>
+
+#include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/shape.h"
+#include "nn/linear.h"
+#include "nn/seq2seq.h"
+#include "nn_test_util.h"
+#include "train/data/vocab.h"
+#include "train/loop/batch_loss.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+namespace {
+
+// Every parameter's gradient, in the module's order.
+std::vector<Tensor> grads_of(nn::Module& m) {
+  std::vector<Tensor> g;
+  for (auto& [name, p] : m.named_parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("batch_loss skips padded positions and still equals linear + cross_entropy over all of them") {
+  const int64_t pad = train::Vocab::kPad;
+  for (double smoothing : {0.0, 0.1}) {
+    CAPTURE(smoothing);
+    nn::Seq2SeqTransformer model(tiny_options(2), 11);
+    model.to(DType::Float64);
+    // Row 0 is one token shorter than row 1: its last label is PAD; row 2 has two PADs.
+    Tensor src = Tensor::of({3, 4, 5, 6, 1, 2, 3, pad, 4, 5, pad, pad}, {3, 4}, DType::Int64);
+    Tensor tgt = Tensor::of({1, 7, 8, 2, pad, 1, 5, 6, 7, 2, 1, 3, 2, pad, pad}, {3, 5}, DType::Int64);
+    train::BatchTensors t = train::teacher_forced(src, tgt);
+
+    Variable fused = train::batch_loss(model, t, smoothing);
+    fused.backward();
+    const std::vector<Tensor> g_fused = grads_of(model);
+    model.zero_grad();
+
+    Variable h = model.decoder_states(t.src, t.tgt_in);                            // (3, 4, D)
+    Variable logits = model.out->forward(reshape(h, {-1, h.size(2)}));            // (12, V)
+    Variable plain = cross_entropy(logits, t.labels, pad, smoothing);             // PAD rows ignored
+    plain.backward();
+    const std::vector<Tensor> g_plain = grads_of(model);
+
+    CHECK(std::abs(fused.item() - plain.item()) < 1e-12);
+    REQUIRE(g_fused.size() == g_plain.size());
+    for (size_t i = 0; i < g_plain.size(); ++i) {
+      REQUIRE(g_fused[i].defined() == g_plain[i].defined());
+      if (g_plain[i].defined()) CHECK(max_abs_diff(g_fused[i], g_plain[i]) < 1e-12);
+    }
+  }
+}
