@@ -460,6 +460,34 @@ TEST_CASE("attend_one (one query per row, shared key/value rows) equals attend o
   }
 }
 
+TEST_CASE("attend_one never reads the keys and values blocked at the end of a row (a source's padding)") {
+  const int64_t R = 2, H = 2, dk = 2, len = 5;
+  Generator gen(130);
+  nn::MultiheadAttention mha(H * dk, H, 0.0, true, gen);
+  randomise(mha, 131);
+  NoGradGuard ng;
+  Variable q(randn({R, H, 1, dk}, 132, 1.0, DType::Float32));  // (2, 2, 1, 2)
+  Tensor k = randn({R, H, len, dk}, 133, 1.0, DType::Float32);  // (2, 2, 5, 2)
+  Tensor v = randn({R, H, len, dk}, 134, 1.0, DType::Float32);
+  // Row 0 ends in two blocked keys; row 1 has one blocked in the middle (read, weight 0) and one at the end.
+  Tensor blocked = Tensor::of({0, 0, 0, 1, 1, 0, 1, 0, 0, 1}, {R, len}, DType::Bool);
+  Tensor want = mha.attend_one(q, k, v, len, {}, blocked).data();  // (2, 1, 4)
+  // NaN in the trailing blocked positions: had they been read, 0 * NaN would reach the output.
+  Tensor kn = k.clone(), vn = v.clone();
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t j = 0; j < dk; ++j) {
+      for (int64_t s : {3, 4}) kn.narrow(0, 0, 1).narrow(1, h, 1).narrow(2, s, 1).narrow(3, j, 1).fill_(NAN);
+      for (int64_t s : {3, 4}) vn.narrow(0, 0, 1).narrow(1, h, 1).narrow(2, s, 1).narrow(3, j, 1).fill_(NAN);
+      kn.narrow(0, 1, 1).narrow(1, h, 1).narrow(2, 4, 1).narrow(3, j, 1).fill_(NAN);
+      vn.narrow(0, 1, 1).narrow(1, h, 1).narrow(2, 4, 1).narrow(3, j, 1).fill_(NAN);
+    }
+  Tensor got = mha.attend_one(q, kn, vn, len, {}, blocked).data();
+  CHECK(max_abs_diff(got, want) == 0.0);
+  // And the result is attention over the unblocked keys.
+  Variable kr(k), vr(v);
+  CHECK(max_abs_diff(want, mha.attend(q, kr, vr, blocked, Tensor(), false).output.data()) < 1e-5);
+}
+
 TEST_CASE("TransformerEncoder/Decoder without the final norm; names of a bare stack") {
   Generator gen(110);
   nn::TransformerEncoder enc(layer_options(4, 2, 6, false, "relu"), 1, false, gen);

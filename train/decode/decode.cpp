@@ -31,23 +31,25 @@ Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows) {
   return kernels::index_select(t, Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())}));
 }
 
-// The last position's log-probabilities: logits (R, t, V) -> (R, V) float32.
-Tensor last_log_probs(const Variable& logits) {
+// The last position's logits: (R, t, V) -> (R, V) float32.
+Tensor last_logits(const Variable& logits) {
   const int64_t R = logits.size(0), t = logits.size(1), V = logits.size(2);
-  Variable last(logits.data().narrow(1, t - 1, 1).contiguous());  // (R, 1, V)
-  return log_softmax(last).data().reshape({R, V});                // (R, V)
+  return logits.data().narrow(1, t - 1, 1).contiguous().reshape({R, V});  // (R, V)
 }
 
 int64_t bytes_per_position(const Tensor& cache) {  // K and V of one position, all heads: (B, KV, *, d_k)
   return cache.defined() ? 2 * cache.size(1) * cache.size(3) * static_cast<int64_t>(dtype_size(cache.dtype())) : 0;
 }
 
-// Next-token log-probabilities for R rows, one step at a time: what greedy and beam search need
-// of a model. prefix (R, t) is each row's output so far, starting with opt.bos.
+// Next-token scores for R rows, one step at a time: what greedy and beam search need of a model.
+// prefix (R, t) is each row's output so far, starting with opt.bos. The scores are logits, whose
+// log_softmax beam search takes; greedy needs only their argmax, so it skips the softmax.
 class StepModel {
  public:
   virtual ~StepModel() = default;
-  virtual Tensor next_log_probs(const Tensor& prefix) = 0;  // (R, V) float32
+  virtual Tensor next_scores(const Tensor& prefix) = 0;  // (R, V) float32
+  // Whether next_scores() are already log-probabilities (a scripted model's).
+  virtual bool scores_are_log_probs() const { return false; }
   // Keeps rows (in this order) of every per-row state.
   virtual void select_rows(const std::vector<int64_t>& rows) = 0;
   virtual void record(DecodeStats& st, int64_t step) const = 0;
@@ -80,7 +82,7 @@ class EncoderDecoderSteps : public StepModel {
       for (auto& c : caches_) c.select_rows(source_of_);  // nothing cached yet: only the row map grows
   }
 
-  Tensor next_log_probs(const Tensor& prefix) override {
+  Tensor next_scores(const Tensor& prefix) override {
     const int64_t t = prefix.size(1);
     Variable h;
     if (opt_.use_cache) {
@@ -91,7 +93,7 @@ class EncoderDecoderSteps : public StepModel {
       Variable memory(rows_of(memory_.data(), source_of_));          // (R, S, D)
       h = model_.transformer->decoder->forward(model_.embed_tgt(prefix), memory, causal, Tensor(), row_pad_).output;  // (R, t, D)
     }
-    return last_log_probs(model_.project(h));  // (R, V)
+    return last_logits(model_.project(h));  // (R, V)
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
@@ -135,17 +137,17 @@ class DecoderOnlySteps : public StepModel {
     if (opt.use_cache) caches_ = model.start_cache(src_.size(0), src_.size(1) + steps);
   }
 
-  Tensor next_log_probs(const Tensor& prefix) override {
+  Tensor next_scores(const Tensor& prefix) override {
     const int64_t R = prefix.size(0), t = prefix.size(1), S = src_.size(1);
     if (opt_.use_cache) {
       // First step: the whole prompt; later ones: the newest token at the next position.
       Tensor fresh = t == 1 ? prompt(prefix) : prefix.narrow(1, t - 1, 1).contiguous();  // (R, S+1) or (R, 1)
-      return last_log_probs(model_.forward_cached(fresh, caches_));
+      return last_logits(model_.forward_cached(fresh, caches_));
     }
     Tensor seq = Tensor::empty({R, S + t}, DType::Int64);  // (R, S+t): source, <sep>, output so far
     seq.narrow(1, 0, S).copy_(src_);
     seq.narrow(1, S, t).copy_(prefix);
-    return last_log_probs(model_.forward(seq));
+    return last_logits(model_.forward(seq));
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
@@ -181,7 +183,8 @@ class FunctionSteps : public StepModel {
  public:
   FunctionSteps(const NextLogProbs& next, const Tensor& src, int64_t copies)
       : next_(next), src_(copies == 1 ? src : rows_of(src, repeated_rows(src.size(0), copies))) {}
-  Tensor next_log_probs(const Tensor& prefix) override { return next_(src_, prefix); }  // (R, V)
+  Tensor next_scores(const Tensor& prefix) override { return next_(src_, prefix); }  // (R, V)
+  bool scores_are_log_probs() const override { return true; }
   void select_rows(const std::vector<int64_t>& rows) override { src_ = rows_of(src_, rows); }
   void record(DecodeStats& st, int64_t step) const override { st.steps = step; }
 
@@ -202,9 +205,9 @@ std::pair<std::vector<int64_t>, int64_t> step_limits(const Tensor& src, const De
 
 // <pad> and the start token are never outputs (as in fairseq's search): a <pad> fed back would
 // be masked out of the prefix as padding, and the model was never trained to predict either.
-void forbid_specials(Tensor& lp, const DecodeOptions& opt) {  // lp: (R, V) float32, contiguous
-  const int64_t R = lp.size(0), V = lp.size(1);
-  float* p = lp.data<float>();
+void forbid_specials(Tensor& scores, const DecodeOptions& opt) {  // scores: (R, V) float32, contiguous
+  const int64_t R = scores.size(0), V = scores.size(1);
+  float* p = scores.data<float>();
   for (int64_t r = 0; r < R; ++r)
     for (int64_t tok : {opt.pad, opt.bos})
       if (tok >= 0 && tok < V) p[r * V + tok] = -INFINITY;
@@ -232,14 +235,15 @@ std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& mak
   for (int64_t b = 0; b < B; ++b) alive[b] = b;
   for (int64_t t = 0; t < max_steps && !alive.empty(); ++t) {
     const int64_t R = static_cast<int64_t>(alive.size());
-    Tensor lp = step->next_log_probs(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& { return emitted[alive[r]]; })).contiguous();  // (R, V)
-    forbid_specials(lp, opt);
+    // The argmax of the logits is the argmax of the log-probabilities: no softmax needed.
+    Tensor scores = step->next_scores(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& { return emitted[alive[r]]; })).contiguous();  // (R, V)
+    forbid_specials(scores, opt);
     if (stats) stats->steps = t + 1;
     if (stats && opt.use_cache) step->record(*stats, t + 1);
-    const int64_t V = lp.size(1);
+    const int64_t V = scores.size(1);
     std::vector<int64_t> keep;
     for (int64_t r = 0; r < R; ++r) {
-      const float* row = lp.data<float>() + r * V;
+      const float* row = scores.data<float>() + r * V;
       const int64_t best = std::max_element(row, row + V) - row, b = alive[r];
       emitted[b].push_back(best);
       if (best == opt.eos && opt.stop_at_eos) continue;
@@ -376,9 +380,10 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     for (int64_t k = 0; k < K; ++k) live.push_back({b, 0});  // at first every copy continues the one empty hypothesis
   for (int64_t t = 0; t < max_steps && !live.empty(); ++t) {
     const int64_t R = static_cast<int64_t>(live.size());
-    Tensor lp = step->next_log_probs(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& {
+    Tensor lp = step->next_scores(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& {
                   return beams[live[r].sentence][live[r].beam].tokens;
-                })).contiguous();  // (R, V)
+                }));  // (R, V)
+    lp = (step->scores_are_log_probs() ? lp : log_softmax(Variable(lp)).data()).contiguous();
     forbid_specials(lp, opt);
     if (stats) stats->steps = t + 1;
     if (stats && opt.use_cache) step->record(*stats, t + 1);
