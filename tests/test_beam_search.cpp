@@ -166,6 +166,24 @@ TEST_CASE("beam search: a batch decodes as each sentence alone (scripted log-pro
     }
 }
 
+TEST_CASE("beam search runs one row per hypothesis: the first step has one row per sentence, not K copies") {
+  std::vector<int64_t> rows_per_step;
+  int calls = 0;
+  train::NextLogProbs inner = scripted(kScript, &calls);
+  train::NextLogProbs counting = [&](const Tensor& src, const Tensor& prefix) {
+    rows_per_step.push_back(prefix.size(0));
+    return inner(src, prefix);
+  };
+  train::DecodeOptions o;
+  o.beam = 3, o.max_extra = 3;
+  const auto out = train::translate_batch_with(counting, Tensor::from_vector(std::vector<int64_t>{4, 5}, {2, 1}), o);
+  CHECK(out == std::vector<std::vector<int64_t>>{run({4}, o)[0], run({5}, o)[0]});
+  REQUIRE(rows_per_step.size() >= 2);
+  CHECK(rows_per_step[0] == 2);  // one empty hypothesis per sentence
+  CHECK(rows_per_step[1] > 2);   // then up to K live ones each
+  for (int64_t r : rows_per_step) CHECK(r <= 2 * 3);
+}
+
 TEST_CASE("beam search with a length penalty: a batch decodes as each sentence alone, cached and uncached (small model)") {
   NoGradGuard ng;
   nn::Seq2SeqOptions o;

@@ -14,6 +14,7 @@
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 #include "tensor/kernels/matmul.h"
+#include "tensor/parallel.h"
 
 namespace gf::train {
 namespace {
@@ -55,31 +56,26 @@ class StepModel {
   virtual void record(DecodeStats& st, int64_t step) const = 0;
 };
 
-// Builds the step model for these source rows (B, S) with room for `steps` output positions, with
-// `copies` rows per source (row r decodes source r / copies: beam search starts K copies).
-using MakeSteps = std::function<std::unique_ptr<StepModel>(const Tensor& src, int64_t steps, int64_t copies)>;
+// Builds the step model for these source rows (B, S), one decoding row per source, with room for
+// `steps` output positions. Beam search grows a sentence's rows with select_rows.
+using MakeSteps = std::function<std::unique_ptr<StepModel>(const Tensor& src, int64_t steps)>;
 
-// Row r of `copies` rows per source: source r / copies.
-std::vector<int64_t> repeated_rows(int64_t sources, int64_t copies) {
-  std::vector<int64_t> rep;
-  for (int64_t b = 0; b < sources; ++b)
-    for (int64_t k = 0; k < copies; ++k) rep.push_back(b);
-  return rep;
+std::vector<int64_t> identity_rows(int64_t n) {
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[i] = i;
+  return rows;
 }
 
 class EncoderDecoderSteps : public StepModel {
  public:
-  // The source is encoded once, not once per copy; the copies of a source share its
-  // cross-attention K/V (DecoderLayerCache::cross_rows).
-  EncoderDecoderSteps(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t capacity, int64_t copies)
-      : model_(model), opt_(opt), source_of_(repeated_rows(src.size(0), copies)) {
+  // The source is encoded once; the rows of one sentence's beam share its cross-attention K/V
+  // (DecoderLayerCache::cross_rows).
+  EncoderDecoderSteps(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t capacity)
+      : model_(model), opt_(opt), source_of_(identity_rows(src.size(0))) {
     src_pad_ = nn::make_pad_mask(src, opt.pad);  // (B, S)
     memory_ = model.encode(src, src_pad_);       // (B, S, D)
-    row_pad_ = copies == 1 ? src_pad_ : rows_of(src_pad_, source_of_);  // (R, S)
-    if (!opt.use_cache) return;
-    caches_ = model.transformer->decoder->start_cache(memory_, capacity);
-    if (copies > 1)
-      for (auto& c : caches_) c.select_rows(source_of_);  // nothing cached yet: only the row map grows
+    row_pad_ = src_pad_;                         // (R, S)
+    if (opt.use_cache) caches_ = model.transformer->decoder->start_cache(memory_, capacity);
   }
 
   Tensor next_scores(const Tensor& prefix) override {
@@ -131,9 +127,9 @@ class EncoderDecoderSteps : public StepModel {
 // the cache; then each step feeds the newest token.
 class DecoderOnlySteps : public StepModel {
  public:
-  // Each copy holds its own prompt in its cache.
-  DecoderOnlySteps(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t steps, int64_t copies)
-      : model_(model), opt_(opt), src_(copies == 1 ? src : rows_of(src, repeated_rows(src.size(0), copies))) {
+  // Each row holds its own prompt in its cache.
+  DecoderOnlySteps(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t steps)
+      : model_(model), opt_(opt), src_(src) {
     if (opt.use_cache) caches_ = model.start_cache(src_.size(0), src_.size(1) + steps);
   }
 
@@ -181,8 +177,7 @@ class DecoderOnlySteps : public StepModel {
 // Log-probabilities from a function of each row's source and prefix (tests script a model with it).
 class FunctionSteps : public StepModel {
  public:
-  FunctionSteps(const NextLogProbs& next, const Tensor& src, int64_t copies)
-      : next_(next), src_(copies == 1 ? src : rows_of(src, repeated_rows(src.size(0), copies))) {}
+  FunctionSteps(const NextLogProbs& next, const Tensor& src) : next_(next), src_(src) {}
   Tensor next_scores(const Tensor& prefix) override { return next_(src_, prefix); }  // (R, V)
   bool scores_are_log_probs() const override { return true; }
   void select_rows(const std::vector<int64_t>& rows) override { src_ = rows_of(src_, rows); }
@@ -229,7 +224,7 @@ Tensor prefix_tensor(int64_t R, int64_t t, int64_t bos, TokensOf tokens_of) {
 std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
   const int64_t B = src.size(0);
   auto [limit, max_steps] = step_limits(src, opt);
-  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1, 1);
+  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B)), emitted(static_cast<size_t>(B));  // emitted: <eos> included
   std::vector<int64_t> alive(static_cast<size_t>(B));  // original row of each live row
   for (int64_t b = 0; b < B; ++b) alive[b] = b;
@@ -318,20 +313,18 @@ std::vector<int64_t> top_tokens(const float* row, int64_t V, int64_t n) {
   return top;
 }
 
-// The best continuations of sentence b's live rows: each row's K+1 best tokens are enough, since
-// at most one of them is <eos> and the sentence keeps K others. Best first. At the first step all
-// K rows of a sentence hold the same empty hypothesis; only one of them may propose, or the K best
-// candidates would be K copies of the greedy token and the search would be greedy.
-std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam, const Tensor& lp, int64_t K) {
+// The best continuations of sentence b's live rows (one row per hypothesis): each row's K+1 best
+// tokens are enough, since at most one of them is <eos> and the sentence keeps K others. Best
+// first. tops[r] holds row r's K+1 best tokens (top_tokens).
+std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam, const Tensor& lp,
+                                  const std::vector<std::vector<int64_t>>& tops) {
   const int64_t V = lp.size(1);
   std::vector<Candidate> out;
-  std::vector<bool> proposed(beam.size(), false);
   for (size_t r = 0; r < live.size(); ++r) {
-    if (live[r].sentence != b || proposed[static_cast<size_t>(live[r].beam)]) continue;
-    proposed[static_cast<size_t>(live[r].beam)] = true;
+    if (live[r].sentence != b) continue;
     const Hypothesis& h = beam[static_cast<size_t>(live[r].beam)];
     const float* row = lp.data<float>() + static_cast<int64_t>(r) * V;
-    for (int64_t tok : top_tokens(row, V, K + 1))
+    for (int64_t tok : tops[r])
       if (row[tok] > -INFINITY) out.push_back({h.log_prob + row[tok], static_cast<int64_t>(r), tok});  // not a forbidden token
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& c) { return a.log_prob > c.log_prob; });
@@ -372,12 +365,12 @@ bool can_stop(const std::vector<Hypothesis>& finished, const std::vector<Hypothe
 std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
   const int64_t B = src.size(0), K = opt.beam;
   auto [limit, max_steps] = step_limits(src, opt);
-  // K rows per source: row b*K + k starts as beam k of sentence b.
-  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1, K);
+  // One row per sentence at first, its one empty hypothesis: the first step runs B rows, not
+  // B * K copies of the same one; select_rows then gives each new hypothesis its row.
+  std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1);
   std::vector<std::vector<Hypothesis>> beams(static_cast<size_t>(B), std::vector<Hypothesis>(1)), finished(static_cast<size_t>(B));
   std::vector<LiveRow> live;  // one per cache row
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 0; k < K; ++k) live.push_back({b, 0});  // at first every copy continues the one empty hypothesis
+  for (int64_t b = 0; b < B; ++b) live.push_back({b, 0});
   for (int64_t t = 0; t < max_steps && !live.empty(); ++t) {
     const int64_t R = static_cast<int64_t>(live.size());
     Tensor lp = step->next_scores(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& {
@@ -387,12 +380,19 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     forbid_specials(lp, opt);
     if (stats) stats->steps = t + 1;
     if (stats && opt.use_cache) step->record(*stats, t + 1);
+    // Each row's K + 1 best tokens, found for all rows at once on the threads: a pass over the
+    // vocabulary per row is most of the search's own work.
+    const int64_t V = lp.size(1);
+    std::vector<std::vector<int64_t>> tops(static_cast<size_t>(R));
+    parallel_for(R, row_grain(V), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) tops[r] = top_tokens(lp.data<float>() + r * V, V, K + 1);
+    });
     std::vector<int64_t> keep_rows;
     std::vector<LiveRow> next_live;
     std::vector<std::vector<Hypothesis>> next_beams(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int64_t> rows_b;  // this sentence's rows for the next step
-      next_beams[b] = extend(candidates(b, live, beams[b], lp, K), beams[b], live, K, limit[b], opt.eos, finished[b], rows_b);
+      next_beams[b] = extend(candidates(b, live, beams[b], lp, tops), beams[b], live, K, limit[b], opt.eos, finished[b], rows_b);
       if (can_stop(finished[b], next_beams[b], limit[b], opt.length_penalty)) {
         next_beams[b].clear();
         continue;
@@ -438,9 +438,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
   NoGradGuard ng;
   kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
   if (src.size(0) == 0) return {};
-  MakeSteps make = [&](const Tensor& rows, int64_t steps, int64_t copies) {
-    return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps, copies);
-  };
+  MakeSteps make = [&](const Tensor& rows, int64_t steps) { return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps); };
   return decode(src, make, opt, stats);
 }
 
@@ -462,7 +460,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
     GF_CHECK(o.max_extra >= 1 - S, "translate_batch: a source of {} tokens leaves no room in the decoder-only model's {} positions", S,
              model.options().max_len);
     Tensor part = rows_of(src, rows).narrow(1, 0, S).contiguous();  // (R, S)
-    MakeSteps make = [&](const Tensor& r, int64_t steps, int64_t copies) { return std::make_unique<DecoderOnlySteps>(model, r, o, steps, copies); };
+    MakeSteps make = [&](const Tensor& r, int64_t steps) { return std::make_unique<DecoderOnlySteps>(model, r, o, steps); };
     DecodeStats st;
     auto hyps = decode(part, make, o, &st);
     if (stats) {
@@ -478,7 +476,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
 std::vector<std::vector<int64_t>> translate_batch_with(const NextLogProbs& next, const Tensor& src, const DecodeOptions& opt) {
   check_request(src, opt);
   if (src.size(0) == 0) return {};
-  MakeSteps make = [&](const Tensor& rows, int64_t, int64_t copies) { return std::make_unique<FunctionSteps>(next, rows, copies); };
+  MakeSteps make = [&](const Tensor& rows, int64_t) { return std::make_unique<FunctionSteps>(next, rows); };
   return decode(src, make, opt, nullptr);
 }
 
