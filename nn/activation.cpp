@@ -1,5 +1,6 @@
 #include "nn/activation.h"
 
+#include "autograd/ops/dropout.h"
 #include "autograd/ops/unary.h"
 #include "nn/registry.h"
 
@@ -7,13 +8,14 @@ namespace gf::nn {
 
 const std::vector<ActivationKind>& activation_kinds() {
   static const std::vector<ActivationKind> kinds = {
-      {"relu", "max(0, x), the Transformer paper's", relu},
+      // ReLU and dropout fused: only the hidden output is kept, not relu's output and a mask.
+      {"relu", "max(0, x), the Transformer paper's", relu, relu_dropout},
       {"gelu", "x * Phi(x) (exact erf form, PyTorch's default GELU)", gelu},
   };
   return kinds;
 }
 
-ActivationFn find_activation(const std::string& name) { return registry_find(activation_kinds(), name, "activation").fn; }
+const ActivationKind& find_activation(const std::string& name) { return registry_find(activation_kinds(), name, "activation"); }
 
 std::string activation_names() { return registry_names(activation_kinds()); }
 

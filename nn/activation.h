@@ -1,24 +1,30 @@
 #pragma once
 // The FFN's activation, chosen by name from one list (activation.cpp). Adding one: write its
-// autograd function (or compose it from ops), add a line to the list, test it.
+// autograd function (or compose it from ops), add a line to the list, test it. An entry may also
+// name the activation and dropout fused into one op, which the FFN then uses.
 #include <string>
 #include <vector>
 
 #include "autograd/variable.h"
+#include "tensor/kernels/random.h"
 
 namespace gf::nn {
 
 using ActivationFn = Variable (*)(const Variable&);
+// fn then dropout(p) as one op: the same numbers and draws as the two, keeping less for backward.
+using ActivationDropoutFn = Variable (*)(const Variable& x, double p, bool training, Generator& gen);
 
 struct ActivationKind {
   const char* name;  // "relu"
   const char* help;  // one line for --help
   ActivationFn fn;
+  ActivationDropoutFn with_dropout = nullptr;  // none: fn, then the Dropout module
 };
 
 const std::vector<ActivationKind>& activation_kinds();
-// Throws std::invalid_argument naming the known activations.
-ActivationFn find_activation(const std::string& name);
+// The entry, which lives as long as the program. Throws std::invalid_argument naming the known
+// activations.
+const ActivationKind& find_activation(const std::string& name);
 std::string activation_names();  // "relu, gelu"
 
 }  // namespace gf::nn

@@ -5,22 +5,21 @@
 
 namespace gf::nn {
 
-Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, ActivationFn act, const Dropout* dropout) {
+Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, const ActivationKind& act, const Dropout* dropout) {
   Variable h = linear1.forward(x);  // (..., ff)
-  // ReLU then dropout as one op (same numbers and draws): relu's output and the mask are not
-  // kept for backward, only the hidden activation linear2 keeps anyway.
-  if (dropout && act == &gf::relu) return linear2.forward(relu_dropout(h, dropout->p, dropout->is_training(), default_generator()));
-  h = act(h);  // (..., ff)
+  // The fused form, where the activation has one, keeps only the hidden output linear2 keeps anyway.
+  if (dropout && act.with_dropout) return linear2.forward(act.with_dropout(h, dropout->p, dropout->is_training(), default_generator()));
+  h = act.fn(h);  // (..., ff)
   if (dropout) h = dropout->forward(h);
   return linear2.forward(h);  // (..., d_model)
 }
 
-FFN::FFN(int64_t d, int64_t ff, const std::string& act, double p, Generator& gen) : activation(find_activation(act)) {
+FFN::FFN(int64_t d, int64_t ff, const std::string& act, double p, Generator& gen) : activation(&find_activation(act)) {
   linear1 = register_module("linear1", std::make_shared<Linear>(d, ff, true, gen));
   linear2 = register_module("linear2", std::make_shared<Linear>(ff, d, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
 }
 
-Variable FFN::forward(const Variable& x) const { return feed_forward(x, *linear1, *linear2, activation, dropout.get()); }
+Variable FFN::forward(const Variable& x) const { return feed_forward(x, *linear1, *linear2, *activation, dropout.get()); }
 
 }  // namespace gf::nn

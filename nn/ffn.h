@@ -10,7 +10,7 @@
 
 namespace gf::nn {
 
-Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, ActivationFn act, const Dropout* dropout);
+Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, const ActivationKind& act, const Dropout* dropout);
 
 class FFN : public Module {
  public:
@@ -21,7 +21,7 @@ class FFN : public Module {
 
   std::shared_ptr<Linear> linear1, linear2;
   std::shared_ptr<Dropout> dropout;
-  ActivationFn activation;
+  const ActivationKind* activation;
 };
 
 }  // namespace gf::nn

@@ -41,7 +41,7 @@ Tensor cross_of_rows(const Tensor& t, const std::vector<int64_t>& rows) {
 }  // namespace
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen)
-    : options((opt.validate(), opt)), activation(find_activation(opt.activation)) {
+    : options((opt.validate(), opt)), activation(&find_activation(opt.activation)) {
   auto attention = [&] { return std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen, opt.kv_heads); };
   self_attn = register_module("self_attn", attention());
   multihead_attn = register_module("multihead_attn", attention());
@@ -61,7 +61,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
 template <class SelfBlock, class CrossBlock>
 Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_block, CrossBlock cross_block) const {
   auto ff_block = [&](const Variable& x) {
-    return dropout3->forward(feed_forward(x, *linear1, *linear2, activation, dropout.get()));  // (B, T, D)
+    return dropout3->forward(feed_forward(x, *linear1, *linear2, *activation, dropout.get()));  // (B, T, D)
   };
   // Each block runs in a NameScope named as its module (ff_block as PyTorch's method), so anomaly
   // reports and graph pictures say which part of the layer an op belongs to.

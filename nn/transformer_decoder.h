@@ -48,7 +48,7 @@ class TransformerDecoderLayer : public Module {
   std::shared_ptr<Norm> norm1, norm2, norm3;
   std::shared_ptr<Dropout> dropout, dropout1, dropout2, dropout3;
   TransformerLayerOptions options;
-  ActivationFn activation;
+  const ActivationKind* activation;  // an entry of activation_kinds()
 
  private:
   template <class SelfBlock, class CrossBlock>

@@ -7,7 +7,7 @@
 namespace gf::nn {
 
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen)
-    : options((opt.validate(), opt)), activation(find_activation(opt.activation)) {
+    : options((opt.validate(), opt)), activation(&find_activation(opt.activation)) {
   // Registration order follows PyTorch's, so named_parameters() lists the same sequence.
   self_attn = register_module("self_attn",
                               std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen, opt.kv_heads));
@@ -26,7 +26,7 @@ template <class SelfBlock>
 Variable TransformerEncoderLayer::sublayers(const Variable& src, SelfBlock attention) const {
   auto self_block = [&](const Variable& x) { return dropout1->forward(attention(x)); };  // (B, S, D)
   auto ff_block = [&](const Variable& x) {
-    return dropout2->forward(feed_forward(x, *linear1, *linear2, activation, dropout.get()));  // (B, S, D)
+    return dropout2->forward(feed_forward(x, *linear1, *linear2, *activation, dropout.get()));  // (B, S, D)
   };
   Variable x = src;  // (B, S, D)
   if (options.norm_first) {

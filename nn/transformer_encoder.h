@@ -29,7 +29,7 @@ class TransformerEncoderLayer : public Module {
   std::shared_ptr<Norm> norm1, norm2;
   std::shared_ptr<Dropout> dropout, dropout1, dropout2;
   TransformerLayerOptions options;
-  ActivationFn activation;
+  const ActivationKind* activation;  // an entry of activation_kinds()
 
  private:
   template <class SelfBlock>

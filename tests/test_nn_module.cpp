@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "autograd/ops/arith.h"
+#include "autograd/ops/dropout.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/unary.h"
 #include "gradcheck_util.h"
@@ -504,8 +505,13 @@ TEST_CASE("FFN: linear2(act(linear1(x))) with relu and gelu") {
     h = act == "relu" ? relu(h) : gelu(h);
     CHECK(max_abs_diff(ffn.forward(x).data(), ffn.linear2->forward(h).data()) == 0.0);
   }
-  const bool found_gelu = nn::find_activation("gelu") == static_cast<nn::ActivationFn>(gelu);
+  const bool found_gelu = nn::find_activation("gelu").fn == static_cast<nn::ActivationFn>(gelu);
   CHECK(found_gelu);
+  // ReLU's entry carries its fused form with dropout; GELU has none (its FFN runs gelu, then Dropout).
+  const bool relu_fused = nn::find_activation("relu").with_dropout == static_cast<nn::ActivationDropoutFn>(relu_dropout);
+  CHECK(relu_fused);
+  const bool gelu_unfused = nn::find_activation("gelu").with_dropout == nullptr;
+  CHECK(gelu_unfused);
   GF_CHECK_CONTAINS(error_of([] { nn::find_activation("tanh"); }), "activation 'tanh' is unknown (known: relu, gelu)");
   GF_CHECK_CONTAINS(error_of([] { nn::FFN(3, 5, "tanh"); }), "activation 'tanh' is unknown");
   GF_CHECK_CONTAINS(error_of([] { nn::Dropout(1.0); }), "p must be in [0, 1)");
