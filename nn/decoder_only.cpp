@@ -39,12 +39,13 @@ Variable DecoderOnlyTransformer::embed(const Tensor& ids, int64_t offset) const 
   return drop->forward(pos->forward(e, offset));
 }
 
-Variable DecoderOnlyTransformer::forward(const Tensor& ids) const {
+Variable DecoderOnlyTransformer::forward(const Tensor& ids) const { return out->forward(hidden_states(ids)); }  // (B, T, V)
+
+Variable DecoderOnlyTransformer::hidden_states(const Tensor& ids) const {
   GF_CHECK(ids.ndim() == 2, "DecoderOnlyTransformer: ids must be (B, T), got {}", shape_str(ids.shape()));
-  Tensor pad = make_pad_mask(ids, options_.pad);    // (B, T)
-  Tensor causal = make_causal_mask(ids.size(1));     // (T, T)
-  Variable h = transformer->forward(embed(ids), pad, causal);  // (B, T, D), after the final norm
-  return out->forward(h);                                      // (B, T, V)
+  Tensor pad = make_pad_mask(ids, options_.pad);         // (B, T)
+  Tensor causal = make_causal_mask(ids.size(1));          // (T, T)
+  return transformer->forward(embed(ids), pad, causal);  // (B, T, D), after the final norm
 }
 
 std::vector<KVCache> DecoderOnlyTransformer::start_cache(int64_t batch, int64_t capacity) const {

@@ -30,6 +30,9 @@ class DecoderOnlyTransformer : public Module {
   // ids (B, T) int64, PAD after each sequence -> logits (B, T, vocab); position t sees positions
   // <= t that are not PAD.
   Variable forward(const Tensor& ids) const;
+  // The same up to the output projection: the states (B, T, D) after the final norm, for a loss
+  // that applies `out` itself (the training loss, on the scored positions only).
+  Variable hidden_states(const Tensor& ids) const;
 
   // Incremental decoding (no graph): one cache per layer for `batch` rows and `capacity` positions;
   // forward_cached runs ids (B, t) at the positions after those cached (no PAD among them) and

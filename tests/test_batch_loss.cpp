@@ -4,6 +4,7 @@
 
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
+#include "nn/decoder_only.h"
 #include "nn/linear.h"
 #include "nn/seq2seq.h"
 #include "nn_test_util.h"
@@ -46,6 +47,36 @@ TEST_CASE("batch_loss skips padded positions and still equals linear + cross_ent
     plain.backward();
     const std::vector<Tensor> g_plain = grads_of(model);
 
+    CHECK(std::abs(fused.item() - plain.item()) < 1e-12);
+    REQUIRE(g_fused.size() == g_plain.size());
+    for (size_t i = 0; i < g_plain.size(); ++i) {
+      REQUIRE(g_fused[i].defined() == g_plain[i].defined());
+      if (g_plain[i].defined()) CHECK(max_abs_diff(g_fused[i], g_plain[i]) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("projected_loss of a decoder-only model (prompt positions unscored) equals cross_entropy over its logits, tied or not") {
+  const int64_t pad = train::Vocab::kPad;
+  for (bool tie : {false, true}) {
+    CAPTURE(tie);
+    nn::DecoderOnlyOptions o;
+    o.vocab = 9;
+    o.layer.d_model = 4, o.layer.nhead = 2, o.layer.dim_feedforward = 6, o.layer.dropout = 0.0;
+    o.num_layers = 2, o.max_len = 16, o.tie_output = tie, o.pad = pad;
+    nn::DecoderOnlyTransformer model(o, 21);
+    model.to(DType::Float64);
+    // Two sequences "source <sep> target": only the target positions have labels.
+    Tensor ids = Tensor::of({3, 4, 8, 5, 6, 3, 8, 7, pad, pad}, {2, 5}, DType::Int64);
+    Tensor labels = Tensor::of({pad, pad, 5, 6, 2, pad, 7, 2, pad, pad}, {10}, DType::Int64);
+    Variable fused = train::projected_loss(model.hidden_states(ids), *model.out, labels, 0.1);
+    fused.backward();
+    const std::vector<Tensor> g_fused = grads_of(model);
+    model.zero_grad();
+    Variable logits = model.forward(ids);  // (2, 5, 9)
+    Variable plain = cross_entropy(reshape(logits, {-1, logits.size(2)}), labels, pad, 0.1);
+    plain.backward();
+    const std::vector<Tensor> g_plain = grads_of(model);
     CHECK(std::abs(fused.item() - plain.item()) < 1e-12);
     REQUIRE(g_fused.size() == g_plain.size());
     for (size_t i = 0; i < g_plain.size(); ++i) {

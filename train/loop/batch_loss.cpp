@@ -36,20 +36,23 @@ Tensor scored_rows(const Tensor& labels) {  // labels: (B*(T-1),)
 
 }  // namespace
 
-Variable batch_loss(const nn::Seq2SeqTransformer& model, const BatchTensors& t, double label_smoothing) {
-  Variable h = model.decoder_states(t.src, t.tgt_in);  // (B, T-1, D)
-  Variable states = reshape(h, {-1, h.size(2)});       // (B*(T-1), D)
-  Tensor labels = t.labels.contiguous();               // (B*(T-1),)
+Variable projected_loss(const Variable& h, const nn::Linear& out, const Tensor& all_labels, double label_smoothing) {
+  Variable states = reshape(h, {-1, h.size(h.ndim() - 1)});  // (B*T, D)
+  Tensor labels = all_labels.contiguous();                   // (B*T,)
   // Padded positions are ignored by the loss, so their logits are not computed at all: the loss
-  // sees only the scored rows (about 7% of Multi30k's target positions are padding). Their
-  // states get zero gradient either way.
+  // sees only the scored rows (about 7% of Multi30k's target positions are padding; a
+  // decoder-only model's prompt positions are not scored either). Their states get zero gradient
+  // either way.
   Tensor rows = scored_rows(labels);  // (N,)
   if (rows.numel() > 0 && rows.numel() < labels.numel()) {
-    states = index_select(states, rows);        // (N, D)
+    states = index_select(states, rows);           // (N, D)
     labels = kernels::index_select(labels, rows);  // (N,)
   }
-  // The output projection and the loss as one op: the (N, V) logits are never held whole.
-  return linear_cross_entropy(states, model.out->weight, model.out->bias, labels, Vocab::kPad, label_smoothing);
+  return linear_cross_entropy(states, out.weight, out.bias, labels, Vocab::kPad, label_smoothing);
+}
+
+Variable batch_loss(const nn::Seq2SeqTransformer& model, const BatchTensors& t, double label_smoothing) {
+  return projected_loss(model.decoder_states(t.src, t.tgt_in), *model.out, t.labels, label_smoothing);  // states (B, T-1, D)
 }
 
 double evaluate_loss(nn::Seq2SeqTransformer& model, const BatchPlan& plan) {

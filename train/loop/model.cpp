@@ -3,8 +3,6 @@
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
-#include "autograd/ops/cross_entropy.h"
-#include "autograd/ops/shape.h"
 #include "tensor/check.h"
 #include "train/loop/batch_loss.h"
 
@@ -46,8 +44,7 @@ class DecoderOnly : public TranslationModel {
   nn::Module& module() override { return net_; }
   Variable loss(const Batch& b, double ls) const override {
     SequenceTensors t = to_sequence_tensors(b, sep_);
-    Variable logits = net_.forward(t.input);  // (B, L, V)
-    return cross_entropy(reshape(logits, {-1, logits.size(2)}), t.labels, Vocab::kPad, ls);
+    return projected_loss(net_.hidden_states(t.input), *net_.out, t.labels, ls);  // states (B, L, D)
   }
   std::vector<std::vector<int64_t>> translate(const Tensor& src, const DecodeOptions& opt, DecodeStats* st) const override {
     return translate_batch(net_, src, opt, st);
