@@ -72,9 +72,8 @@ class EncoderDecoderSteps : public StepModel {
   // (DecoderLayerCache::cross_rows).
   EncoderDecoderSteps(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t capacity)
       : model_(model), opt_(opt), source_of_(identity_rows(src.size(0))) {
-    src_pad_ = nn::make_pad_mask(src, opt.pad);  // (B, S)
-    memory_ = model.encode(src, src_pad_);       // (B, S, D)
-    row_pad_ = src_pad_;                         // (R, S)
+    row_pad_ = nn::make_pad_mask(src, opt.pad);  // (B, S): one row per source at first
+    memory_ = model.encode(src, row_pad_);       // (B, S, D)
     if (opt.use_cache) caches_ = model.transformer->decoder->start_cache(memory_, capacity);
   }
 
@@ -117,7 +116,6 @@ class EncoderDecoderSteps : public StepModel {
   const nn::Seq2SeqTransformer& model_;
   const DecodeOptions& opt_;
   std::vector<int64_t> source_of_;  // the source row of each decoding row
-  Tensor src_pad_;                  // (B, S): per source
   Tensor row_pad_;                  // (R, S): per decoding row
   Variable memory_;                 // (B, S, D): per source
   std::vector<nn::DecoderLayerCache> caches_;
@@ -226,8 +224,7 @@ std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& mak
   auto [limit, max_steps] = step_limits(src, opt);
   std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B)), emitted(static_cast<size_t>(B));  // emitted: <eos> included
-  std::vector<int64_t> alive(static_cast<size_t>(B));  // original row of each live row
-  for (int64_t b = 0; b < B; ++b) alive[b] = b;
+  std::vector<int64_t> alive = identity_rows(B);  // original row of each live row
   for (int64_t t = 0; t < max_steps && !alive.empty(); ++t) {
     const int64_t R = static_cast<int64_t>(alive.size());
     // The argmax of the logits is the argmax of the log-probabilities: no softmax needed.
