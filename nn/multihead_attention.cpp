@@ -293,6 +293,16 @@ AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& c
 
 namespace {
 
+// Asks for the cache line holding p. Not __builtin_prefetch: GCC deletes a loop whose only
+// statements are that builtin's prefetches (they have no effect it must keep).
+inline void prefetch(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
 // sum_j a[j] * b[j] for n a multiple of 16 or not: 16 partial sums combined in a fixed order, so
 // the compiler vectorises it without reassociating (no -ffast-math) and every run sums alike.
 template <class T>
@@ -377,15 +387,36 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
     const T* qp = q.data<T>();
     const T *kp = k.data<T>(), *vp = v.data<T>();
     T* op = merged.data<T>();
+    const int64_t cache_row = KV * cap * dk;  // elements of one buffer row
+    // Where item i's (= row * H + head) position s starts in k and v: at(s), cheap in the hot loop.
+    auto positions_of = [&](int64_t i) {
+      const int64_t r = i / H, head = (i % H / G) * cap * dk;
+      const int64_t* pos = position_rows.empty() ? nullptr : position_rows.data() + r * cap;
+      const int64_t fixed = kv_rows.empty() ? r : kv_rows[static_cast<size_t>(r)];
+      return [=](int64_t s) { return (pos ? pos[s] : fixed) * cache_row + head + s * dk; };
+    };
+    // The keys and values an item reads are a few KB each, in many short runs the hardware
+    // prefetcher starts too late for: asking for the next item's while this one is computed
+    // took about a third off this function's time in a greedy decoding profile.
+    auto prefetch_keys_values = [&](int64_t i) {
+      const auto at = positions_of(i);
+      const int64_t n = keys[i / H];
+      for (int64_t s = 0; s < n; ++s) {
+        const T *ks = kp + at(s), *vs = vp + at(s);
+        for (int64_t j = 0; j < dk; j += 64 / static_cast<int64_t>(sizeof(T))) {
+          prefetch(ks + j);
+          prefetch(vs + j);
+        }
+      }
+    };
     parallel_for(R * H, row_grain(4 * len * dk), [&](int64_t lo, int64_t hi) {
       std::vector<T> scores(static_cast<size_t>(std::max<int64_t>(len, 1))), qs(static_cast<size_t>(dk));
       for (int64_t i = lo; i < hi; ++i) {
-        const int64_t r = i / H, h = i % H, kr = kv_rows.empty() ? r : kv_rows[static_cast<size_t>(r)];
+        if (i + 1 < hi) prefetch_keys_values(i + 1);
+        const int64_t r = i / H;
         // q scaled first, as attend's (q * scale) @ k^T
         for (int64_t j = 0; j < dk; ++j) qs[j] = qp[i * dk + j] * static_cast<T>(score_scale);
-        const int64_t* pos = position_rows.empty() ? nullptr : position_rows.data() + r * cap;
-        const int64_t head = (h / G) * cap * dk, row = KV * cap * dk;  // offsets of this key/value head and of one buffer row
-        auto at = [&](int64_t s) { return (pos ? pos[s] : kr) * row + head + s * dk; };  // position s of this head
+        auto at = positions_of(i);
         const bool* blocked = mask.defined() && mask.dtype() == DType::Bool ? mask.data<bool>() + r * len : nullptr;
         const T* added = mask.defined() && mask.dtype() != DType::Bool ? mask.data<T>() + r * len : nullptr;
         attend_row<T>(

@@ -119,7 +119,10 @@ void strided_copy(const Tensor& src, const Tensor& dst) {
   const int64_t inner = shape[nd - 1], ss = src.strides()[nd - 1], ds = dst.strides()[nd - 1];
   int64_t so = src.offset(), doff = dst.offset();
   for (int64_t done = 0; done < n; done += inner) {
-    for (int64_t j = 0; j < inner; ++j) d[doff + j * ds] = s[so + j * ss];
+    if (ss == 1 && ds == 1)  // rows contiguous in both (a permute that keeps the last dim): a vectorised copy
+      std::copy(s + so, s + so + inner, d + doff);
+    else
+      for (int64_t j = 0; j < inner; ++j) d[doff + j * ds] = s[so + j * ss];
     for (int k = nd - 2; k >= 0; --k) {
       if (++idx[k] < shape[k]) {
         so += src.strides()[k];

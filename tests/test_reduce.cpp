@@ -3,6 +3,8 @@
 #include "autograd/ops/arith.h"
 #include "autograd/ops/reduce.h"
 #include "gradcheck_util.h"
+#include "tensor/kernels/random.h"
+#include "tensor/kernels/reduce.h"
 
 using namespace gf;
 using namespace gf::testing;
@@ -64,4 +66,33 @@ TEST_CASE("reduction errors name the op and the shape") {
   CHECK_THROWS_WITH(mean(x, {-3}), doctest::Contains("mean: dim -3 is out of range for shape (2, 3)"));
   CHECK_THROWS_WITH(max(x, 5), doctest::Contains("max: dim 5 is out of range for shape (2, 3)"));
   CHECK_THROWS_WITH(sum(x, {1, 1}), doctest::Contains("sum: dim 1 given twice"));
+}
+
+TEST_CASE("max's indices over long rows: the first largest, or the first NaN (PyTorch's rule), any length") {
+  // The scalar rule the kernel's vectorised passes must agree with.
+  auto expected = [](const std::vector<float>& p) {
+    int64_t best = 0;
+    for (size_t j = 1; j < p.size(); ++j)
+      if (p[j] > p[best] || (p[j] != p[j] && p[best] == p[best])) best = static_cast<int64_t>(j);
+    return best;
+  };
+  Generator gen(5);
+  for (int64_t n : {1, 15, 16, 17, 33, 70, 5921}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (auto& x : row) x = static_cast<float>(static_cast<int>(gen.next_u64() % 7));  // small integers: many ties
+      const size_t at = static_cast<size_t>(gen.next_u64() % static_cast<uint64_t>(n));
+      if (kind == 1) row[at] = NAN;                                   // one NaN anywhere
+      if (kind == 2) row[at] = NAN, row[n - 1] = NAN;                 // the first of two NaNs
+      if (kind == 3) std::fill(row.begin(), row.end(), -INFINITY);    // every token forbidden
+      if (kind == 4) row[at] = INFINITY;
+      for (DType dt : {DType::Float32, DType::Float64}) {
+        Tensor t = Tensor::from_vector(row, {1, n}).to(dt);
+        const int64_t got = kernels::max(t, 1, false).indices.data<int64_t>()[0];
+        CAPTURE(n);
+        CAPTURE(kind);
+        CHECK(got == expected(row));
+      }
+    }
+  }
 }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "tensor/kernels/softmax.h"
 #include "tensor/parallel.h"
 
 namespace gf::kernels {
@@ -119,6 +120,27 @@ Tensor mean(const Tensor& t, std::vector<int64_t> dims, bool keepdim) {
   return s;
 }
 
+namespace {
+
+// Where p[0..n)'s max is: the first NaN if there is one (as in PyTorch), else the first of the
+// largest values. Three passes that vectorise (a NaN test, 16 running maxima, a search), not one
+// that cannot: greedy decoding takes this over the vocabulary for every row at every step.
+template <class T>
+int64_t first_argmax(const T* p, int64_t n) {
+  constexpr int kLanes = 16;
+  bool lane_nan[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane_nan[l] |= p[j + l] != p[j + l];
+  bool nan = false;
+  for (; j < n; ++j) nan |= p[j] != p[j];
+  for (int l = 0; l < kLanes; ++l) nan |= lane_nan[l];
+  if (nan) return std::find_if(p, p + n, [](T x) { return x != x; }) - p;
+  return std::find(p, p + n, row_max(p, n)) - p;
+}
+
+}  // namespace
+
 MaxResult max(const Tensor& t, int64_t dim, bool keepdim) {
   check_defined(t, "max");
   int d = normalize_dim(dim, t.shape().size(), "max", t.shape());
@@ -143,9 +165,7 @@ MaxResult max(const Tensor& t, int64_t dim, bool keepdim) {
     parallel_for(rows, row_grain(inner), [&](int64_t lo, int64_t hi) {
       for (int64_t row = lo; row < hi; ++row) {
         const T* p = in + row * inner;
-        int64_t best = 0;
-        for (int64_t j = 1; j < inner; ++j)
-          if (p[j] > p[best] || (p[j] != p[j] && p[best] == p[best])) best = j;  // NaN wins, as in PyTorch
+        const int64_t best = first_argmax(p, inner);
         v[row] = p[best];
         ix[row] = best;
       }

@@ -14,6 +14,7 @@
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 #include "tensor/kernels/matmul.h"
+#include "tensor/kernels/reduce.h"
 #include "tensor/parallel.h"
 
 namespace gf::train {
@@ -232,11 +233,10 @@ std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& mak
     forbid_specials(scores, opt);
     if (stats) stats->steps = t + 1;
     if (stats && opt.use_cache) step->record(*stats, t + 1);
-    const int64_t V = scores.size(1);
+    const Tensor best_of = kernels::max(scores, 1, false).indices;  // (R,): the first best token of each row
     std::vector<int64_t> keep;
     for (int64_t r = 0; r < R; ++r) {
-      const float* row = scores.data<float>() + r * V;
-      const int64_t best = std::max_element(row, row + V) - row, b = alive[r];
+      const int64_t best = best_of.data<int64_t>()[r], b = alive[r];
       emitted[b].push_back(best);
       if (best == opt.eos && opt.stop_at_eos) continue;
       out[b].push_back(best);
