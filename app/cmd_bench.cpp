@@ -142,7 +142,7 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
   const double peak_gflops = sgemm_peak_gflops();
   Json info = s.info;
   info["steps"] = steps;
-  info["seconds"] = round_to(dt, 3);
+  info["seconds"] = round_to(dt, 6);  // microseconds: a tiny model's steps take less than a millisecond
   info["tgt_tokens_per_s"] = round_to(static_cast<double>(tgt_tokens) / dt, 1);
   info["src_tokens_per_s"] = round_to(static_cast<double>(src_tokens) / dt, 1);
   info["peak_rss_mib"] = peak_rss_mib();
@@ -256,7 +256,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
                              "(exact, with the length penalty), or at its own source length + 20 tokens"
                            : "greedy: every sentence runs exactly (longest source in its batch + 20) steps, <eos> ignored, as the reference";
   info["decode_steps"] = steps;  // model steps, summed over the batches
-  info["seconds"] = round_to(dt, 3);
+  info["seconds"] = round_to(dt, 6);
   info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
   info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);
   info["peak_rss_mib"] = peak_rss_mib();
