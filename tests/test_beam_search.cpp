@@ -205,3 +205,41 @@ TEST_CASE("beam search with a length penalty: a batch decodes as each sentence a
     CHECK(train::translate_batch(m, one, beam)[0] == got[static_cast<size_t>(b)]);
   }
 }
+
+TEST_CASE("beam search over a vocabulary of many 16-token blocks finds the best tokens in any block, ties to the lower token") {
+  constexpr int64_t V = 70;  // blocks of 16 and a tail of 6
+  // Step 0: every token -20 except a few spread over the blocks; step 1: <eos> certain.
+  auto script = [&](std::map<int64_t, float> first) {
+    return train::NextLogProbs([first](const Tensor& src, const Tensor& prefix) {
+      const int64_t R = prefix.size(0), t = prefix.size(1);
+      Tensor lp = Tensor::full({R, V}, -20.0, DType::Float32);  // (R, V)
+      for (int64_t r = 0; r < R; ++r) {
+        float* row = lp.data<float>() + r * V;
+        if (t == 1)
+          for (auto [tok, v] : first) row[tok] = v;
+        else
+          row[kEos] = 0.0f;
+      }
+      (void)src;
+      return lp;
+    });
+  };
+  train::DecodeOptions o;
+  o.beam = 2, o.max_extra = 1, o.length_penalty = 0;  // one token, then <eos>
+  const Tensor src = Tensor::from_vector(std::vector<int64_t>{4}, {1, 1});
+  // The best token sits in the fourth block, behind three weaker ones in earlier blocks.
+  CHECK(train::translate_batch_with(script({{7, -3.0f}, {20, -2.5f}, {33, -2.0f}, {66, -1.0f}}), src, o) ==
+        std::vector<std::vector<int64_t>>{{66}});
+  // A token in a later block that beats the list's last entry by a little (0.2) must get in (as second
+  // best it is live), and its <eos> (certain after it, unlikely after any other) makes it the answer.
+  auto after = [](const Tensor& prefix, int64_t r) { return prefix.data<int64_t>()[r * prefix.size(1) + 1]; };
+  train::NextLogProbs close = [&](const Tensor& src, const Tensor& prefix) {
+    Tensor lp = script({{1, -5.0f}, {4, -9.0f}, {5, -9.1f}, {40, -8.9f}})(src, prefix);  // (R, V)
+    if (prefix.size(1) == 2)
+      for (int64_t r = 0; r < prefix.size(0); ++r) lp.data<float>()[r * V + kEos] = after(prefix, r) == 40 ? 0.0f : -10.0f;
+    return lp;
+  };
+  CHECK(train::translate_batch_with(close, src, o) == std::vector<std::vector<int64_t>>{{40}});
+  // Equal values in different blocks: the lower token first.
+  CHECK(train::translate_batch_with(script({{5, -4.0f}, {61, -1.0f}, {18, -1.0f}}), src, o) == std::vector<std::vector<int64_t>>{{18}});
+}

@@ -114,6 +114,24 @@ TEST_CASE("fast_exp (float32) is within 2 ulp of std::exp and handles the edges"
   CHECK(std::isnan(kernels::fast_exp(std::nanf(""))));
 }
 
+TEST_CASE("log_softmax_shift: x - shift is log_softmax's output to the bit; +inf for a fully masked row, NaN for a NaN") {
+  Tensor x = randn({3, 70}, 17).to(DType::Float32);  // (3, 70): 16-lane blocks and a tail
+  float* p = x.data<float>();
+  p[70 + 5] = -INFINITY, p[70 + 69] = -INFINITY;  // masked entries in a live row
+  Tensor lp = kernels::log_softmax(x);            // (3, 70)
+  for (int64_t r = 0; r < 3; ++r) {
+    const float shift = kernels::log_softmax_shift(p + r * 70, 70);
+    double sum = 0;  // log sum exp in double, directly
+    for (int64_t j = 0; j < 70; ++j) sum += std::exp(static_cast<double>(p[r * 70 + j]));
+    CHECK(shift == doctest::Approx(std::log(sum)).epsilon(1e-6));
+    for (int64_t j = 0; j < 70; ++j) CHECK(p[r * 70 + j] - shift == lp.data<float>()[r * 70 + j]);
+  }
+  std::vector<float> masked(20, -INFINITY);
+  CHECK(kernels::log_softmax_shift(masked.data(), 20) == INFINITY);  // x - shift: -inf everywhere
+  masked[3] = 1.0f, masked[7] = NAN;
+  CHECK(std::isnan(kernels::log_softmax_shift(masked.data(), 20)));
+}
+
 TEST_CASE("NaN inputs propagate instead of being masked") {
   Tensor p = kernels::softmax(Tensor::of({1.0, std::nan(""), 0.0}, {3}));
   CHECK(std::isnan(p.at({0})));

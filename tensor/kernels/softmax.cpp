@@ -18,22 +18,22 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * cols;
       T* yr = y + r * cols;
-      const T mx = row_max(xr, cols);
-      if (mx == kNegInf) {  // fully masked row: exp(-inf - -inf) would be NaN
-        for (int64_t j = 0; j < cols; ++j) yr[j] = Log ? kNegInf : T(0);
-        continue;
-      }
-      // A NaN entry leaves mx alone but turns the sum into NaN, so NaN still propagates.
-      // Summed in double: a long row of small terms must not lose the tail.
-      const double sum = lane_sum(cols, [&](int64_t j) {
-        const T e = fast_exp(xr[j] - mx);
-        if constexpr (!Log) yr[j] = e;
-        return e;
-      });
       if constexpr (Log) {
-        const T shift = mx + static_cast<T>(std::log(sum));
+        const T shift = log_softmax_shift(xr, cols);
+        if (shift == -kNegInf) {  // fully masked row: -inf everywhere (a NaN among -inf's too)
+          std::fill(yr, yr + cols, kNegInf);
+          continue;
+        }
         for (int64_t j = 0; j < cols; ++j) yr[j] = xr[j] - shift;
       } else {
+        const T mx = row_max(xr, cols);
+        if (mx == kNegInf) {  // fully masked row: exp(-inf - -inf) would be NaN
+          std::fill(yr, yr + cols, T(0));
+          continue;
+        }
+        // A NaN entry leaves mx alone but turns the sum into NaN, so NaN still propagates.
+        // Summed in double: a long row of small terms must not lose the tail.
+        const double sum = lane_sum(cols, [&](int64_t j) { return yr[j] = fast_exp(xr[j] - mx); });
         const T inv = static_cast<T>(1.0 / sum);
         for (int64_t j = 0; j < cols; ++j) yr[j] *= inv;
       }

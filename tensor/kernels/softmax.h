@@ -76,6 +76,18 @@ double lane_sum(int64_t n, F&& term) {
   return s;
 }
 
+// What log_softmax subtracts from each entry of the row p[0..n): max + log(sum of exp(p - max)),
+// the sum in double (lane_sum); +inf for a row that is all -inf, NaN if the row holds a NaN.
+// log_softmax(p)[j] is exactly p[j] - log_softmax_shift(p, n), so a caller that needs only a few
+// entries (beam search: a row's best tokens) computes those and never writes the row.
+template <class T>
+T log_softmax_shift(const T* p, int64_t n) {
+  const T mx = row_max(p, n);
+  if (mx == -std::numeric_limits<T>::infinity()) return std::numeric_limits<T>::infinity();
+  const double sum = lane_sum(n, [&](int64_t j) { return fast_exp(p[j] - mx); });
+  return mx + static_cast<T>(std::log(sum));
+}
+
 Tensor softmax(const Tensor& x);      // (..., C) -> (..., C)
 Tensor log_softmax(const Tensor& x);  // (..., C) -> (..., C)
 

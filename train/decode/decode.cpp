@@ -9,12 +9,12 @@
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
-#include "autograd/ops/softmax.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
+#include "tensor/kernels/softmax.h"
 #include "tensor/parallel.h"
 
 namespace gf::train {
@@ -45,7 +45,7 @@ int64_t bytes_per_position(const Tensor& cache) {  // K and V of one position, a
 
 // Next-token scores for R rows, one step at a time: what greedy and beam search need of a model.
 // prefix (R, t) is each row's output so far, starting with opt.bos. The scores are logits, whose
-// log_softmax beam search takes; greedy needs only their argmax, so it skips the softmax.
+// log_softmax beam search takes at each row's best tokens; greedy needs only their argmax, so it skips the softmax.
 class StepModel {
  public:
   virtual ~StepModel() = default;
@@ -294,18 +294,37 @@ struct Candidate {
   int64_t row, token;
 };
 
-// The n best tokens of a row (V), best first; of equal values the lower token first. One pass
-// with a small sorted list: n is K + 1, far below V.
-std::vector<int64_t> top_tokens(const float* row, int64_t V, int64_t n) {
+// A token and its log-probability.
+struct Scored {
+  float log_prob;
+  int64_t token;
+};
+
+// The n best of V tokens, best first, of equal values the lower token first; value(v) is token
+// v's log-probability. One pass with a small sorted list (n is K + 1, far below V); once the list
+// is full, a block of 16 tokens none of which beats its last is passed over in one vector test.
+template <class Value>
+std::vector<Scored> top_tokens(int64_t V, int64_t n, Value value) {
+  constexpr int64_t kBlock = 16;
   n = std::min(n, V);
-  std::vector<int64_t> top;
+  std::vector<Scored> top;
   top.reserve(static_cast<size_t>(n) + 1);
-  for (int64_t v = 0; v < V; ++v) {
-    if (static_cast<int64_t>(top.size()) == n && !(row[v] > row[top.back()])) continue;
-    size_t at = top.size();
-    while (at > 0 && row[v] > row[top[at - 1]]) --at;  // after every value >= it: ties keep token order
-    top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), v);
-    if (static_cast<int64_t>(top.size()) > n) top.pop_back();
+  for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
+    const int64_t v1 = std::min(V, v0 + kBlock);
+    if (static_cast<int64_t>(top.size()) == n) {
+      const float cut = top.back().log_prob;
+      bool beats = false;
+      for (int64_t v = v0; v < v1; ++v) beats |= value(v) > cut;
+      if (!beats) continue;
+    }
+    for (int64_t v = v0; v < v1; ++v) {
+      const float x = value(v);
+      if (static_cast<int64_t>(top.size()) == n && !(x > top.back().log_prob)) continue;
+      size_t at = top.size();
+      while (at > 0 && x > top[at - 1].log_prob) --at;  // after every value >= it: ties keep token order
+      top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), Scored{x, v});
+      if (static_cast<int64_t>(top.size()) > n) top.pop_back();
+    }
   }
   return top;
 }
@@ -313,16 +332,14 @@ std::vector<int64_t> top_tokens(const float* row, int64_t V, int64_t n) {
 // The best continuations of sentence b's live rows (one row per hypothesis): each row's K+1 best
 // tokens are enough, since at most one of them is <eos> and the sentence keeps K others. Best
 // first. tops[r] holds row r's K+1 best tokens (top_tokens).
-std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam, const Tensor& lp,
-                                  const std::vector<std::vector<int64_t>>& tops) {
-  const int64_t V = lp.size(1);
+std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam,
+                                  const std::vector<std::vector<Scored>>& tops) {
   std::vector<Candidate> out;
   for (size_t r = 0; r < live.size(); ++r) {
     if (live[r].sentence != b) continue;
     const Hypothesis& h = beam[static_cast<size_t>(live[r].beam)];
-    const float* row = lp.data<float>() + static_cast<int64_t>(r) * V;
-    for (int64_t tok : tops[r])
-      if (row[tok] > -INFINITY) out.push_back({h.log_prob + row[tok], static_cast<int64_t>(r), tok});  // not a forbidden token
+    for (const Scored& t : tops[r])
+      if (t.log_prob > -INFINITY) out.push_back({h.log_prob + t.log_prob, static_cast<int64_t>(r), t.token});  // not a forbidden token
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& c) { return a.log_prob > c.log_prob; });
   return out;
@@ -370,26 +387,31 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
   for (int64_t b = 0; b < B; ++b) live.push_back({b, 0});
   for (int64_t t = 0; t < max_steps && !live.empty(); ++t) {
     const int64_t R = static_cast<int64_t>(live.size());
-    Tensor lp = step->next_scores(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& {
-                  return beams[live[r].sentence][live[r].beam].tokens;
-                }));  // (R, V)
-    lp = (step->scores_are_log_probs() ? lp : log_softmax(Variable(lp)).data()).contiguous();
-    forbid_specials(lp, opt);
+    const Tensor scores = step->next_scores(prefix_tensor(R, t, opt.bos, [&](int64_t r) -> const auto& {
+                            return beams[live[r].sentence][live[r].beam].tokens;
+                          })).contiguous();  // (R, V)
     if (stats) stats->steps = t + 1;
     if (stats && opt.use_cache) step->record(*stats, t + 1);
     // Each row's K + 1 best tokens, found for all rows at once on the threads: a pass over the
-    // vocabulary per row is most of the search's own work.
-    const int64_t V = lp.size(1);
-    std::vector<std::vector<int64_t>> tops(static_cast<size_t>(R));
-    parallel_for(R, row_grain(V), [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) tops[r] = top_tokens(lp.data<float>() + r * V, V, K + 1);
+    // vocabulary per row is most of the search's own work. A token's log-probability is x - shift,
+    // log_softmax's own arithmetic (the same bits), computed only where the scan looks: the (R, V)
+    // log-probabilities are never written. <pad> and <bos> are forbidden (forbid_specials).
+    const int64_t V = scores.size(1);
+    const bool normalise = !step->scores_are_log_probs();
+    std::vector<std::vector<Scored>> tops(static_cast<size_t>(R));
+    parallel_for(R, row_grain(4 * V), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const float* x = scores.data<float>() + r * V;
+        const float shift = normalise ? kernels::log_softmax_shift(x, V) : 0.0f;
+        tops[r] = top_tokens(V, K + 1, [&](int64_t v) { return v == opt.pad || v == opt.bos ? -INFINITY : x[v] - shift; });
+      }
     });
     std::vector<int64_t> keep_rows;
     std::vector<LiveRow> next_live;
     std::vector<std::vector<Hypothesis>> next_beams(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int64_t> rows_b;  // this sentence's rows for the next step
-      next_beams[b] = extend(candidates(b, live, beams[b], lp, tops), beams[b], live, K, limit[b], opt.eos, finished[b], rows_b);
+      next_beams[b] = extend(candidates(b, live, beams[b], tops), beams[b], live, K, limit[b], opt.eos, finished[b], rows_b);
       if (can_stop(finished[b], next_beams[b], limit[b], opt.length_penalty)) {
         next_beams[b].clear();
         continue;
