@@ -319,11 +319,14 @@ T dot(const T* a, const T* b, int64_t n) {
 
 // One (row, head): scores over keys [0, len), masked, softmax, weighted sum of values into out
 // (d_k). scores is scratch of len. A row with every key blocked gets zeros (softmax's rule).
-// key(s) and value(s) point at position s's d_k values.
-template <class T, class Key, class Value>
-void attend_row(const T* q, Key key, Value value, int64_t len, int64_t dk, const bool* blocked, const T* added, T* scores, T* out) {
+// key(s) and value(s) point at position s's d_k values; ahead(s) is called as key s is read (a
+// hint for what comes next).
+template <class T, class Key, class Value, class Ahead>
+void attend_row(const T* q, Key key, Value value, int64_t len, int64_t dk, const bool* blocked, const T* added, T* scores, T* out,
+                Ahead ahead) {
   T top = -INFINITY;
   for (int64_t s = 0; s < len; ++s) {
+    ahead(s);
     T x = dot(q, key(s), dk);
     if (added) x += added[s];
     if (blocked && blocked[s]) x = -INFINITY;
@@ -396,32 +399,35 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
       return [=](int64_t s) { return (pos ? pos[s] : fixed) * cache_row + head + s * dk; };
     };
     // The keys and values an item reads are a few KB each, in many short runs the hardware
-    // prefetcher starts too late for: asking for the next item's while this one is computed
-    // took about a third off this function's time in a greedy decoding profile.
-    auto prefetch_keys_values = [&](int64_t i) {
-      const auto at = positions_of(i);
-      const int64_t n = keys[i / H];
-      for (int64_t s = 0; s < n; ++s) {
-        const T *ks = kp + at(s), *vs = vp + at(s);
-        for (int64_t j = 0; j < dk; j += 64 / static_cast<int64_t>(sizeof(T))) {
-          prefetch(ks + j);
-          prefetch(vs + j);
-        }
+    // prefetcher starts too late for: while item i reads its key s, position s of item i + 1 is
+    // asked for (spread out so, the requests do not queue up behind each other), and the rest of
+    // item i + 1's positions, if it has more, after it.
+    auto prefetch_position = [&](const auto& at, int64_t s) {
+      const T *ks = kp + at(s), *vs = vp + at(s);
+      for (int64_t j = 0; j < dk; j += 64 / static_cast<int64_t>(sizeof(T))) {
+        prefetch(ks + j);
+        prefetch(vs + j);
       }
     };
     parallel_for(R * H, row_grain(4 * len * dk), [&](int64_t lo, int64_t hi) {
       std::vector<T> scores(static_cast<size_t>(std::max<int64_t>(len, 1))), qs(static_cast<size_t>(dk));
       for (int64_t i = lo; i < hi; ++i) {
-        if (i + 1 < hi) prefetch_keys_values(i + 1);
+        const bool has_next = i + 1 < hi;
+        const auto next_at = positions_of(has_next ? i + 1 : i);
+        const int64_t next_len = has_next ? keys[(i + 1) / H] : 0;
         const int64_t r = i / H;
         // q scaled first, as attend's (q * scale) @ k^T
         for (int64_t j = 0; j < dk; ++j) qs[j] = qp[i * dk + j] * static_cast<T>(score_scale);
         auto at = positions_of(i);
         const bool* blocked = mask.defined() && mask.dtype() == DType::Bool ? mask.data<bool>() + r * len : nullptr;
         const T* added = mask.defined() && mask.dtype() != DType::Bool ? mask.data<T>() + r * len : nullptr;
+        auto ahead = [&](int64_t s) {
+          if (s < next_len) prefetch_position(next_at, s);
+        };
         attend_row<T>(
             qs.data(), [&](int64_t s) { return kp + at(s); }, [&](int64_t s) { return vp + at(s); }, keys[r], dk, blocked, added, scores.data(),
-            op + i * dk);
+            op + i * dk, ahead);
+        for (int64_t s = keys[r]; s < next_len; ++s) prefetch_position(next_at, s);
       }
     });
   });
