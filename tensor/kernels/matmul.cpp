@@ -51,20 +51,12 @@ constexpr int64_t kMinSplit = 64;
 // anyway (see kSmallGemmWork below).
 constexpr int64_t kSplitWork = 4 * 65536;
 
-// C's rows [r0, r1) and columns [c0, c1) set to bias[c0, c1): where a product with a bias starts
-// (beta 1 then adds onto it). Done by the thread that runs that part's GEMM, just before it, so
-// the part is still in its cache when the GEMM reads it.
-template <class T>
-void seed_rows(const T* bias, T* c, int64_t ldc, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  for (int64_t r = r0; r < r1; ++r) std::copy(bias + c0, bias + c1, c + r * ldc + c0);
-}
-
 // With gemm_on_tbb(): a large GEMM cut into one slab of C's rows (or columns) per thread, each a
 // single-threaded BLAS call on a TBB thread. Every output element is still one BLAS dot product
 // over the whole k, and only one thread pool is ever busy.
 template <class T>
 void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-                T* c, int64_t ldc, const T* bias) {
+                T* c, int64_t ldc) {
   const int64_t parts = max_threads();
   const bool by_rows = m >= n || n < parts * kMinSplit;
   const int64_t extent = by_rows ? m : n, chunk = (extent + parts - 1) / parts;
@@ -72,7 +64,6 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
     for (int64_t p = lo; p < hi; ++p) {
       const int64_t s = p * chunk, len = std::min(chunk, extent - s);
       if (len <= 0) continue;
-      if (bias) by_rows ? seed_rows(bias, c, ldc, s, s + len, 0, n) : seed_rows(bias, c, ldc, 0, m, s, s + len);
       if (by_rows)
         blas_gemm(ta, tb, len, n, k, T(1), ta ? a + s : a + s * lda, lda, b, ldb, beta, c + s * ldc, ldc);
       else
@@ -94,12 +85,11 @@ int64_t column_block(int64_t n) {
 // on the thread count.
 template <class T>
 void column_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-                   T* c, int64_t ldc, const T* bias) {
+                   T* c, int64_t ldc) {
   const int64_t block = column_block(n);
   parallel_for((n + block - 1) / block, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       const int64_t c0 = j * block, len = std::min(block, n - c0);
-      if (bias) seed_rows(bias, c, ldc, 0, m, c0, c0 + len);
       blas_gemm(ta, tb, m, len, k, T(1), a, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + c0, ldc);
     }
   });
@@ -113,32 +103,26 @@ void column_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a
 // thread (split_gemm). With GRADFLOW_GEMM_THREADS=openblas, OpenBLAS threads it instead.
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
-          T* c, int64_t ldc, const T* bias) {
+          T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   g_gemm_flops.fetch_add(static_cast<uint64_t>(2 * m * n * k), std::memory_order_relaxed);
-  if (bias) beta = T(1);  // onto the bias each part is seeded with
   if (k == 0) {  // an empty sum: BLAS would leave beta * C
-    if (bias)
-      seed_rows(bias, c, ldc, 0, m, 0, n);
-    else if (beta == T(0))
+    if (beta == T(0))
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
     return;
   }
   if (m * n * k >= kSplitWork) {
     // On one thread too: the blocks, and so the bits of a decoded sentence, follow the shape alone.
-    if (g_small_rows_scopes.load(std::memory_order_relaxed) > 0)
-      return column_blocks(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    if (g_small_rows_scopes.load(std::memory_order_relaxed) > 0) return column_blocks(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     if (gemm_on_tbb() && max_threads() > 1 && std::max(m, n) >= max_threads() * kMinSplit)
-      return split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+      return split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
-  if (bias) seed_rows(bias, c, ldc, 0, m, 0, n);
   blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
-template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*, int64_t,
-                          const float*);
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*, int64_t);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t, double, double*,
-                           int64_t, const double*);
+                           int64_t);
 
 namespace {
 
@@ -334,11 +318,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Operand<T> X(x2), W(weight);
     check_blas_size(rows, "linear"), check_blas_size(in, "linear"), check_blas_size(out_f, "linear");
     check_blas_size(X.lay.ld, "linear"), check_blas_size(W.lay.ld, "linear");
-    // Every row starts as the bias and the GEMM adds onto it: no second pass over the output.
-    Tensor bc = bias.defined() ? bias.contiguous() : Tensor();  // (out,)
+    T* o = out.data<T>();
+    T beta = T(0);
+    if (bias.defined()) {
+      // Seed every row with the bias so that the GEMM adds onto it (beta = 1): no second pass.
+      Tensor bc = bias.contiguous();  // (out,)
+      const T* bp = bc.data<T>();
+      parallel_for(rows, row_grain(out_f), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) std::memcpy(o + r * out_f, bp, sizeof(T) * out_f);
+      });
+      beta = T(1);
+    }
     // x @ W^T: W (out, in) row-major is read transposed; a transposed view of W reads as is.
-    gemm<T>(X.lay.trans, !W.lay.trans, rows, out_f, in, X.base, X.lay.ld, W.base, W.lay.ld, T(0), out.data<T>(), out_f,
-            bias.defined() ? bc.data<T>() : nullptr);
+    gemm<T>(X.lay.trans, !W.lay.trans, rows, out_f, in, X.base, X.lay.ld, W.base, W.lay.ld, beta, o, out_f);
   });
   return out;
 }

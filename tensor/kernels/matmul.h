@@ -24,11 +24,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims, as matmul and linear run
 // it: a large product is cut across the threads (see gemm_on_tbb()); counted in gemm_flops().
 // For ops that write products into parts of their own buffers or accumulate into them (beta 1).
-// With a bias (n values), every row of C starts as the bias and the product is added (beta is
-// then 1), each part seeded by the thread that computes it: linear's bias in the same pass.
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
-          int64_t ldc, const T* bias = nullptr);
+          int64_t ldc);
 
 // One BLAS call on the calling thread, never cut across threads: C (m, n) = alpha * op(A) @ op(B)
 // + beta * C, all row-major with leading dims (ta/tb: A/B read transposed). For kernels that call
