@@ -96,3 +96,17 @@ TEST_CASE("max's indices over long rows: the first largest, or the first NaN (Py
     }
   }
 }
+
+TEST_CASE("sum over leading dims of a tall tensor: every row counted, as a plain double sum") {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3001, 256}, {700, 5921}, {5, 3}, {0, 4}}) {
+    Tensor t = randn({rows, cols}, 31).to(DType::Float32);  // (rows, cols): many row blocks, a partial last one
+    Tensor s = kernels::sum(t, {0}, false);                 // (cols,)
+    const float* p = t.data<float>();
+    for (int64_t j = 0; j < cols; ++j) {
+      double want = 0;
+      for (int64_t r = 0; r < rows; ++r) want += p[r * cols + j];
+      CAPTURE(rows);
+      CHECK(s.data<float>()[j] == doctest::Approx(want).epsilon(1e-6));
+    }
+  }
+}

@@ -52,19 +52,31 @@ void sum_rows(const T* in, T* out, int64_t rows, int64_t inner) {
   });
 }
 
-// Sums `rows` rows of `cols` columns down to one row (reduction over leading dims).
+// Sums `rows` rows of `cols` columns down to one row (reduction over leading dims), in double.
+// Rows are cut into blocks whose size depends only on the shape; each block sums its own partials,
+// and the partials are added in block order: both threads work even on a 256-wide bias gradient
+// (one column strip), and the result is the same for any thread count (layer_norm's weight and
+// bias gradients are summed the same way).
 template <class T>
 void sum_columns(const T* in, T* out, int64_t rows, int64_t cols) {
-  const int64_t chunk = 256;
-  parallel_for((cols + chunk - 1) / chunk, row_grain(rows * chunk), [&](int64_t lo, int64_t hi) {
-    for (int64_t c = lo; c < hi; ++c) {
-      int64_t c0 = c * chunk, c1 = std::min(cols, c0 + chunk);
-      double acc[256] = {0};
-      for (int64_t r = 0; r < rows; ++r) {
+  constexpr int64_t kMaxBlocks = 64;
+  const int64_t block_rows = std::max(row_grain(cols), (rows + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t blocks = std::max<int64_t>(1, (rows + block_rows - 1) / block_rows);
+  std::vector<double> part(static_cast<size_t>(blocks * cols), 0.0);  // (blocks, cols)
+  parallel_for(blocks, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t blk = lo; blk < hi; ++blk) {
+      double* acc = part.data() + blk * cols;
+      for (int64_t r = blk * block_rows; r < std::min(rows, (blk + 1) * block_rows); ++r) {
         const T* p = in + r * cols;
-        for (int64_t j = c0; j < c1; ++j) acc[j - c0] += p[j];
+        for (int64_t j = 0; j < cols; ++j) acc[j] += p[j];
       }
-      for (int64_t j = c0; j < c1; ++j) out[j] = static_cast<T>(acc[j - c0]);
+    }
+  });
+  parallel_for(cols, row_grain(blocks), [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      double total = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) total += part[blk * cols + j];
+      out[j] = static_cast<T>(total);
     }
   });
 }
