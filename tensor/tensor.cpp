@@ -6,6 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/parallel.h"
+
 namespace gf {
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Shape strides, DType dtype)
@@ -20,7 +22,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
-  std::memset(t.raw_data(), 0, t.nbytes());
+  // In 64 KiB pieces on the threads: a gradient buffer of several MiB (an embedding's, the
+  // output projection's) zeroed on one thread held up the other in every training step.
+  constexpr int64_t kPiece = int64_t{1} << 16;
+  const int64_t n = static_cast<int64_t>(t.nbytes());
+  char* p = static_cast<char*>(t.raw_data());
+  parallel_for((n + kPiece - 1) / kPiece, 16, [&](int64_t lo, int64_t hi) {
+    std::memset(p + lo * kPiece, 0, static_cast<size_t>(std::min(n, hi * kPiece) - lo * kPiece));
+  });
   return t;
 }
 
