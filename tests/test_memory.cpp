@@ -1,6 +1,8 @@
 // The graph is freed after backward: memory stays flat over 1,000 training steps.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cstring>
 
@@ -63,5 +65,16 @@ TEST_CASE("Storage buffers are 64-byte aligned and whole, for any size") {
     CHECK(s.nbytes() == n);
     std::memset(s.data(), 0xAB, n);  // every byte writable (the sanitizer suite checks the bounds)
     if (n) CHECK(static_cast<unsigned char*>(s.data())[n - 1] == 0xAB);
+  }
+}
+
+TEST_CASE("Tensor::zeros clears every byte, in one piece or in many (a partial last piece too)") {
+  for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{1} << 18, (int64_t{1} << 20) + 3, int64_t{3} << 20}) {  // bytes
+    CAPTURE(n);
+    // Dirty memory first: a freed buffer of the same size is likely to come back.
+    { Tensor dirty = Tensor::full({n}, 1.0, DType::Bool); }
+    Tensor t = Tensor::zeros({n}, DType::Bool);
+    const auto* p = static_cast<const unsigned char*>(t.raw_data());
+    CHECK(std::count(p, p + n, 0) == n);
   }
 }
