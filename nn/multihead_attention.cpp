@@ -403,7 +403,8 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
     // asked for (spread out so, the requests do not queue up behind each other), and the rest of
     // item i + 1's positions, if it has more, after it.
     auto prefetch_position = [&](const auto& at, int64_t s) {
-      const T *ks = kp + at(s), *vs = vp + at(s);
+      const int64_t offset = at(s);
+      const T *ks = kp + offset, *vs = vp + offset;
       for (int64_t j = 0; j < dk; j += 64 / static_cast<int64_t>(sizeof(T))) {
         prefetch(ks + j);
         prefetch(vs + j);
@@ -412,6 +413,8 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
     parallel_for(R * H, row_grain(4 * len * dk), [&](int64_t lo, int64_t hi) {
       std::vector<T> scores(static_cast<size_t>(std::max<int64_t>(len, 1))), qs(static_cast<size_t>(dk));
       for (int64_t i = lo; i < hi; ++i) {
+        // The chunk's last item has no next one: next_len is 0, so its next_at (built on itself, as
+        // i + 1 may be past the last row) is never called.
         const bool has_next = i + 1 < hi;
         const auto next_at = positions_of(has_next ? i + 1 : i);
         const int64_t next_len = has_next ? keys[(i + 1) / H] : 0;

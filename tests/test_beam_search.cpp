@@ -242,4 +242,10 @@ TEST_CASE("beam search over a vocabulary of many 16-token blocks finds the best 
   CHECK(train::translate_batch_with(close, src, o) == std::vector<std::vector<int64_t>>{{40}});
   // Equal values in different blocks: the lower token first.
   CHECK(train::translate_batch_with(script({{5, -4.0f}, {61, -1.0f}, {18, -1.0f}}), src, o) == std::vector<std::vector<int64_t>>{{18}});
+  // A token never output (<bos>, moved here to token 50) is passed over even as the best of a later
+  // block, whose one-vector test lets the block through.
+  train::DecodeOptions moved = o;
+  moved.bos = 50;
+  CHECK(train::translate_batch_with(script({{7, -3.0f}, {50, -0.5f}, {66, -1.0f}}), src, moved) ==
+        std::vector<std::vector<int64_t>>{{66}});
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/kernels/row_blocks.h"
 #include "tensor/kernels/softmax.h"  // lane_sum
 #include "tensor/check.h"
 #include "tensor/parallel.h"
@@ -92,15 +93,10 @@ LayerNormGrads backward_rows(const Tensor& g, const Tensor& x, const Tensor& mea
   if (need_x) out.x = Tensor::empty(x.shape(), x.dtype());              // (..., D)
   if (need_weight) out.weight = Tensor::empty({cols}, x.dtype());       // (D,)
   if (need_bias) out.bias = Tensor::empty({cols}, x.dtype());           // (D,)
-  const bool need_params = need_weight || need_bias;
 
-  // Rows are cut into blocks whose size depends only on the shape; each block sums its own
-  // weight/bias partials (no races), and the partials are then added in block order, so the
-  // result is the same for any thread count.
-  constexpr int64_t kMaxBlocks = 64;
-  const int64_t block_rows = std::max(row_grain(4 * cols), (rows + kMaxBlocks - 1) / kMaxBlocks);
-  const int64_t blocks = rows == 0 ? 0 : (rows + block_rows - 1) / block_rows;
-  std::vector<double> part_w(need_weight ? blocks * cols : 0), part_b(need_bias ? blocks * cols : 0);
+  // Weight and bias gradients are summed by row blocks (row_blocks.h): the same for any thread count.
+  const RowBlocks blocks = row_blocks(rows, 4 * cols);
+  std::vector<double> part_w(need_weight ? blocks.count * cols : 0), part_b(need_bias ? blocks.count * cols : 0);  // (blocks, D)
 
   dispatch_float(x.dtype(), "layer_norm_backward", [&]<class T>() {
     const T *px = xc.data<T>(), *pg = gc.data<T>();
@@ -108,15 +104,14 @@ LayerNormGrads backward_rows(const Tensor& g, const Tensor& x, const Tensor& mea
     const T* pw = wc.defined() ? wc.data<T>() : nullptr;
     const T* pb = bc.defined() ? bc.data<T>() : nullptr;
     T* pgx = need_x ? out.x.data<T>() : nullptr;
-    parallel_for(blocks, 1, [&](int64_t b_lo, int64_t b_hi) {
+    parallel_for(blocks.count, 1, [&](int64_t b_lo, int64_t b_hi) {
       std::vector<T> xhat(cols), gy(cols);
       for (int64_t blk = b_lo; blk < b_hi; ++blk) {
         double* dw = need_weight ? part_w.data() + blk * cols : nullptr;
         double* db = need_bias ? part_b.data() + blk * cols : nullptr;
         if (dw) std::fill(dw, dw + cols, 0.0);
         if (db) std::fill(db, db + cols, 0.0);
-        const int64_t r_end = std::min(rows, (blk + 1) * block_rows);
-        for (int64_t i = blk * block_rows; i < r_end; ++i) {
+        for (int64_t i = blocks.begin(blk); i < blocks.end(blk); ++i) {
           const T *xr = px + i * cols, *gr = pg + i * cols;
           const T s = static_cast<T>(ps[i]);
           // xhat = normalised input (x - mean in double, as in the forward; or undone from the
@@ -147,19 +142,8 @@ LayerNormGrads backward_rows(const Tensor& g, const Tensor& x, const Tensor& mea
         }
       }
     });
-    if (!need_params) return;
-    // Add the block partials in order, parallel over columns.
-    parallel_for(cols, row_grain(blocks), [&](int64_t lo, int64_t hi) {
-      for (int64_t j = lo; j < hi; ++j) {
-        double w = 0, b = 0;
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          if (need_weight) w += part_w[blk * cols + j];
-          if (need_bias) b += part_b[blk * cols + j];
-        }
-        if (need_weight) out.weight.data<T>()[j] = static_cast<T>(w);
-        if (need_bias) out.bias.data<T>()[j] = static_cast<T>(b);
-      }
-    });
+    if (need_weight) add_partials_in_order(part_w, blocks.count, cols, out.weight.data<T>());
+    if (need_bias) add_partials_in_order(part_b, blocks.count, cols, out.bias.data<T>());
   });
   return out;
 }

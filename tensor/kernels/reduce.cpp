@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "tensor/kernels/row_blocks.h"
 #include "tensor/kernels/softmax.h"
 #include "tensor/parallel.h"
 
@@ -52,33 +53,22 @@ void sum_rows(const T* in, T* out, int64_t rows, int64_t inner) {
   });
 }
 
-// Sums `rows` rows of `cols` columns down to one row (reduction over leading dims), in double.
-// Rows are cut into blocks whose size depends only on the shape; each block sums its own partials,
-// and the partials are added in block order: both threads work even on a 256-wide bias gradient
-// (one column strip), and the result is the same for any thread count (layer_norm's weight and
-// bias gradients are summed the same way).
+// Sums `rows` rows of `cols` columns down to one row (reduction over leading dims), in double, by
+// row blocks (row_blocks.h): the same result for any thread count.
 template <class T>
 void sum_columns(const T* in, T* out, int64_t rows, int64_t cols) {
-  constexpr int64_t kMaxBlocks = 64;
-  const int64_t block_rows = std::max(row_grain(cols), (rows + kMaxBlocks - 1) / kMaxBlocks);
-  const int64_t blocks = std::max<int64_t>(1, (rows + block_rows - 1) / block_rows);
-  std::vector<double> part(static_cast<size_t>(blocks * cols), 0.0);  // (blocks, cols)
-  parallel_for(blocks, 1, [&](int64_t lo, int64_t hi) {
+  const RowBlocks blocks = row_blocks(rows, cols);
+  std::vector<double> part(static_cast<size_t>(blocks.count * cols), 0.0);  // (blocks, cols)
+  parallel_for(blocks.count, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t blk = lo; blk < hi; ++blk) {
       double* acc = part.data() + blk * cols;
-      for (int64_t r = blk * block_rows; r < std::min(rows, (blk + 1) * block_rows); ++r) {
+      for (int64_t r = blocks.begin(blk); r < blocks.end(blk); ++r) {
         const T* p = in + r * cols;
         for (int64_t j = 0; j < cols; ++j) acc[j] += p[j];
       }
     }
   });
-  parallel_for(cols, row_grain(blocks), [&](int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; ++j) {
-      double total = 0;
-      for (int64_t blk = 0; blk < blocks; ++blk) total += part[blk * cols + j];
-      out[j] = static_cast<T>(total);
-    }
-  });
+  add_partials_in_order(part, blocks.count, cols, out);
 }
 
 }  // namespace

@@ -1,12 +1,17 @@
 #include "train/decode/decode.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <stdexcept>
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "autograd/grad_mode.h"
 #include "nn/masks.h"
@@ -199,11 +204,19 @@ std::pair<std::vector<int64_t>, int64_t> step_limits(const Tensor& src, const De
 
 // <pad> and the start token are never outputs (as in fairseq's search): a <pad> fed back would
 // be masked out of the prefix as padding, and the model was never trained to predict either.
+std::array<int64_t, 2> never_output(const DecodeOptions& opt) { return {opt.pad, opt.bos}; }
+
+bool is_never_output(int64_t tok, const DecodeOptions& opt) {
+  const auto never = never_output(opt);
+  return std::find(never.begin(), never.end(), tok) != never.end();
+}
+
+// Greedy's scores: the tokens never output get -inf.
 void forbid_specials(Tensor& scores, const DecodeOptions& opt) {  // scores: (R, V) float32, contiguous
   const int64_t R = scores.size(0), V = scores.size(1);
   float* p = scores.data<float>();
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t tok : {opt.pad, opt.bos})
+    for (int64_t tok : never_output(opt))
       if (tok >= 0 && tok < V) p[r * V + tok] = -INFINITY;
 }
 
@@ -300,29 +313,42 @@ struct Scored {
   int64_t token;
 };
 
-// The n best of V tokens, best first, of equal values the lower token first; value(v) is token
-// v's log-probability. One pass with a small sorted list (n is K + 1, far below V); once the list
-// is full, a block of 16 tokens none of which beats its last is passed over in one vector test.
-template <class Value>
-std::vector<Scored> top_tokens(int64_t V, int64_t n, Value value) {
-  constexpr int64_t kBlock = 16;
+// The n best of a row's V tokens by log-probability x[v] - shift (log_softmax's own arithmetic:
+// the same bits; shift 0 for scores that are log-probabilities already), best first, of equal
+// values the lower token first; tokens with never(v) are not taken. One pass with a small sorted
+// list (n is K + 1, far below V). Once the list is full, a block of 16 tokens none of which beats
+// its last is passed over after one test of the 16 raw values, which vectorises; the test leaves
+// never(v) out of account, so it may only let a block through that then yields nothing.
+// Whether any of x[0..16) - shift beats cut. With AVX-512, one subtraction and one comparison to a
+// mask (inlined into the scan, a plain loop is unrolled into 16 scalar compares instead); the
+// same arithmetic, so the same answer, either way.
+bool any_of_16_beats(const float* x, float shift, float cut) {
+#ifdef __AVX512F__
+  const __m512 lp = _mm512_sub_ps(_mm512_loadu_ps(x), _mm512_set1_ps(shift));
+  return _mm512_cmp_ps_mask(lp, _mm512_set1_ps(cut), _CMP_GT_OQ) != 0;
+#else
+  bool any = false;
+  for (int l = 0; l < 16; ++l) any |= x[l] - shift > cut;
+  return any;
+#endif
+}
+
+template <class Never>
+std::vector<Scored> top_tokens(const float* x, int64_t V, float shift, int64_t n, Never never) {
+  constexpr int64_t kBlock = 16;  // any_of_16_beats
   n = std::min(n, V);
   std::vector<Scored> top;
   top.reserve(static_cast<size_t>(n) + 1);
   for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
     const int64_t v1 = std::min(V, v0 + kBlock);
-    if (static_cast<int64_t>(top.size()) == n) {
-      const float cut = top.back().log_prob;
-      bool beats = false;
-      for (int64_t v = v0; v < v1; ++v) beats |= value(v) > cut;
-      if (!beats) continue;
-    }
+    if (static_cast<int64_t>(top.size()) == n && v1 - v0 == kBlock && !any_of_16_beats(x + v0, shift, top.back().log_prob)) continue;
     for (int64_t v = v0; v < v1; ++v) {
-      const float x = value(v);
-      if (static_cast<int64_t>(top.size()) == n && !(x > top.back().log_prob)) continue;
+      if (never(v)) continue;
+      const float lp = x[v] - shift;
+      if (static_cast<int64_t>(top.size()) == n && !(lp > top.back().log_prob)) continue;
       size_t at = top.size();
-      while (at > 0 && x > top[at - 1].log_prob) --at;  // after every value >= it: ties keep token order
-      top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), Scored{x, v});
+      while (at > 0 && lp > top[at - 1].log_prob) --at;  // after every value >= it: ties keep token order
+      top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), Scored{lp, v});
       if (static_cast<int64_t>(top.size()) > n) top.pop_back();
     }
   }
@@ -395,7 +421,7 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     // Each row's K + 1 best tokens, found for all rows at once on the threads: a pass over the
     // vocabulary per row is most of the search's own work. A token's log-probability is x - shift,
     // log_softmax's own arithmetic (the same bits), computed only where the scan looks: the (R, V)
-    // log-probabilities are never written. <pad> and <bos> are forbidden (forbid_specials).
+    // log-probabilities are never written. <pad> and <bos> are never taken (is_never_output).
     const int64_t V = scores.size(1);
     const bool normalise = !step->scores_are_log_probs();
     std::vector<std::vector<Scored>> tops(static_cast<size_t>(R));
@@ -403,7 +429,7 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
       for (int64_t r = lo; r < hi; ++r) {
         const float* x = scores.data<float>() + r * V;
         const float shift = normalise ? kernels::log_softmax_shift(x, V) : 0.0f;
-        tops[r] = top_tokens(V, K + 1, [&](int64_t v) { return v == opt.pad || v == opt.bos ? -INFINITY : x[v] - shift; });
+        tops[r] = top_tokens(x, V, shift, K + 1, [&](int64_t v) { return is_never_output(v, opt); });
       }
     });
     std::vector<int64_t> keep_rows;
