@@ -8,7 +8,9 @@
 #include "autograd/ops/matmul.h"
 #include "tensor/storage.h"
 #include "gradcheck_util.h"
+#include "nn_test_util.h"
 #include "tensor/kernels/cross_entropy.h"
+#include "tensor/kernels/reduce.h"
 
 using namespace gf;
 using namespace gf::testing;
@@ -128,6 +130,34 @@ TEST_CASE("cross_entropy: float32 matches float64 on a large batch") {
   const double l32 = kernels::cross_entropy(logits.to(DType::Float32), t, -100, 0.1).loss.item();
   CHECK(l32 == doctest::Approx(l64).epsilon(1e-6));
   CHECK(kernels::cross_entropy(logits, t, -100, 0.1).count == 300 - 43);
+}
+
+TEST_CASE("cross_entropy_and_backward: the loss, lse, gradient and its column sums of the two kernels and sum, bit for bit") {
+  // 700 x 900 is cut into many row blocks; 3 x 900 into one; ignored rows and label smoothing.
+  for (DType dt : {DType::Float32, DType::Float64})
+    for (int64_t n : {700, 3})
+      for (double ls : {0.0, 0.1}) {
+        CAPTURE(n);
+        CAPTURE(ls);
+        const int64_t c = 900;
+        Tensor logits = randn({n, c}, 21, 3.0).to(dt);  // (n, C)
+        std::vector<int64_t> tv(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) tv[i] = i % 5 == 1 ? -100 : (i * 31) % c;
+        Tensor t = targets(tv);
+        const kernels::CrossEntropyResult want = kernels::cross_entropy(logits, t, -100, ls);
+        const Tensor want_grad = kernels::cross_entropy_backward(logits, want.lse, t, -100, ls, 0.25);  // (n, C)
+        const Tensor want_sums = kernels::sum(want_grad, {0}, false);                                   // (C)
+        Tensor fused = logits.clone(), sums = Tensor::empty({c}, dt);
+        const kernels::CrossEntropyResult got = kernels::cross_entropy_and_backward(fused, t, -100, ls, 0.25, &sums);
+        CHECK(got.total == want.total);
+        CHECK(got.count == want.count);
+        CHECK(max_abs_diff(got.lse, want.lse) == 0.0);
+        CHECK(max_abs_diff(fused, want_grad) == 0.0);
+        CHECK(max_abs_diff(sums, want_sums) == 0.0);
+        Tensor again = logits.clone();
+        kernels::cross_entropy_and_backward(again, t, -100, ls, 0.25);  // no column sums asked for
+        CHECK(max_abs_diff(again, want_grad) == 0.0);
+      }
 }
 
 TEST_CASE("cross_entropy errors") {

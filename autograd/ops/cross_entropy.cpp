@@ -101,18 +101,22 @@ Variable linear_cross_entropy(const Variable& h, const Variable& weight, const V
     const int64_t rows = std::min(chunk, N - r0);
     Tensor hr = hc.narrow(0, r0, rows), tr = target.narrow(0, r0, rows);  // (rows, D), (rows,)
     Tensor logits = kernels::linear(hr, w, b);                              // (rows, V)
-    kernels::CrossEntropyResult r = kernels::cross_entropy(logits, tr, ignore_index, label_smoothing);
-    total += r.total;
-    if (!node) continue;
-    // d loss / d logits over the logits' own buffer; then the two GEMMs of linear's backward.
-    Tensor gl = kernels::cross_entropy_backward(logits, r.lse, tr, ignore_index, label_smoothing, scale, true);  // (rows, V)
+    if (!node) {
+      total += kernels::cross_entropy(logits, tr, ignore_index, label_smoothing).total;
+      continue;
+    }
+    // The loss and d loss / d logits in one pass over each row (over the logits' own buffer), with
+    // the bias gradient's column sums; then the two GEMMs of linear's backward.
+    Tensor bias_part = need_b ? Tensor::empty({V}, h.dtype()) : Tensor();  // (V)
+    total += kernels::cross_entropy_and_backward(logits, tr, ignore_index, label_smoothing, scale, need_b ? &bias_part : nullptr).total;
+    const Tensor& gl = logits;  // (rows, V): now the gradient
     dispatch_float(h.dtype(), "linear_cross_entropy", [&]<class T>() {
       if (need_h)  // grad_h[rows] = gl @ W
         kernels::gemm<T>(false, false, rows, D, V, gl.data<T>(), V, w.data<T>(), D, T(0), node->grad_h.data<T>() + r0 * D, D);
       if (need_w)  // grad_W += gl^T @ h[rows]
         kernels::gemm<T>(true, false, V, D, rows, gl.data<T>(), V, hr.data<T>(), D, T(1), node->grad_weight.data<T>(), D);
     });
-    if (need_b) kernels::add_(node->grad_bias, kernels::sum(gl, {0}, false));  // (V)
+    if (need_b) kernels::add_(node->grad_bias, bias_part);  // (V)
   }
   Tensor loss = Tensor::scalar(count > 0 ? total / static_cast<double>(count) : 0.0, h.dtype());  // ()
   return Variable::from_op(std::move(loss), node);

@@ -1,10 +1,12 @@
 #include "tensor/kernels/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "tensor/kernels/row_blocks.h"
 #include "tensor/kernels/softmax.h"  // fast_exp, row_max, lane_sum
 #include "tensor/check.h"
 #include "tensor/parallel.h"
@@ -26,6 +28,41 @@ int64_t check_inputs(const Tensor& logits, const Tensor& target, int64_t ignore_
   GF_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label_smoothing {} is outside [0, 1]",
            label_smoothing);
   return count_targets(target, logits.shape()[1], ignore_index, "cross_entropy", "logits", logits.shape());
+}
+
+// Row i's log-sum-exp and loss: (1 - ls) * (lse - x[t]) + ls * mean_c (lse - x[c]).
+template <class T>
+void row_forward(const T* xr, int64_t c, int64_t t, double label_smoothing, double& lse, double& loss) {
+  const T mx = row_max(xr, c);
+  const double sum_exp = lane_sum(c, [&](int64_t j) { return fast_exp(xr[j] - mx); });
+  const double sum_x = label_smoothing > 0 ? lane_sum(c, [&](int64_t j) { return xr[j]; }) : 0.0;
+  lse = mx + std::log(sum_exp);
+  const double nll = lse - xr[t];
+  const double smooth = lse - sum_x / c;  // mean over classes of -log p
+  loss = (1.0 - label_smoothing) * nll + label_smoothing * smooth;
+}
+
+// The smoothed one-hot target's two values: off for every class, hit for the true one.
+template <class T>
+struct SmoothedTarget {
+  T off, hit;
+  SmoothedTarget(double label_smoothing, int64_t c)
+      : off(static_cast<T>(label_smoothing / c)), hit(static_cast<T>(1.0 - label_smoothing) + off) {}
+};
+
+// Row i's gradient, (softmax - smoothed one-hot) * s, into gr (which may be xr itself); l is the
+// row's log-sum-exp, t its target.
+template <class T>
+void row_backward(const T* xr, T* gr, int64_t c, int64_t t, T l, T s, SmoothedTarget<T> y) {
+  const T xt = xr[t];  // read first: in place, the loop overwrites it
+  for (int64_t j = 0; j < c; ++j) gr[j] = (fast_exp(xr[j] - l) - y.off) * s;
+  gr[t] = (fast_exp(xt - l) - y.hit) * s;
+}
+
+double sum_in_row_order(const std::vector<double>& row_loss) {
+  double total = 0;
+  for (double v : row_loss) total += v;
+  return total;
 }
 
 }  // namespace
@@ -63,23 +100,15 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
           plse[i] = T(0);
           continue;
         }
-        const T* xr = px + i * c;
-        const T mx = row_max(xr, c);
-        const double sum_exp = lane_sum(c, [&](int64_t j) { return fast_exp(xr[j] - mx); });
-        const double sum_x = label_smoothing > 0 ? lane_sum(c, [&](int64_t j) { return xr[j]; }) : 0.0;
-        const double lse = mx + std::log(sum_exp);
+        double lse = 0;
+        row_forward(px + i * c, c, pt[i], label_smoothing, lse, row_loss[i]);
         plse[i] = static_cast<T>(lse);
-        const double nll = lse - xr[pt[i]];
-        const double smooth = lse - sum_x / c;  // mean over classes of -log p
-        row_loss[i] = (1.0 - label_smoothing) * nll + label_smoothing * smooth;
       }
     });
   });
   // Summed serially in row order: the loss is bit-identical for any thread count.
-  double total = 0;
-  for (double v : row_loss) total += v;
-  r.total = total;
-  r.loss = Tensor::scalar(r.count > 0 ? total / r.count : 0.0, logits.dtype());  // ()
+  r.total = sum_in_row_order(row_loss);
+  r.loss = Tensor::scalar(r.count > 0 ? r.total / r.count : 0.0, logits.dtype());  // ()
   return r;
 }
 
@@ -95,23 +124,64 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Ten
     const int64_t* pt = tc.data<int64_t>();
     T* pg = gx.data<T>();
     const T s = static_cast<T>(scale);
-    const T off = static_cast<T>(label_smoothing / c);            // smoothed target mass per class
-    const T hit = static_cast<T>(1.0 - label_smoothing) + off;   // ... plus the true class's share
+    const SmoothedTarget<T> y(label_smoothing, c);
     parallel_for(n, row_grain(2 * c), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        const T* xr = px + i * c;
         T* gr = pg + i * c;
-        if (pt[i] == ignore_index) {
-          for (int64_t j = 0; j < c; ++j) gr[j] = T(0);
-          continue;
-        }
-        const T l = pl[i], xt = xr[pt[i]];  // xt read first: in place, the loop overwrites it
-        for (int64_t j = 0; j < c; ++j) gr[j] = (fast_exp(xr[j] - l) - off) * s;
-        gr[pt[i]] = (fast_exp(xt - l) - hit) * s;
+        if (pt[i] == ignore_index)
+          std::fill(gr, gr + c, T(0));
+        else
+          row_backward(px + i * c, gr, c, pt[i], pl[i], s, y);
       }
     });
   });
   return gx;
+}
+
+CrossEntropyResult cross_entropy_and_backward(Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
+                                              double scale, Tensor* column_sums) {
+  CrossEntropyResult r;
+  r.count = check_inputs(logits, target, ignore_index, label_smoothing);
+  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  GF_CHECK(c != 0 || r.count == 0, "cross_entropy: logits {} have no classes", shape_str(logits.shape()));
+  GF_CHECK(logits.is_contiguous(), "cross_entropy_and_backward: needs contiguous logits, got {} with strides {}", shape_str(logits.shape()),
+           shape_str(logits.strides()));
+  Tensor tc = target.contiguous();  // (N,)
+  r.lse = Tensor::empty({n}, logits.dtype());  // (N,)
+  std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
+  // Blocks as sum_columns cuts them, so the column sums are the same bits as sum(gradient, {0}).
+  const RowBlocks blocks = row_blocks(n, c);
+  std::vector<double> part(column_sums ? static_cast<size_t>(blocks.count * c) : 0, 0.0);  // (blocks, C)
+  dispatch_float(logits.dtype(), "cross_entropy_and_backward", [&]<class T>() {
+    T* px = logits.data<T>();
+    const int64_t* pt = tc.data<int64_t>();
+    T* plse = r.lse.data<T>();
+    const T s = static_cast<T>(scale);
+    const SmoothedTarget<T> y(label_smoothing, c);
+    parallel_for(blocks.count, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t blk = lo; blk < hi; ++blk) {
+        double* acc = column_sums ? part.data() + blk * c : nullptr;  // (C,)
+        for (int64_t i = blocks.begin(blk); i < blocks.end(blk); ++i) {
+          T* xr = px + i * c;  // the logits, then their gradient
+          if (pt[i] == ignore_index) {
+            plse[i] = T(0);
+            std::fill(xr, xr + c, T(0));
+            continue;  // adds nothing to the column sums
+          }
+          double lse = 0;
+          row_forward(xr, c, pt[i], label_smoothing, lse, row_loss[i]);
+          plse[i] = static_cast<T>(lse);
+          row_backward(xr, xr, c, pt[i], plse[i], s, y);
+          if (acc)
+            for (int64_t j = 0; j < c; ++j) acc[j] += xr[j];
+        }
+      }
+    });
+    if (column_sums) add_partials_in_order(part, blocks.count, c, column_sums->data<T>());
+  });
+  r.total = sum_in_row_order(row_loss);
+  r.loss = Tensor::scalar(r.count > 0 ? r.total / r.count : 0.0, logits.dtype());  // ()
+  return r;
 }
 
 }  // namespace gf::kernels

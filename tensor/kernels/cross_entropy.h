@@ -36,4 +36,12 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tensor& target, int64_t ignore_index,
                               double label_smoothing, double scale, bool in_place = false);
 
+// Both at once, one row at a time while it is in cache (linear_cross_entropy's chunks): the loss
+// as cross_entropy, and the gradient (as cross_entropy_backward's, the same bits) written over the
+// logits (contiguous). column_sums, if given ((C,), the logits' dtype), receives the gradient's
+// sum over rows, the bias gradient of a linear layer before the loss: the same bits as
+// sum(gradient, {0}).
+CrossEntropyResult cross_entropy_and_backward(Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
+                                              double scale, Tensor* column_sums = nullptr);
+
 }  // namespace gf::kernels
