@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
@@ -308,10 +307,10 @@ inline void prefetch(const void* p) {
 template <class T>
 T dot(const T* a, const T* b, int64_t n) {
   T acc[16] = {};
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16)
+  const int64_t full = n - n % 16;
+  for (int64_t j = 0; j < full; j += 16)
     for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * b[j + l];
-  for (; j < n; ++j) acc[j % 16] += a[j] * b[j];
+  for (int64_t j = full; j < n; ++j) acc[j - full] += a[j] * b[j];  // lane j % 16
   for (int w = 8; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
   return acc[0];
@@ -320,10 +319,12 @@ T dot(const T* a, const T* b, int64_t n) {
 // One (row, head): scores over keys [0, len), masked, softmax, weighted sum of values into out
 // (d_k). scores is scratch of len. A row with every key blocked gets zeros (softmax's rule).
 // key(s) and value(s) point at position s's d_k values; ahead(s) is called as key s is read (a
-// hint for what comes next).
-template <class T, class Key, class Value, class Ahead>
+// hint for what comes next). DK, if not 0, is dk known at compile time: the weighted sum is then
+// kept in a local array of fixed size (the same sums, in the same order).
+template <class T, int DK, class Key, class Value, class Ahead>
 void attend_row(const T* q, Key key, Value value, int64_t len, int64_t dk, const bool* blocked, const T* added, T* scores, T* out,
                 Ahead ahead) {
+  if constexpr (DK > 0) dk = DK;
   T top = -INFINITY;
   for (int64_t s = 0; s < len; ++s) {
     ahead(s);
@@ -337,10 +338,20 @@ void attend_row(const T* q, Key key, Value value, int64_t len, int64_t dk, const
   if (top == -INFINITY) return;
   T total = 0;
   for (int64_t s = 0; s < len; ++s) total += scores[s] = std::exp(scores[s] - top);
-  for (int64_t s = 0; s < len; ++s) {
-    const T w = scores[s] / total;
-    const T* vs = value(s);
-    for (int64_t j = 0; j < dk; ++j) out[j] += w * vs[j];
+  if constexpr (DK > 0) {
+    T acc[DK] = {};  // (d_k): a local array, not out, which the compiler must store at every position
+    for (int64_t s = 0; s < len; ++s) {
+      const T w = scores[s] / total;
+      const T* vs = value(s);
+      for (int j = 0; j < DK; ++j) acc[j] += w * vs[j];
+    }
+    std::copy(acc, acc + DK, out);
+  } else {
+    for (int64_t s = 0; s < len; ++s) {
+      const T w = scores[s] / total;
+      const T* vs = value(s);
+      for (int64_t j = 0; j < dk; ++j) out[j] += w * vs[j];
+    }
   }
 }
 
@@ -427,9 +438,12 @@ Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, c
         auto ahead = [&](int64_t s) {
           if (s < next_len) prefetch_position(next_at, s);
         };
-        attend_row<T>(
-            qs.data(), [&](int64_t s) { return kp + at(s); }, [&](int64_t s) { return vp + at(s); }, keys[r], dk, blocked, added, scores.data(),
-            op + i * dk, ahead);
+        auto key = [&](int64_t s) { return kp + at(s); };
+        auto value = [&](int64_t s) { return vp + at(s); };
+        if (dk == 64)  // the usual head width (d_model 256 or 512 over 4 or 8 heads)
+          attend_row<T, 64>(qs.data(), key, value, keys[r], dk, blocked, added, scores.data(), op + i * dk, ahead);
+        else
+          attend_row<T, 0>(qs.data(), key, value, keys[r], dk, blocked, added, scores.data(), op + i * dk, ahead);
         for (int64_t s = keys[r]; s < next_len; ++s) prefetch_position(next_at, s);
       }
     });

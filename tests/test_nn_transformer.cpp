@@ -433,27 +433,30 @@ TEST_CASE("KVCache::select_rows equals index_select on the filled positions, mov
 }
 
 TEST_CASE("attend_one (one query per row, shared key/value rows) equals attend on the gathered rows, with masks") {
-  const int64_t R = 5, Bk = 3, H = 4, dk = 2, S = 6, len = 5;
+  const int64_t R = 5, Bk = 3, H = 4, S = 6, len = 5;
+  // d_k 64 takes attend_one's compile-time head width; 2 the general one.
+  for (int64_t dk : {2, 64})
   for (int64_t kv_heads : {4, 2, 1}) {
+    CAPTURE(dk);
     CAPTURE(kv_heads);
     Generator gen(120);
     nn::MultiheadAttention mha(H * dk, H, 0.0, true, gen, kv_heads);
     randomise(mha, 121);
     NoGradGuard ng;
-    Variable q(randn({R, H, 1, dk}, 122, 1.0, DType::Float32));     // (5, 4, 1, 2)
-    Tensor k = randn({Bk, kv_heads, S, dk}, 123, 1.0, DType::Float32);  // (3, KV, 6, 2): positions [0, 5) used
+    Variable q(randn({R, H, 1, dk}, 122, 1.0, DType::Float32));     // (5, 4, 1, d_k)
+    Tensor k = randn({Bk, kv_heads, S, dk}, 123, 1.0, DType::Float32);  // (3, KV, 6, d_k): positions [0, 5) used
     Tensor v = randn({Bk, kv_heads, S, dk}, 124, 1.0, DType::Float32);
     const std::vector<int64_t> kv_rows = {2, 0, 0, 1, 2};
     Tensor index = Tensor::from_vector(kv_rows, {R});
-    Variable kr(kernels::index_select(k, index).narrow(2, 0, len).contiguous());  // (5, KV, 5, 2)
+    Variable kr(kernels::index_select(k, index).narrow(2, 0, len).contiguous());  // (5, KV, 5, d_k)
     Variable vr(kernels::index_select(v, index).narrow(2, 0, len).contiguous());
     // Row 4 has every key blocked: zeros before out_proj, as attend's softmax gives.
     Tensor blocked = Tensor::of({0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {R, len}, DType::Bool);
     Tensor added = randn({R, len}, 125, 1.0, DType::Float32);  // (5, 5): a float mask is added
     for (const Tensor& kpm : {Tensor(), blocked, added}) {
-      Tensor want = mha.attend(q, kr, vr, kpm, Tensor(), false).output.data();    // (5, 1, 8)
-      Tensor got = mha.attend_one(q, k, v, len, kv_rows, kpm).data();           // (5, 1, 8)
-      CHECK(shape_str(got.shape()) == "(5, 1, 8)");
+      Tensor want = mha.attend(q, kr, vr, kpm, Tensor(), false).output.data();    // (5, 1, H * d_k)
+      Tensor got = mha.attend_one(q, k, v, len, kv_rows, kpm).data();           // (5, 1, H * d_k)
+      CHECK(shape_str(got.shape()) == shape_str({R, 1, H * dk}));
       CHECK(max_abs_diff(got, want) < 1e-5);
     }
     GF_CHECK_CONTAINS(error_of([&] { mha.attend_one(q, k, v, len, {0, 1}, Tensor()); }), "5 query rows, 3 key/value rows, 2 row indices and 0 position rows");
