@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "autograd/ops/arith.h"
@@ -218,6 +219,18 @@ TEST_CASE("gemm_flops counts 2 m n k per product, forward and backward") {
   out.backward(Tensor::ones({2, 3, 5}, DType::Float64));
   // grad a = g @ b^T (6 x 4 x 5), grad b = a^T @ g summed over the batch (4 x 5 x 6)
   CHECK(kernels::gemm_flops() - before == 2 * 6 * 4 * 5 + 2 * 4 * 5 * 6);
+}
+
+TEST_CASE("gemm_flops sums what every thread counted (one slot per thread)") {
+  const uint64_t before = kernels::gemm_flops();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 5; ++t)
+    threads.emplace_back([t] {
+      for (int i = 0; i < 1000; ++i) kernels::count_gemm_flops(static_cast<uint64_t>(t + 1));
+    });
+  for (auto& th : threads) th.join();
+  kernels::count_gemm_flops(7);  // and this thread
+  CHECK(kernels::gemm_flops() - before == 1000 * (1 + 2 + 3 + 4 + 5) + 7);
 }
 
 TEST_CASE("GEMMs cut across TBB threads (GRADFLOW_GEMM_THREADS=tbb) equal OpenBLAS's own threading") {
