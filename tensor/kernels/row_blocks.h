@@ -28,14 +28,23 @@ inline RowBlocks row_blocks(int64_t rows, int64_t row_cost) {
 }
 
 // out[j] = the sum over blocks of part[blk * cols + j] (part: (blocks, cols)), added in block
-// order; parallel over columns. No blocks: zeros.
+// order. Parallel over strips of columns; within a strip the blocks' rows are read one after
+// another (contiguous and vectorised; reading column by column strode through every block's row
+// for each column). No blocks: zeros.
 template <class T>
 void add_partials_in_order(const std::vector<double>& part, int64_t blocks, int64_t cols, T* out) {
-  parallel_for(cols, row_grain(blocks), [&](int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; ++j) {
-      double total = 0;
-      for (int64_t blk = 0; blk < blocks; ++blk) total += part[static_cast<size_t>(blk * cols + j)];
-      out[j] = static_cast<T>(total);
+  constexpr int64_t kStrip = 512;  // columns per task: its running totals (4 KiB) stay in L1
+  const int64_t strips = (cols + kStrip - 1) / kStrip;
+  parallel_for(strips, row_grain(std::max<int64_t>(1, blocks) * kStrip), [&](int64_t lo, int64_t hi) {
+    double total[kStrip];
+    for (int64_t strip = lo; strip < hi; ++strip) {
+      const int64_t j0 = strip * kStrip, n = std::min(kStrip, cols - j0);
+      std::fill(total, total + n, 0.0);
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const double* p = part.data() + blk * cols + j0;
+        for (int64_t j = 0; j < n; ++j) total[j] += p[j];
+      }
+      for (int64_t j = 0; j < n; ++j) out[j0 + j] = static_cast<T>(total[j]);
     }
   });
 }
