@@ -313,12 +313,6 @@ struct Scored {
   int64_t token;
 };
 
-// The n best of a row's V tokens by log-probability x[v] - shift (log_softmax's own arithmetic:
-// the same bits; shift 0 for scores that are log-probabilities already), best first, of equal
-// values the lower token first; tokens with never(v) are not taken. One pass with a small sorted
-// list (n is K + 1, far below V). Once the list is full, a block of 16 tokens none of which beats
-// its last is passed over after one test of the 16 raw values, which vectorises; the test leaves
-// never(v) out of account, so it may only let a block through that then yields nothing.
 // Whether any of x[0..16) - shift beats cut. With AVX-512, one subtraction and one comparison to a
 // mask (inlined into the scan, a plain loop is unrolled into 16 scalar compares instead); the
 // same arithmetic, so the same answer, either way.
@@ -333,6 +327,13 @@ bool any_of_16_beats(const float* x, float shift, float cut) {
 #endif
 }
 
+// The n best of a row's V tokens by log-probability x[v] - shift (log_softmax's own arithmetic:
+// the same bits; shift 0 for scores that are log-probabilities already), best first, of equal
+// values the lower token first; tokens with never(v) are not taken. One pass with a small sorted
+// list (n is K + 1, far below V). Once the list is full, a block of 16 tokens none of which beats
+// its last is passed over after one test of its 16 raw values (any_of_16_beats; a shorter last
+// block is always scanned). The test leaves never(v) out of account, so it may only let a block
+// through that then yields nothing.
 template <class Never>
 std::vector<Scored> top_tokens(const float* x, int64_t V, float shift, int64_t n, Never never) {
   constexpr int64_t kBlock = 16;  // any_of_16_beats
