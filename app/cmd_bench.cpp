@@ -17,6 +17,7 @@
 #include "app/recipe_flags.h"
 #include "autograd/grad_mode.h"
 #include "autograd/profile.h"
+#include "nn/decode_layout.h"
 #include "optim/adam.h"
 #include "tensor/check.h"
 #include "tensor/kernels/matmul.h"
@@ -217,6 +218,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   GF_CHECK_AS(std::runtime_error, !sources.empty(), "bench: {} has no sentences", file.string());
   nn::Seq2SeqTransformer& model = *s.model;
   model.eval();
+  nn::lay_out_for_decoding(model);  // as Translator::load does
   train::DecodeOptions opt;
   opt.max_extra = kExtra;
   opt.stop_at_eos = beam > 1;  // beam search needs <eos>; random weights almost never pick it, so it runs to the limit too

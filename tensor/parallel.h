@@ -5,6 +5,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 namespace gf {
 
@@ -13,17 +14,47 @@ constexpr int64_t kSerialGrain = 32768;
 
 int max_threads();
 
+namespace detail {
+// Set on a thread while it runs one of parallel_tasks' tasks and every thread has a task.
+inline thread_local bool t_serial = false;
+}  // namespace detail
+
 // f(begin, end) over [0, n) in chunks of at least `grain` items.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
-  if (n <= grain || max_threads() == 1) {
+  if (n <= grain || max_threads() == 1 || detail::t_serial) {
     f(int64_t{0}, n);
     return;
   }
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
                     [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+}
+
+// f(i) for each i in [0, n), as tasks spread over the threads, for independent pieces of work
+// that have parallel loops inside. With at least as many tasks as threads, those loops run serially
+// on the task's thread: every thread already has its own task, and splitting their loops would
+// only make each thread wait for pieces of its work taken by the other (measured slower, decoding).
+// With fewer tasks, the loops are shared out as usual, each task isolated: while it waits inside
+// its own loops, its thread takes only pieces of them, never the start of another task.
+template <class F>
+void parallel_tasks(int64_t n, F&& f) {
+  const bool serial_inside = n >= max_threads();
+  parallel_for(n, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      tbb::this_task_arena::isolate([&] {
+        const bool outer = detail::t_serial;
+        detail::t_serial = outer || serial_inside;
+        try {
+          f(i);
+        } catch (...) {
+          detail::t_serial = outer;
+          throw;
+        }
+        detail::t_serial = outer;
+      });
+  });
 }
 
 // Rows of `row_cost` elements each: a grain of rows so that each chunk has ~kSerialGrain elements.

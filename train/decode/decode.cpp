@@ -193,13 +193,21 @@ class FunctionSteps : public StepModel {
 };
 
 // Each row may emit at most its source length + max_extra tokens; returns those limits and the
-// longest, the number of steps to run.
-std::pair<std::vector<int64_t>, int64_t> step_limits(const Tensor& src, const DecodeOptions& opt) {
+// longest, the number of steps to run. Without stop_at_eos every row runs exactly `fixed_steps`
+// (the whole batch's longest limit, when src is a group of its rows).
+std::pair<std::vector<int64_t>, int64_t> step_limits(const Tensor& src, const DecodeOptions& opt, int64_t fixed_steps) {
   std::vector<int64_t> limit = source_lengths(src, opt.pad);
   int64_t max_steps = 0;
   for (auto& l : limit) max_steps = std::max(max_steps, l += opt.max_extra);
-  if (!opt.stop_at_eos) std::fill(limit.begin(), limit.end(), max_steps);
-  return {limit, max_steps};
+  if (opt.stop_at_eos) return {limit, max_steps};
+  std::fill(limit.begin(), limit.end(), fixed_steps);
+  return {limit, fixed_steps};
+}
+
+int64_t longest_limit(const Tensor& src, const DecodeOptions& opt) {
+  int64_t longest = 0;
+  for (int64_t l : source_lengths(src, opt.pad)) longest = std::max(longest, l + opt.max_extra);
+  return longest;
 }
 
 // <pad> and the start token are never outputs (as in fairseq's search): a <pad> fed back would
@@ -233,9 +241,10 @@ Tensor prefix_tensor(int64_t R, int64_t t, int64_t bos, TokensOf tokens_of) {
   return pre;
 }
 
-std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
+std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, int64_t fixed_steps,
+                                         DecodeStats* stats) {
   const int64_t B = src.size(0);
-  auto [limit, max_steps] = step_limits(src, opt);
+  auto [limit, max_steps] = step_limits(src, opt, fixed_steps);
   std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B)), emitted(static_cast<size_t>(B));  // emitted: <eos> included
   std::vector<int64_t> alive = identity_rows(B);  // original row of each live row
@@ -405,7 +414,7 @@ bool can_stop(const std::vector<Hypothesis>& finished, const std::vector<Hypothe
 
 std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
   const int64_t B = src.size(0), K = opt.beam;
-  auto [limit, max_steps] = step_limits(src, opt);
+  auto [limit, max_steps] = step_limits(src, opt, 0);  // beam search always stops at <eos>
   // One row per sentence at first, its one empty hypothesis: the first step runs B rows, not
   // B * K copies of the same one; select_rows then gives each new hypothesis its row.
   std::unique_ptr<StepModel> step = make_steps(src, max_steps + 1);
@@ -472,8 +481,52 @@ void check_request(const Tensor& src, const DecodeOptions& opt) {
   GF_CHECK(opt.beam == 1 || opt.stop_at_eos, "translate_batch: stop_at_eos = false is for greedy decoding only, got beam {}", opt.beam);
 }
 
-std::vector<std::vector<int64_t>> decode(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
-  return opt.beam == 1 ? greedy(src, make_steps, opt, stats) : beam_search(src, make_steps, opt, stats);
+std::vector<std::vector<int64_t>> decode_group(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, int64_t fixed_steps,
+                                               DecodeStats* stats) {
+  return opt.beam == 1 ? greedy(src, make_steps, opt, fixed_steps, stats) : beam_search(src, make_steps, opt, stats);
+}
+
+// Sentences per decoding group at most (see decode()).
+constexpr int64_t kGroupSentences = 32;
+
+// Concurrent groups' statistics as one batch's: their caches are alive together.
+DecodeStats merged(const std::vector<DecodeStats>& parts) {
+  DecodeStats st = parts.front();
+  st.cache_bytes_peak = 0;
+  for (const DecodeStats& p : parts) {
+    st.steps = std::max(st.steps, p.steps);
+    st.cache_bytes_peak += p.cache_bytes_peak;
+  }
+  return st;
+}
+
+// A batch of more than kGroupSentences sentences is decoded as independent groups of its rows,
+// split evenly, side by side on the threads: each thread runs whole steps of its own group, so no
+// step waits at the ends of the ~40 parallel loops a step has when one batch is cut across the
+// threads (a thread then idled ~20% of a step). But each thread then packs every weight for its
+// own products: with row-major weights that cost what the waiting did, and only with the
+// column-major layout (nn/decode_layout.h), cheaper to pack, do groups pay: greedy on 2 threads,
+// batches of 64, +11% over the layout alone; on 1 thread two groups of 32 are slower than one
+// batch of 64 (docs/performance.md). The groups depend on B alone, so the output does not depend
+// on the thread count. `grouped` false (scripted models, which may not be thread-safe) keeps one batch.
+std::vector<std::vector<int64_t>> decode(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats,
+                                         bool grouped = true) {
+  const int64_t B = src.size(0), groups = grouped ? (B + kGroupSentences - 1) / kGroupSentences : 1;
+  const int64_t fixed_steps = longest_limit(src, opt);  // fixed-length greedy: the whole batch's
+  if (groups <= 1) return decode_group(src, make_steps, opt, fixed_steps, stats);
+  std::vector<std::vector<std::vector<int64_t>>> outs(static_cast<size_t>(groups));
+  std::vector<DecodeStats> group_stats(static_cast<size_t>(groups));
+  parallel_tasks(groups, [&](int64_t g) {
+    NoGradGuard ng;  // grad mode is per thread, and this may be a worker
+    std::vector<int64_t> rows;
+    for (int64_t b = g * B / groups; b < (g + 1) * B / groups; ++b) rows.push_back(b);
+    outs[g] = decode_group(rows_of(src, rows), make_steps, opt, fixed_steps, &group_stats[g]);
+  });
+  if (stats) *stats = merged(group_stats);
+  std::vector<std::vector<int64_t>> out;
+  for (auto& part : outs)
+    for (auto& hyp : part) out.push_back(std::move(hyp));
+  return out;
 }
 
 }  // namespace
@@ -523,7 +576,7 @@ std::vector<std::vector<int64_t>> translate_batch_with(const NextLogProbs& next,
   check_request(src, opt);
   if (src.size(0) == 0) return {};
   MakeSteps make = [&](const Tensor& rows, int64_t) { return std::make_unique<FunctionSteps>(next, rows); };
-  return decode(src, make, opt, nullptr);
+  return decode(src, make, opt, nullptr, /*grouped=*/false);
 }
 
 }  // namespace gf::train

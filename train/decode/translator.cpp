@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "nn/decode_layout.h"
 #include "tensor/check.h"
 #include "tensor/io/safetensors.h"
 #include "train/loop/batch_loss.h"
@@ -54,6 +55,7 @@ Translator Translator::load(const std::string& path) {
     GF_FAIL_AS(std::runtime_error, "'{}' does not fit the model of {}: {}", t.weights_file, cfg, e.what());
   }
   t.net->module().eval();
+  nn::lay_out_for_decoding(t.net->module());  // this model only translates and scores
   return t;
 }
 

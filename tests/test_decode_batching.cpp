@@ -1,0 +1,118 @@
+// How decoding runs a batch, which must never change what it decodes: a batch of more than 32
+// sentences is split into groups decoded side by side on the threads (train/decode/decode.cpp),
+// and lay_out_for_decoding stores the weights column-major (nn/decode_layout.h).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "nn/decode_layout.h"
+#include "nn/seq2seq.h"
+#include "tensor/kernels/random.h"
+#include "tensor/parallel.h"
+#include "train/decode/decode.h"
+
+using namespace gf;
+
+namespace {
+
+constexpr int64_t kV = 13, kB = 70;
+
+nn::Seq2SeqOptions small_options(bool tie = false) {
+  nn::Seq2SeqOptions o;
+  o.src_vocab = o.tgt_vocab = kV;
+  o.layer.d_model = 16, o.layer.nhead = 2, o.layer.dim_feedforward = 32, o.layer.dropout = 0;
+  o.num_layers = 2;
+  o.tie_output = tie;
+  return o;
+}
+
+// kB sources (kB, 6) of 1 to 6 tokens (4..12), PAD-padded; only row 0 has 6 tokens.
+Tensor sources() {
+  Generator gen(11);
+  Tensor u = Tensor::empty({kB, 7});
+  kernels::uniform_(u, 0.0, 1.0, gen);
+  std::vector<int64_t> flat(static_cast<size_t>(kB * 6), 0);
+  for (int64_t b = 0; b < kB; ++b) {
+    const int64_t len = b == 0 ? 6 : 1 + static_cast<int64_t>(u.data<float>()[b * 7] * 3);  // 1..3
+    for (int64_t s = 0; s < len; ++s) flat[b * 6 + s] = 4 + static_cast<int64_t>(u.data<float>()[b * 7 + 1 + s] * 9);
+  }
+  return Tensor::from_vector(flat, {kB, 6});
+}
+
+std::vector<std::vector<int64_t>> decode_on(int threads, const nn::Seq2SeqTransformer& m, const Tensor& src, const train::DecodeOptions& o) {
+  set_num_threads(threads);
+  auto out = train::translate_batch(m, src, o);
+  set_num_threads(0);
+  return out;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  Tensor x = a.contiguous(), y = b.contiguous();
+  return x.shape() == y.shape() && std::memcmp(x.data<float>(), y.data<float>(), sizeof(float) * x.numel()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a batch of more than 32 sentences, decoded in groups side by side, gives what decoding each group alone gives, in order, on 1 and 2 threads") {
+  NoGradGuard ng;
+  nn::Seq2SeqTransformer m(small_options(), 5);
+  m.eval();
+  const Tensor src = sources();
+  for (int64_t beam : {1, 3}) {
+    CAPTURE(beam);
+    train::DecodeOptions o;
+    o.beam = beam, o.max_extra = 4;
+    const auto two = decode_on(2, m, src, o);
+    REQUIRE(two.size() == static_cast<size_t>(kB));
+    CHECK(decode_on(1, m, src, o) == two);
+    std::vector<std::vector<int64_t>> alone;
+    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, 23}, {23, 46}, {46, 70}}) {
+      const auto part = train::translate_batch(m, src.narrow(0, lo, hi - lo).contiguous(), o);
+      alone.insert(alone.end(), part.begin(), part.end());
+    }
+    CHECK(alone == two);
+  }
+}
+
+TEST_CASE("fixed-length greedy decoding in groups: every row runs the whole batch's step count, not its group's") {
+  NoGradGuard ng;
+  nn::Seq2SeqTransformer m(small_options(), 5);
+  m.eval();
+  train::DecodeOptions o;
+  o.max_extra = 4, o.stop_at_eos = false;
+  train::DecodeStats st;
+  const auto out = train::translate_batch(m, sources(), o, &st);  // only row 0, in the first group, has 6 tokens
+  CHECK(st.steps == 6 + 4);
+  for (const auto& hyp : out) CHECK(hyp.size() == 10u);
+}
+
+TEST_CASE("lay_out_for_decoding: linear weights column-major with the same values; embeddings and tied weights as they were") {
+  NoGradGuard ng;
+  for (bool tie : {false, true}) {
+    CAPTURE(tie);
+    nn::Seq2SeqTransformer plain(small_options(tie), 5), laid(small_options(tie), 5);
+    plain.eval(), laid.eval();
+    nn::lay_out_for_decoding(laid);
+    const auto before = plain.state_dict(), after = laid.state_dict();
+    REQUIRE(before.size() == after.size());
+    int64_t column_major = 0;
+    for (const auto& [name, t] : after) {
+      CAPTURE(name);
+      CHECK(same_bits(t, before.at(name)));
+      const bool embedding = name.find("emb.") != std::string::npos || (tie && name == "out.weight");
+      const bool linear = t.ndim() == 2 && !embedding && name.size() > 6 && name.substr(name.size() - 6) == "weight";
+      CHECK(nn::is_column_major(t) == linear);
+      column_major += linear;
+    }
+    // 2 layers: encoder 4 weights each (in_proj, out_proj, linear1, linear2), decoder 6; + out unless tied
+    CHECK(column_major == 2 * 4 + 2 * 6 + (tie ? 0 : 1));
+    const Tensor src = sources().narrow(0, 0, 5).contiguous(), tgt = src.narrow(1, 0, 4).contiguous();
+    CHECK(same_bits(laid.forward(src, tgt).data(), plain.forward(src, tgt).data()));
+    train::DecodeOptions o;
+    o.beam = 3, o.max_extra = 4;
+    CHECK(train::translate_batch(laid, sources(), o) == train::translate_batch(plain, sources(), o));
+  }
+}
