@@ -53,11 +53,6 @@ void keep_freed_memory() {
   // when a model computes them whole) can be larger. No mmap at all puts every buffer in the heap.
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT32_MAX);
-  // One arena for every thread: the settings above keep the main arena's freed memory, but with
-  // an arena of its own a worker thread's large buffers kept coming back as fresh pages (beam
-  // search decoding in groups, one on a worker: page faults in the output projection's first
-  // writes at every step; 107,000 faults in all against 55,000 with one arena).
-  mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace gf
