@@ -514,13 +514,18 @@ std::vector<std::vector<int64_t>> decode(const Tensor& src, const MakeSteps& mak
   const int64_t B = src.size(0), groups = grouped ? (B + kGroupSentences - 1) / kGroupSentences : 1;
   const int64_t fixed_steps = longest_limit(src, opt);  // fixed-length greedy: the whole batch's
   if (groups <= 1) return decode_group(src, make_steps, opt, fixed_steps, stats);
+  const std::vector<int64_t> lengths = source_lengths(src, opt.pad);
   std::vector<std::vector<std::vector<int64_t>>> outs(static_cast<size_t>(groups));
   std::vector<DecodeStats> group_stats(static_cast<size_t>(groups));
   parallel_tasks(groups, [&](int64_t g) {
     NoGradGuard ng;  // grad mode is per thread, and this may be a worker
     std::vector<int64_t> rows;
-    for (int64_t b = g * B / groups; b < (g + 1) * B / groups; ++b) rows.push_back(b);
-    outs[g] = decode_group(rows_of(src, rows), make_steps, opt, fixed_steps, &group_stats[g]);
+    int64_t width = 1;  // the group's longest source: no encoder work on the batch's longer padding
+    for (int64_t b = g * B / groups; b < (g + 1) * B / groups; ++b) {
+      rows.push_back(b);
+      width = std::max(width, lengths[b]);
+    }
+    outs[g] = decode_group(rows_of(src, rows).narrow(1, 0, width).contiguous(), make_steps, opt, fixed_steps, &group_stats[g]);  // (rows, width)
   });
   if (stats) *stats = merged(group_stats);
   std::vector<std::vector<int64_t>> out;
