@@ -17,6 +17,18 @@ int max_threads();
 namespace detail {
 // Set on a thread while it runs one of parallel_tasks' tasks and every thread has a task.
 inline thread_local bool t_serial = false;
+
+// Sets t_serial (when `on`) for its lifetime, and puts back what it was, on a throw too.
+class SerialLoops {
+ public:
+  explicit SerialLoops(bool on) : outer_(t_serial) { t_serial = outer_ || on; }
+  ~SerialLoops() { t_serial = outer_; }
+  SerialLoops(const SerialLoops&) = delete;
+  SerialLoops& operator=(const SerialLoops&) = delete;
+
+ private:
+  bool outer_;
+};
 }  // namespace detail
 
 // f(begin, end) over [0, n) in chunks of at least `grain` items.
@@ -35,7 +47,7 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
 // f(i) for each i in [0, n), as tasks spread over the threads, for independent pieces of work
 // that have parallel loops inside. With at least as many tasks as threads, those loops run serially
 // on the task's thread: every thread already has its own task, and splitting their loops would
-// only make each thread wait for pieces of its work taken by the other (measured slower, decoding).
+// only make each thread wait for pieces of its work taken by another (decoding: measured slower).
 // With fewer tasks, the loops are shared out as usual, each task isolated: while it waits inside
 // its own loops, its thread takes only pieces of them, never the start of another task.
 template <class F>
@@ -44,15 +56,8 @@ void parallel_tasks(int64_t n, F&& f) {
   parallel_for(n, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       tbb::this_task_arena::isolate([&] {
-        const bool outer = detail::t_serial;
-        detail::t_serial = outer || serial_inside;
-        try {
-          f(i);
-        } catch (...) {
-          detail::t_serial = outer;
-          throw;
-        }
-        detail::t_serial = outer;
+        detail::SerialLoops serial(serial_inside);
+        f(i);
       });
   });
 }
