@@ -296,3 +296,36 @@ TEST_CASE("while decoding (SmallRowsGemmScope), products are cut into fixed colu
   for (int64_t i = 0; i < ref.numel(); ++i) worst = std::max(worst, std::abs(ref.flat_get(i) - cut[static_cast<size_t>(i)]));
   CHECK(worst < 1e-12);
 }
+
+TEST_CASE("decoding's column blocks: 64 columns where OpenBLAS's small path then takes the product, else about an eighth") {
+  // The small path: m * n * k <= 100^3 with B read as stored (the column-major weights of decoding).
+  CHECK(kernels::decode_column_block(true, false, 32, 768, 256) == 64);   // 32 * 64 * 256 = 524,288
+  CHECK(kernels::decode_column_block(true, false, 61, 5921, 256) == 64);  // 999,424
+  CHECK(kernels::decode_column_block(true, false, 62, 5921, 256) == 768); // 1,015,808: over
+  CHECK(kernels::decode_column_block(true, false, 32, 256, 1024) == 128); // 2,097,152: over
+  CHECK(kernels::decode_column_block(true, true, 32, 768, 256) == 128);   // row-major weights: packed anyway
+  CHECK(kernels::decode_column_block(false, false, 32, 768, 256) == 128); // a kernel without the path
+  CHECK(kernels::decode_column_block(false, false, 32, 1500, 256) == 192);
+}
+
+TEST_CASE("decoding a group's float32 product through the small path's blocks: 1 and 2 threads give the same bits, near one call") {
+  // 32 x 256 by 256 x 768, B column-major as lay_out_for_decoding leaves weights; with an AVX-512
+  // OpenBLAS kernel this runs in blocks of 64, otherwise of 128.
+  Generator gen(4);
+  const int old_threads = max_threads();
+  Tensor x = kernels::randn({32, 256}, gen, DType::Float32);
+  Tensor w = kernels::randn({256, 768}, gen, DType::Float32).transpose(0, 1);  // (768, 256), strides (1, 768)
+  Tensor bias = kernels::randn({768}, gen, DType::Float32);
+  Tensor ref = kernels::linear(x, w, bias);  // (32, 768): one call
+  std::vector<std::vector<float>> cut;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    kernels::SmallRowsGemmScope decoding;
+    cut.push_back(kernels::linear(x, w, bias).to_vector<float>());  // (32, 768) in column blocks
+  }
+  set_num_threads(old_threads);
+  CHECK(cut[0] == cut[1]);
+  double worst = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) worst = std::max(worst, std::abs(ref.flat_get(i) - cut[1][static_cast<size_t>(i)]));
+  CHECK(worst < 1e-3);
+}

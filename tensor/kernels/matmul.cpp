@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "tensor/check.h"
 #include "tensor/parallel.h"
+#include "tensor/runtime.h"
 
 namespace gf::kernels {
 namespace {
@@ -86,21 +88,43 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
   });
 }
 
-// Columns of C per block while decoding: about an eighth of them, a multiple of 64 (whole
-// OpenBLAS column panels), at least 128 (each block also packs A's few rows once).
-int64_t column_block(int64_t n) {
+// OpenBLAS's AVX-512 sgemm kernels (SkylakeX, Cooperlake, SapphireRapids; 0.3.21) multiply a
+// product of m * n * k <= 100^3 straight from its operands, packing neither, when the weights
+// (B here, BLAS's A after the row-major swap) are read as stored (sgemm_small_kernel_permit).
+bool blas_has_small_path() {
+  static const bool has = [] {
+    std::string core = blas_core_in_use();
+    std::transform(core.begin(), core.end(), core.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    return core == "skylakex" || core == "cooperlake" || core == "sapphirerapids";
+  }();
+  return has;
+}
+
+constexpr int64_t kSmallPathWork = 100 * 100 * 100, kSmallPathBlock = 64;
+
+}  // namespace
+
+// A decoding group's products (32 rows, k = 256, weights column-major: nn/decode_layout.h) fit
+// OpenBLAS's small path in blocks of 64 columns: alone, a 32 x 256 by 256 x 768 product out of
+// cache took 109-113 us against 148-159 us in one call or in blocks of 128, with the same bits.
+// Otherwise about an eighth of the columns, a multiple of 64 (whole OpenBLAS column panels), at
+// least 128 (each block also packs A's few rows once).
+int64_t decode_column_block(bool small_path, bool tb, int64_t m, int64_t n, int64_t k) {
+  if (small_path && !tb && m * kSmallPathBlock * k <= kSmallPathWork) return kSmallPathBlock;
   const int64_t eighth = (n + 7) / 8;
   return std::max<int64_t>(128, (eighth + 63) / 64 * 64);
 }
 
+namespace {
+
 // While a SmallRowsGemmScope is alive (decoding: A has the batch's few rows): C's columns in
-// blocks whose size depends only on the shape, spread over TBB threads, one single-threaded BLAS
-// call each; each thread packs only its blocks of B (the weights), and the results do not depend
-// on the thread count.
+// blocks whose size depends only on the shape and the kernel, spread over TBB threads, one
+// single-threaded BLAS call each; each thread packs (if anything) only its blocks of B (the
+// weights), and the results do not depend on the thread count.
 template <class T>
 void column_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
                    T* c, int64_t ldc) {
-  const int64_t block = column_block(n);
+  const int64_t block = decode_column_block(std::is_same_v<T, float> && blas_has_small_path(), tb, m, n, k);
   parallel_for((n + block - 1) / block, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       const int64_t c0 = j * block, len = std::min(block, n - c0);

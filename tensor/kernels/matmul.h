@@ -45,12 +45,18 @@ void count_gemm_flops(uint64_t flops);
 
 // While one is alive (decoding): OpenBLAS runs single-threaded and gemm() splits every large
 // product's output columns (a linear's output features) into blocks whose size depends only on
-// the shape, spread over oneTBB threads, one single-threaded GEMM each (a decoding step's linears
-// have only the batch's rows).
+// the shape and the OpenBLAS kernel (decode_column_block), spread over oneTBB threads, one
+// single-threaded GEMM each (a decoding step's linears have only the batch's rows).
 // OpenBLAS's own threads, handed a 64-row product, spend more on waking, syncing and yielding
 // than on the product; here each thread packs only its columns' weights and the batch's rows.
 // Every output element is the same dot product in the same order however many threads run.
 // GRADFLOW_DECODE_GEMM=openblas turns it off (OpenBLAS's threading as elsewhere), for comparison.
+// Columns per block of a product (m, k) @ (k, n) (tb: B read transposed) while decoding.
+// small_path: the OpenBLAS kernel multiplies products of m * n * k <= 100^3 whose B is read as
+// stored without packing (its AVX-512 sgemm kernels); then blocks of 64 columns where that
+// brings a product under the limit.
+int64_t decode_column_block(bool small_path, bool tb, int64_t m, int64_t n, int64_t k);
+
 class SmallRowsGemmScope {
  public:
   SmallRowsGemmScope();
