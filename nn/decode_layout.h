@@ -2,8 +2,10 @@
 // Weights laid out for decoding. A decoding step multiplies a few rows by every weight matrix, and
 // OpenBLAS repacks a matrix at every call; from the (out, in) row-major layout it needs a
 // transposing copy, from column-major (the same (out, in) tensor with strides (1, out)) a plain
-// one. Same values, same shapes, same products to the bit; measured on 2 cores, a 64 x 256 by
-// 256 x 768 product out of cache took 9-12% less time (docs/performance.md).
+// one. Same values, same shapes, same products to the bit; measured alone on one thread, 64-row
+// products by out-of-cache 256 x 768 and 256 x 128 weights took 8-12% less time
+// (docs/performance.md). Decoding in groups also lets OpenBLAS's AVX-512 kernels skip packing
+// (decode_column_block in tensor/kernels/matmul.h), which needs this layout.
 #include "nn/module.h"
 
 namespace gf::nn {
