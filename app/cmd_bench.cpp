@@ -226,6 +226,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   opt.use_cache = use_cache;
   int64_t sentences = 0, tokens = 0, steps = 0;
   train::DecodeStats stats;
+  const uint64_t flops0 = kernels::gemm_flops();
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < sources.size(); i += static_cast<size_t>(decode_batch)) {
     const size_t end = std::min(sources.size(), i + static_cast<size_t>(decode_batch));
@@ -261,6 +262,9 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["seconds"] = round_to(dt, 6);
   info["sentences_per_s"] = round_to(static_cast<double>(sentences) / dt, 2);
   info["tokens_per_s"] = round_to(static_cast<double>(tokens) / dt, 1);
+  // The work of the matrix products (linears, encoder attention; not attend_one's per-row dot
+  // products), to compare greedy and beam search by what they must compute.
+  info["gemm_gflop"] = static_cast<double>(kernels::gemm_flops() - flops0) / 1e9;
   info["peak_rss_mib"] = peak_rss_mib();
   if (use_cache) {
     info["kv_cache_bytes_per_target_token"] = stats.self_bytes_per_token;  // 2 x layers x kv_heads x head_dim x bytes

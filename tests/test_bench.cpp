@@ -104,7 +104,7 @@ TEST_CASE("gradflow bench train and decode print one JSON line with the referenc
     CHECK(j["test"] == "test_2016_flickr");
     CHECK(j["decode_batch"] == 4);
     CHECK(j["kv_cache"] == true);
-    for (const char* k : {"params", "seconds", "sentences_per_s", "tokens_per_s", "peak_rss_mib"}) check_positive(j, k);
+    for (const char* k : {"params", "seconds", "sentences_per_s", "tokens_per_s", "gemm_gflop", "peak_rss_mib"}) check_positive(j, k);
     // 11 sentences of 3,4,5,6 | 7,8,3,4 | 5,6,7 tokens in batches of 4, each decoded for (longest
     // source + 20) steps: 4 * 26 + 4 * 28 + 3 * 27 = 297 tokens.
     const double tokens = j["tokens_per_s"].get<double>() / j["sentences_per_s"].get<double>() * 11;
