@@ -157,8 +157,12 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
   return info;
 }
 
-// Per op, per step: forward and backward milliseconds and MiB written, largest total time first;
-// then the optimizer and what no op accounts for. Also printed as a table on stderr.
+// An op's matrix-product FLOPs over its whole time (glue and other kernels included): how far its
+// products are from the sgemm peak. 0 for an op without products.
+double gflops_per_s(uint64_t flops, double seconds) { return seconds > 0 ? static_cast<double>(flops) / seconds / 1e9 : 0.0; }
+
+// Per op, per step: forward and backward milliseconds, MiB written and GEMM GFLOP/s, largest total
+// time first; then the optimizer and what no op accounts for. Also printed as a table on stderr.
 Json profile_table(double seconds, double update_seconds, int64_t steps) {
   std::vector<std::pair<std::string, profile::OpStats>> rows;
   for (auto& [name, st] : profile::results()) rows.emplace_back(name, st);
@@ -168,15 +172,19 @@ Json profile_table(double seconds, double update_seconds, int64_t steps) {
   const double per = 1000.0 / static_cast<double>(steps), mib = 1.0 / (1 << 20) / static_cast<double>(steps);
   Json table = Json::array();
   double accounted = update_seconds;
-  fmt::print(stderr, "{:<28} {:>9} {:>9} {:>9} {:>9} {:>7}\n", "op (per step)", "fwd ms", "bwd ms", "fwd MiB", "bwd MiB", "share");
+  fmt::print(stderr, "{:<28} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n", "op (per step)", "fwd ms", "bwd ms", "fwd MiB", "bwd MiB", "share",
+             "fwd GF/s", "bwd GF/s");
   for (const auto& [name, st] : rows) {
     const double total = st.forward_seconds + st.backward_seconds;
     accounted += total;
     table.push_back(Json{{"op", name}, {"calls", st.forward_calls / steps}, {"forward_ms", round_to(st.forward_seconds * per, 3)},
                          {"backward_ms", round_to(st.backward_seconds * per, 3)}, {"forward_mib", round_to(st.forward_bytes * mib, 2)},
-                         {"backward_mib", round_to(st.backward_bytes * mib, 2)}});
-    fmt::print(stderr, "{:<28} {:>9.2f} {:>9.2f} {:>9.1f} {:>9.1f} {:>6.1f}%\n", name, st.forward_seconds * per, st.backward_seconds * per,
-               st.forward_bytes * mib, st.backward_bytes * mib, 100 * total / seconds);
+                         {"backward_mib", round_to(st.backward_bytes * mib, 2)},
+                         {"forward_gemm_gflops_per_s", round_to(gflops_per_s(st.forward_flops, st.forward_seconds), 1)},
+                         {"backward_gemm_gflops_per_s", round_to(gflops_per_s(st.backward_flops, st.backward_seconds), 1)}});
+    fmt::print(stderr, "{:<28} {:>9.2f} {:>9.2f} {:>9.1f} {:>9.1f} {:>6.1f}% {:>9.1f} {:>9.1f}\n", name, st.forward_seconds * per,
+               st.backward_seconds * per, st.forward_bytes * mib, st.backward_bytes * mib, 100 * total / seconds,
+               gflops_per_s(st.forward_flops, st.forward_seconds), gflops_per_s(st.backward_flops, st.backward_seconds));
   }
   table.push_back(Json{{"op", "(clip + Adam)"}, {"forward_ms", round_to(update_seconds * per, 3)}});
   table.push_back(Json{{"op", "(not in an op: batching, engine, zero_grad)"}, {"forward_ms", round_to((seconds - accounted) * per, 3)}});

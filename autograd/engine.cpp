@@ -76,10 +76,12 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& grad_output, 
       else kernels::add_(kept->grad, grad);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t flops0 = profile::enabled() ? profile::flops_now() : 0;
     node->last_backward = !retain_graph && !node->persistent;
     std::vector<Tensor> grads = grad.defined() ? node->backward(grad) : std::vector<Tensor>{};
     if (profile::enabled())
-      profile::backward_done(node->name(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), grads);
+      profile::backward_done(node->name(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                             profile::flops_now() - flops0, grads);
     for (size_t i = 0; i < node->next.size(); ++i) {
       const std::shared_ptr<Node>& target = node->next[i];
       if (!target) continue;

@@ -203,6 +203,10 @@ TEST_CASE("profile: each op's forward and backward calls, and the bytes it wrote
   CHECK(r.at("matmul").forward_bytes == 3 * 5 * 8);
   CHECK(r.at("matmul").backward_bytes == (3 * 4 + 4 * 5) * 8);  // the gradients of a and b
   CHECK(r.at("relu").forward_bytes == 3 * 5 * 8);
+  CHECK(r.at("matmul").forward_flops == 2 * 3 * 5 * 4);  // (3, 4) @ (4, 5)
+  CHECK(r.at("matmul").backward_flops == 2 * (3 * 4 * 5 + 4 * 5 * 3));  // grad_a = g b^T, grad_b = a^T g
+  CHECK(r.at("relu").forward_flops == 0);
+  CHECK(r.at("relu").backward_flops == 0);
   CHECK(r.at("matmul").forward_seconds >= 0);
   Variable z = relu(a);  // after stop(): not recorded
   CHECK(profile::results().at("relu").forward_calls == 1);
