@@ -62,14 +62,6 @@ void parallel_tasks(int64_t n, F&& f) {
   });
 }
 
-// f() and g(), two independent pieces of about the same work (e.g. a linear's two gradient
-// products, each N * out * in): on 2 threads, one whole piece per thread, whose loops and products
-// then run uncut on it, so that the threads meet once instead of at the end of each cut product.
-template <class F, class G>
-void side_by_side(F&& f, G&& g) {
-  parallel_tasks(2, [&](int64_t i) { i == 0 ? f() : g(); });
-}
-
 // Rows of `row_cost` elements each: a grain of rows so that each chunk has ~kSerialGrain elements.
 inline int64_t row_grain(int64_t row_cost) {
   if (row_cost < 1) row_cost = 1;

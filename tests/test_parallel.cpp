@@ -49,26 +49,3 @@ TEST_CASE("parallel_tasks passes a task's exception on, and loops after it are p
   CHECK_FALSE(detail::t_serial);
   set_num_threads(0);
 }
-
-TEST_CASE("side_by_side runs each piece once; on 2 threads each piece's loops stay on its thread") {
-  set_num_threads(2);
-  constexpr int64_t kItems = 1 << 20;
-  std::set<std::thread::id> seen_f, seen_g;
-  std::mutex lock;
-  std::atomic<int64_t> f_items{0}, g_items{0};
-  auto piece = [&](std::set<std::thread::id>& seen, std::atomic<int64_t>& items) {
-    parallel_for(kItems, 1, [&](int64_t lo, int64_t hi) {
-      {
-        std::lock_guard<std::mutex> g(lock);
-        seen.insert(std::this_thread::get_id());
-      }
-      items += hi - lo;
-    });
-  };
-  side_by_side([&] { piece(seen_f, f_items); }, [&] { piece(seen_g, g_items); });
-  set_num_threads(0);
-  CHECK(f_items == kItems);
-  CHECK(g_items == kItems);
-  CHECK(seen_f.size() == 1);
-  CHECK(seen_g.size() == 1);
-}

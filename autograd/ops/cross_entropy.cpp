@@ -10,7 +10,6 @@
 #include "tensor/kernels/cross_entropy.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
-#include "tensor/parallel.h"
 
 namespace gf {
 
@@ -112,18 +111,10 @@ Variable linear_cross_entropy(const Variable& h, const Variable& weight, const V
     total += kernels::cross_entropy_and_backward(logits, tr, ignore_index, label_smoothing, scale, need_b ? &bias_part : nullptr).total;
     const Tensor& gl = logits;  // (rows, V): now the gradient
     dispatch_float(h.dtype(), "linear_cross_entropy", [&]<class T>() {
-      auto grad_h = [&] {  // grad_h[rows] = gl @ W
+      if (need_h)  // grad_h[rows] = gl @ W
         kernels::gemm<T>(false, false, rows, D, V, gl.data<T>(), V, w.data<T>(), D, T(0), node->grad_h.data<T>() + r0 * D, D);
-      };
-      auto grad_w = [&] {  // grad_W += gl^T @ h[rows]
+      if (need_w)  // grad_W += gl^T @ h[rows]
         kernels::gemm<T>(true, false, V, D, rows, gl.data<T>(), V, hr.data<T>(), D, T(1), node->grad_weight.data<T>(), D);
-      };
-      if (need_h && need_w) {
-        side_by_side(grad_h, grad_w);  // the same FLOPs each
-      } else {
-        if (need_h) grad_h();
-        if (need_w) grad_w();
-      }
     });
     if (need_b) kernels::add_(node->grad_bias, bias_part);  // (V)
   }

@@ -49,8 +49,10 @@ struct LinearBackward : Node {
     Tensor gx, gw, gb;
     auto grad_x = [&] { gx = kernels::matmul(g2, weight).reshape(x_shape); };  // (..., in)
     auto grad_w = [&] { gw = kernels::matmul(g2.transpose(0, 1), x2); };     // (out, in)
-    if (needs_grad(0) && needs_grad(1)) {
-      side_by_side(grad_x, grad_w);  // the same FLOPs each
+    if (needs_grad(0) && needs_grad(1) && max_threads() == 2) {
+      // The two products take the same FLOPs (N * out * in): one whole product per thread, so
+      // the threads meet once, not at the end of each product cut in two.
+      parallel_tasks(2, [&](int64_t i) { i == 0 ? grad_x() : grad_w(); });
     } else {
       if (needs_grad(0)) grad_x();
       if (needs_grad(1)) grad_w();
