@@ -208,26 +208,6 @@ TEST_CASE("linear agrees with matmul by the transposed weight, float32") {
   CHECK(max_abs_diff(y, want) < 1e-4);
 }
 
-TEST_CASE("linear's backward on 2 threads (grad_x and grad_W side by side, one per thread) gives the bits of one thread") {
-  // Large enough that each product would otherwise be cut across the threads.
-  Tensor x = randn({600, 96}, 93), w = randn({80, 96}, 94), bias = randn({80}, 95), g = randn({600, 80}, 96);  // f64
-  auto grads = [&](int threads) {
-    set_num_threads(threads);
-    Variable vx(x, true), vw(w, true), vb(bias, true);
-    linear(vx, vw, vb).backward(g);
-    set_num_threads(0);
-    return std::array<Tensor, 3>{vx.grad(), vw.grad(), vb.grad()};
-  };
-  const std::array<Tensor, 3> one = grads(1), two = grads(2);
-  for (int i = 0; i < 3; ++i) {
-    INFO("gradient ", i);
-    REQUIRE(two[i].shape() == one[i].shape());
-    CHECK(two[i].to_vector<double>() == one[i].to_vector<double>());
-  }
-  CHECK(max_abs_diff(two[0], ref_matmul(g, w)) < 1e-10);                  // (600, 96) = g W
-  CHECK(max_abs_diff(two[1], ref_matmul(g.transpose(0, 1), x)) < 1e-10);  // (80, 96) = g^T x
-}
-
 TEST_CASE("gemm_flops counts 2 m n k per product, forward and backward") {
   Tensor a = Tensor::zeros({2, 3, 4}, DType::Float64), b = Tensor::zeros({4, 5}, DType::Float64);  // (2, 3, 4) (4, 5)
   uint64_t before = kernels::gemm_flops();

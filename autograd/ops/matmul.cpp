@@ -5,7 +5,6 @@
 #include "autograd/function.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
-#include "tensor/parallel.h"
 
 namespace gf {
 
@@ -47,17 +46,9 @@ struct LinearBackward : Node {
     const int64_t rows = shape_numel(Shape(x_shape.begin(), x_shape.end() - 1));
     Tensor g2 = g.reshape({rows, out_f});  // (N, out)
     Tensor gx, gw, gb;
-    auto grad_x = [&] { gx = kernels::matmul(g2, weight).reshape(x_shape); };  // (..., in)
-    auto grad_w = [&] { gw = kernels::matmul(g2.transpose(0, 1), x2); };     // (out, in)
-    if (needs_grad(0) && needs_grad(1) && max_threads() == 2) {
-      // The two products take the same FLOPs (N * out * in): one whole product per thread, so
-      // the threads meet once, not at the end of each product cut in two.
-      parallel_tasks(2, [&](int64_t i) { i == 0 ? grad_x() : grad_w(); });
-    } else {
-      if (needs_grad(0)) grad_x();
-      if (needs_grad(1)) grad_w();
-    }
-    if (needs_grad(2)) gb = kernels::sum(g2, {0}, false);  // (out,)
+    if (needs_grad(0)) gx = kernels::matmul(g2, weight).reshape(x_shape);  // (..., in)
+    if (needs_grad(1)) gw = kernels::matmul(g2.transpose(0, 1), x2);     // (out, in)
+    if (needs_grad(2)) gb = kernels::sum(g2, {0}, false);                // (out,)
     return {gx, gw, gb};
   }
   std::vector<SavedTensor> saved() override { return {{"x2", &x2}, {"weight", &weight}}; }

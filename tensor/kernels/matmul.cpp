@@ -138,8 +138,7 @@ void column_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims. Below kSplitWork a
 // product runs as one BLAS call; above it, it is cut for the threads by one of two rules: while
 // decoding, fixed column blocks (column_blocks); otherwise, with gemm_on_tbb(), one slab per
-// thread (split_gemm). With GRADFLOW_GEMM_THREADS=openblas, OpenBLAS threads it instead. In a
-// task of parallel_tasks with a task per thread (detail::t_serial), it runs uncut on its thread.
+// thread (split_gemm). With GRADFLOW_GEMM_THREADS=openblas, OpenBLAS threads it instead.
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
           T* c, int64_t ldc) {
@@ -153,7 +152,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   if (m * n * k >= kSplitWork) {
     // On one thread too: the blocks, and so the bits of a decoded sentence, follow the shape alone.
     if (g_small_rows_scopes.load(std::memory_order_relaxed) > 0) return column_blocks(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    if (gemm_on_tbb() && max_threads() > 1 && !detail::t_serial && std::max(m, n) >= max_threads() * kMinSplit)
+    if (gemm_on_tbb() && max_threads() > 1 && std::max(m, n) >= max_threads() * kMinSplit)
       return split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
   blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
