@@ -21,6 +21,13 @@ namespace {
 constexpr int64_t kSingleThreadGemm = 65536 * 4;
 constexpr int64_t kDefaultBlock = 64;
 
+// A tile's rows are stored `width(nk)` apart, nk rounded up to 16 (a 512-bit vector of floats):
+// the element-wise passes then run whole vectors over the padding too, instead of a scalar tail
+// (a 30-key tile was half tail). The padding is blocked (live 0), so it holds -inf, then 0, in the
+// forward; it is never read by a product (their k or n is nk) nor summed (lane_sum runs to nk).
+constexpr int64_t kLanes = 16;
+int64_t width(int64_t nk) { return (nk + kLanes - 1) / kLanes * kLanes; }
+
 // C (m, n) = alpha * op(A) @ op(B) + beta * C, row-major with leading dims. Counted in
 // gemm_flops() unless it is the backward's recomputation of the scores, which the model's FLOP
 // count (bench's model_gflops_per_s) leaves out.
@@ -53,40 +60,56 @@ struct Ctx {
   const bool* kpm = nullptr;  // (B, S) or null
   const bool* am = nullptr;   // (L, S) or null
   T scale = 1;
-  double p = 0;      // dropout probability; 0 = no dropout
-  T drop_scale = 1;  // 1 / (1 - p), 0 when p == 1 (as dropout())
+  double p = 0;           // dropout probability; 0 = no dropout
+  uint64_t keep_from = 0;  // keep_threshold(p): an element is kept when keeps(bits, keep_from)
+  T drop_scale = 1;       // 1 / (1 - p), 0 when p == 1 (as dropout())
   const Generator* gen = nullptr;
   uint64_t base = 0;
 };
 
-// live[r*nk + c] = 1 where query l0 + r may see key s0 + c. Returns whether any may.
+// live[r*wk + c] = 1 where query l0 + r may see key s0 + c (c < nk; 0 in the padding up to
+// wk = width(nk)). Returns whether any may. One loop per kind of mask, each of which vectorises (a
+// loop testing for each mask per element did not).
 template <class T>
-bool tile_mask(const Ctx<T>& c, int64_t b, int64_t l0, int64_t n, int64_t s0, int64_t nk, uint8_t* live) {
-  bool any = false;
+bool tile_mask(const Ctx<T>& c, int64_t b, int64_t l0, int64_t n, int64_t s0, int64_t nk, int64_t wk, uint8_t* live) {
+  // Masks read as bytes (bool is stored as 0 or 1): GCC vectorises negation on bytes, not on bool.
+  const uint8_t* kr = c.kpm ? reinterpret_cast<const uint8_t*>(c.kpm) + b * c.S + s0 : nullptr;  // the same for every row
+  uint8_t any = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const bool* kr = c.kpm ? c.kpm + b * c.S + s0 : nullptr;
-    const bool* ar = c.am ? c.am + (l0 + r) * c.S + s0 : nullptr;
-    for (int64_t j = 0; j < nk; ++j) {
-      const bool ok = !(kr && kr[j]) && !(ar && ar[j]);
-      live[r * nk + j] = ok;
-      any |= ok;
-    }
+    uint8_t* lr = live + r * wk;
+    const uint8_t* ar = c.am ? reinterpret_cast<const uint8_t*>(c.am) + (l0 + r) * c.S + s0 : nullptr;
+    if (kr && ar)
+      for (int64_t j = 0; j < nk; ++j) lr[j] = static_cast<uint8_t>(1 ^ (kr[j] | ar[j]));
+    else if (kr)
+      for (int64_t j = 0; j < nk; ++j) lr[j] = static_cast<uint8_t>(1 ^ kr[j]);
+    else if (ar)
+      for (int64_t j = 0; j < nk; ++j) lr[j] = static_cast<uint8_t>(1 ^ ar[j]);
+    else
+      std::fill(lr, lr + nk, uint8_t{1});
+    for (int64_t j = 0; j < nk; ++j) any |= lr[j];
+    std::fill(lr + nk, lr + wk, uint8_t{0});
   }
-  return any;
+  return any != 0;
 }
 
-// Multiplies the tile by dropout's factor (1/(1-p) kept, 0 dropped), drawn as keep_mask() would
-// for element (b, h, l0 + r, s0 + j) of a (B, H, L, S) tensor.
-// x2, when given, is multiplied by the same factors (the backward's P and dP): one draw each.
+// Multiplies the tile (rows wk apart) by dropout's factor (1/(1-p) kept, 0 dropped), drawn as
+// keep_mask() would for element (b, h, l0 + r, s0 + j) of a (B, H, L, S) tensor. x2, when given,
+// is multiplied by the same factors (the backward's P and dP): one draw each. The draws and the
+// products are two loops over a row, each of which vectorises; keep (wk bytes) holds a row's
+// decisions. The padding's draws (other elements' numbers) only multiply its unused entries.
 template <class T>
-void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t s0, int64_t nk, T* x, T* x2 = nullptr) {
+void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t s0, int64_t wk, uint8_t* keep, T* x,
+               T* x2 = nullptr) {
+  const Generator gen = *c.gen;  // locals: a load through c inside the loop keeps it scalar
+  const uint64_t keep_from = c.keep_from;
   for (int64_t r = 0; r < n; ++r) {
     const uint64_t row = c.base + static_cast<uint64_t>(((b * c.H + h) * c.L + l0 + r) * c.S + s0);
-    for (int64_t j = 0; j < nk; ++j) {
-      const T z = Generator::to_unit(c.gen->at(row + j)) >= c.p ? c.drop_scale : T(0);
-      x[r * nk + j] *= z;
-      if (x2) x2[r * nk + j] *= z;
-    }
+    for (int64_t j = 0; j < wk; ++j) keep[j] = keeps(gen.at(row + j), keep_from);
+    T* xr = x + r * wk;
+    for (int64_t j = 0; j < wk; ++j) xr[j] *= c.drop_scale * static_cast<T>(keep[j]);  // the factor: drop_scale or 0
+    if (!x2) continue;
+    T* x2r = x2 + r * wk;
+    for (int64_t j = 0; j < wk; ++j) x2r[j] *= c.drop_scale * static_cast<T>(keep[j]);
   }
 }
 
@@ -94,35 +117,33 @@ void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int
 template <class T>
 struct Scratch {
   std::vector<T> s, dp, pd, acc;
-  std::vector<uint8_t> live;
+  std::vector<uint8_t> live, keep;
   std::vector<T> m;
   std::vector<double> sum;
   Scratch(int64_t bq, int64_t bk, int64_t dk)
-      : s(bq * bk), dp(bq * bk), pd(bq * bk), acc(bq * dk), live(bq * bk), m(bq), sum(bq) {}
+      : s(bq * width(bk)), dp(bq * width(bk)), pd(bq * width(bk)), acc(bq * dk), live(bq * width(bk)), keep(width(bk)), m(bq), sum(bq) {}
 };
 
-// One key tile of the online softmax: S (n, nk) becomes exp(S - new max) in place (0 where
-// blocked), each row's running sum and accumulator are rescaled to the new max.
+// One key tile of the online softmax: S (n, nk; rows wk apart) becomes exp(S - new max) in place
+// (0 where blocked and in the padding), each row's running sum and accumulator are rescaled to the
+// new max.
 template <class T>
-void online_update(int64_t n, int64_t nk, int64_t dk, Scratch<T>& w) {
+void online_update(int64_t n, int64_t nk, int64_t wk, int64_t dk, Scratch<T>& w) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < n; ++r) {
-    T* sr = w.s.data() + r * nk;
-    const uint8_t* lr = w.live.data() + r * nk;
-    T mx = w.m[r];
-    for (int64_t j = 0; j < nk; ++j) {
-      if (!lr[j]) sr[j] = kNegInf;
-      else mx = sr[j] > mx ? sr[j] : mx;
-    }
+    T* sr = w.s.data() + r * wk;
+    const uint8_t* lr = w.live.data() + r * wk;
+    // Separate passes (block, max, exp, sum): each vectorises, and the max skips NaN as one loop would.
+    for (int64_t j = 0; j < wk; ++j) sr[j] = lr[j] ? sr[j] : kNegInf;
+    const T tile_max = row_max(sr, wk);
+    const T mx = tile_max > w.m[r] ? tile_max : w.m[r];
     if (mx == kNegInf) {  // no key of this row seen yet: exp(-inf - -inf) would be NaN
-      std::fill(sr, sr + nk, T(0));
+      std::fill(sr, sr + wk, T(0));
       continue;
     }
     const T alpha = fast_exp(w.m[r] - mx);  // 0 for the row's first live tile (m = -inf)
-    const double add = lane_sum(nk, [&](int64_t j) {
-      sr[j] = fast_exp(sr[j] - mx);
-      return sr[j];
-    });
+    for (int64_t j = 0; j < wk; ++j) sr[j] = fast_exp(sr[j] - mx);
+    const double add = lane_sum(nk, [&](int64_t j) { return sr[j]; });  // to nk: the sum's order is the unpadded one
     w.sum[r] = w.sum[r] * static_cast<double>(alpha) + add;
     if (alpha != T(1))
       for (int64_t d = 0; d < dk; ++d) w.acc[r * dk + d] *= alpha;
@@ -139,12 +160,12 @@ void forward_block(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, T* out, T*
   std::fill(w.m.begin(), w.m.begin() + n, kNegInf);
   std::fill(w.sum.begin(), w.sum.begin() + n, 0.0);
   for (int64_t s0 = 0; s0 < c.S; s0 += c.bk) {
-    const int64_t nk = std::min(c.bk, c.S - s0);
-    if (!tile_mask(c, b, l0, n, s0, nk, w.live.data())) continue;  // e.g. above the causal diagonal
-    gemm<T>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), nk);
-    online_update(n, nk, dk, w);
-    if (c.p > 0) drop_tile(c, b, h, l0, n, s0, nk, w.s.data());
-    gemm<T>(false, false, n, dk, nk, T(1), w.s.data(), nk, c.v.at(b, s0, kvh), c.v.sl, T(1), w.acc.data(), dk);
+    const int64_t nk = std::min(c.bk, c.S - s0), wk = width(nk);
+    if (!tile_mask(c, b, l0, n, s0, nk, wk, w.live.data())) continue;  // e.g. above the causal diagonal
+    gemm<T>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk);
+    online_update(n, nk, wk, dk, w);
+    if (c.p > 0) drop_tile(c, b, h, l0, n, s0, wk, w.keep.data(), w.s.data());
+    gemm<T>(false, false, n, dk, nk, T(1), w.s.data(), wk, c.v.at(b, s0, kvh), c.v.sl, T(1), w.acc.data(), dk);
   }
   for (int64_t r = 0; r < n; ++r) {
     T* o = out + ((b * c.L + l0 + r) * c.H + h) * dk;
@@ -160,18 +181,24 @@ void forward_block(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, T* out, T*
   }
 }
 
-// P (n, nk) = exp(S - lse) recomputed from the scores in w.s, 0 where blocked or the row is.
+// P (n, nk; rows wk apart) = exp(S - lse) recomputed from the scores in w.s, 0 where blocked
+// (the padding too) or the row is.
 template <class T>
-void recompute_probs(int64_t n, int64_t nk, const T* lse, Scratch<T>& w) {
+void recompute_probs(int64_t n, int64_t wk, const T* lse, Scratch<T>& w) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < n; ++r) {
-    T* sr = w.s.data() + r * nk;
-    const uint8_t* lr = w.live.data() + r * nk;
+    T* sr = w.s.data() + r * wk;
+    const uint8_t* lr = w.live.data() + r * wk;
     if (lse[r] == kNegInf) {
-      std::fill(sr, sr + nk, T(0));
+      std::fill(sr, sr + wk, T(0));
       continue;
     }
-    for (int64_t j = 0; j < nk; ++j) sr[j] = lr[j] ? fast_exp(sr[j] - lse[r]) : T(0);
+    // exp of every entry, then 0 where blocked: a select after the arithmetic vectorises.
+    const T shift = lse[r];
+    for (int64_t j = 0; j < wk; ++j) {
+      const T e = fast_exp(sr[j] - shift);
+      sr[j] = lr[j] ? e : T(0);
+    }
   }
 }
 
@@ -181,25 +208,25 @@ void recompute_probs(int64_t n, int64_t nk, const T* lse, Scratch<T>& w) {
 template <class T>
 void backward_tile(const Ctx<T>& c, const Rows<T>& g, const T* lse, const T* D, int64_t b, int64_t h, int64_t l0,
                    int64_t s0, const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w) {
-  const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), dk = c.dk, kvh = h / c.G;
-  if (!tile_mask(c, b, l0, n, s0, nk, w.live.data())) return;
-  gemm<T, false>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), nk);
-  recompute_probs(n, nk, lse + (b * c.H + h) * c.L + l0, w);
-  gemm<T>(false, true, n, nk, dk, T(1), g.at(b, l0, h), g.sl, c.v.at(b, s0, kvh), c.v.sl, T(0), w.dp.data(), nk);
+  const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), wk = width(nk), dk = c.dk, kvh = h / c.G;
+  if (!tile_mask(c, b, l0, n, s0, nk, wk, w.live.data())) return;
+  gemm<T, false>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk);
+  recompute_probs(n, wk, lse + (b * c.H + h) * c.L + l0, w);
+  gemm<T>(false, true, n, nk, dk, T(1), g.at(b, l0, h), g.sl, c.v.at(b, s0, kvh), c.v.sl, T(0), w.dp.data(), wk);
   const T* pd = w.s.data();
   if (c.p > 0) {
-    std::copy(w.s.begin(), w.s.begin() + n * nk, w.pd.begin());
-    drop_tile(c, b, h, l0, n, s0, nk, w.pd.data(), w.dp.data());
+    std::copy(w.s.begin(), w.s.begin() + n * wk, w.pd.begin());
+    drop_tile(c, b, h, l0, n, s0, wk, w.keep.data(), w.pd.data(), w.dp.data());
     pd = w.pd.data();
   }
-  gemm<T>(true, false, nk, dk, n, T(1), pd, nk, g.at(b, l0, h), g.sl, T(1), dvv.at(b, s0, kvh), dvv.sl);
+  gemm<T>(true, false, nk, dk, n, T(1), pd, wk, g.at(b, l0, h), g.sl, T(1), dvv.at(b, s0, kvh), dvv.sl);
   for (int64_t r = 0; r < n; ++r) {
     const T dr = D[l0 + r];
-    for (int64_t j = 0; j < nk; ++j) w.dp[r * nk + j] = w.s[r * nk + j] * (w.dp[r * nk + j] - dr);
+    for (int64_t j = 0; j < wk; ++j) w.dp[r * wk + j] = w.s[r * wk + j] * (w.dp[r * wk + j] - dr);
   }
-  gemm<T>(true, false, nk, dk, n, c.scale, w.dp.data(), nk, c.q.at(b, l0, h), c.q.sl, T(1),
+  gemm<T>(true, false, nk, dk, n, c.scale, w.dp.data(), wk, c.q.at(b, l0, h), c.q.sl, T(1),
           dkk.at(b, s0, kvh), dkk.sl);
-  gemm<T>(false, false, n, dk, nk, c.scale, w.dp.data(), nk, c.k.at(b, s0, kvh), c.k.sl, T(1),
+  gemm<T>(false, false, n, dk, nk, c.scale, w.dp.data(), wk, c.k.at(b, s0, kvh), c.k.sl, T(1),
           dq.at(b, l0, h), dq.sl);
 }
 
@@ -244,6 +271,7 @@ Ctx<T> make_ctx(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
   c.am = am.defined() ? am.data<bool>() : nullptr;
   c.scale = static_cast<T>(cfg.scale);
   c.p = cfg.dropout_p;
+  c.keep_from = keep_threshold(cfg.dropout_p);
   c.drop_scale = static_cast<T>(cfg.dropout_p >= 1.0 ? 0.0 : 1.0 / (1.0 - cfg.dropout_p));
   c.gen = &cfg.gen;
   c.base = cfg.dropout_base;
