@@ -214,8 +214,9 @@ double sgemm_peak_gflops() {
 // `decode_batch`, each batch decoded greedily for exactly (its longest source + 20) steps whatever
 // the model picks (<eos> does not stop it). With the KV cache unless told otherwise (the reference
 // has none: it reruns the decoder over the whole prefix every step). Beam search (beam > 1) is a
-// real search instead: each sentence ends at <eos> under the exact stopping rule or at its own
-// source length + 20; with random weights <eos> is rare, so nearly every sentence runs to its limit.
+// real search instead: each sentence ends by the default stopping rule (BeamStop::Heuristic) or at
+// its own source length + 20; with random weights <eos> is rare, so nearly every sentence runs to
+// its limit under either rule.
 Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, int64_t beam, Setup& s) {
   constexpr int64_t kExtra = 20;
   const std::filesystem::path file = std::filesystem::path(c.data) / (test + "." + c.src);
@@ -263,8 +264,8 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["kv_cache"] = use_cache;
   info["beam"] = beam;
   // What a sentence's decoding runs to, so that greedy and beam figures are read for what they are.
-  info["stops"] = beam > 1 ? "beam search: a sentence stops when no live hypothesis can still outscore its best finished one "
-                             "(exact, with the length penalty), or at its own source length + 20 tokens"
+  info["stops"] = beam > 1 ? "beam search: a sentence stops by the default (heuristic) rule or at its own source length + 20 tokens; "
+                             "with random weights <eos> is rare, so nearly every sentence runs to its limit"
                            : "greedy: every sentence runs exactly (longest source in its batch + 20) steps, <eos> ignored, as the reference";
   info["decode_steps"] = steps;  // model steps, summed over the batches
   info["seconds"] = round_to(dt, 6);
@@ -302,7 +303,7 @@ int cmd_bench(int argc, char** argv) {
   f.add_int("seed", 1, "random seed (batch order, initial weights, dropout)");
   f.add_int("decode-batch", 64, "decode: sentences decoded together");
   f.add_bool("profile", "train: time and bytes by op, forward and backward, per step (stderr table, and \"profile\" in the JSON)");
-  f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search, each sentence to <eos> by the exact stopping rule or its own source length + 20)");
+  f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search, each sentence to <eos> by the default stopping rule or its own source length + 20)");
   f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
   if (!f.parse(argc, argv)) return 0;
 

@@ -37,6 +37,10 @@ std::vector<std::string> read_lines(const std::string& path) {
 void add_decode_flags(Flags& f) {
   f.add_int("beam", 1, "beam size (1 = greedy)");
   f.add_double("length-penalty", 1.0, "beam search: a hypothesis scores log p / (tokens + 1)^this; 0 = raw log p, favouring short outputs; above 1 favours ever longer ones");
+  f.add_string("beam-stop", "heuristic",
+               "beam search: when a sentence stops. heuristic: also once K hypotheses are finished and no live one scores, at its present "
+               "length, above the K-th best of them (Hugging Face's default); exact: only once no live one can still finish above the best "
+               "(slower, may find a higher score)");
   f.add_int("batch-size", 64, "sentences decoded together");
   f.add_int("threads", 0, "threads (default: the hardware's)");
 }
@@ -45,6 +49,9 @@ train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) 
   train::DecodeOptions o = t.default_decode_options();
   o.beam = f.integer("beam");
   o.length_penalty = f.real("length-penalty");
+  const std::string stop = f.str("beam-stop");
+  GF_CHECK_AS(UsageError, stop == "heuristic" || stop == "exact", "{}: --beam-stop must be heuristic or exact, got '{}'", f.command(), stop);
+  o.beam_stop = stop == "exact" ? train::BeamStop::Exact : train::BeamStop::Heuristic;
   GF_CHECK_AS(UsageError, o.beam >= 1, "{}: --beam must be at least 1, got {}", f.command(), o.beam);
   GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
   return o;
@@ -137,7 +144,7 @@ int cmd_eval(int argc, char** argv) {
   fmt::print("model: {}\n", t.weights_file);
   fmt::print("test: {} ({} sentences)\n", data.test_name, s.hypotheses.size());
   fmt::print("loss {:.4f} per target token, perplexity {:.2f}\n", s.nll, std::exp(s.nll));
-  fmt::print("{} ({}{})\n", s.bleu.format(true), o.beam == 1 ? "greedy" : fmt::format("beam {}, length penalty {}", o.beam, o.length_penalty),
+  fmt::print("{} ({}{})\n", s.bleu.format(true), o.beam == 1 ? "greedy" : fmt::format("beam {}, length penalty {}, {} stop", o.beam, o.length_penalty, f.str("beam-stop")),
              t.segmenters.tgt.subwords() ? ", detokenised subword output" : "");
   fmt::print("exact match {:.1f}% ({}/{}); decoded in {:.1f}s ({:.1f} sentences/s)\n", 100.0 * s.exact_share, s.exact, s.hypotheses.size(),
              s.decode_seconds, n / std::max(s.decode_seconds, 1e-9));

@@ -179,6 +179,7 @@ TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero
       // ---- command line
       {"--beam 0", "translate --model good --beam 0", 2, "--beam must be at least 1, got 0"},
       {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be at least 1, got -3"},
+      {"an unknown --beam-stop", "translate --model good --beam 2 --beam-stop never", 2, "--beam-stop must be heuristic or exact, got 'never'"},
       {"--batch-size 0", "translate --model good --batch-size 0", 2, "--batch-size must be at least 1"},
       {"a negative learning rate", "train --lr -1", 2, "--lr must be positive, got -1"},
       {"a learning rate that is not a number", "train --lr fast", 2, "--lr expects a number, got 'fast'"},

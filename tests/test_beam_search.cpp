@@ -128,6 +128,14 @@ const Script kScript = {
     {{4, {kB}}, {{kEos, 0.6}, {kD, 0.3}}},
     {{5, {}}, {{kB, 0.6}, {kEos, 0.3}}},
     {{5, {kB}}, {{kD, 0.5}, {kEos, 0.4}}},
+    // Source 6: "a" <eos> (0.3) and "b" <eos> (0.2475) finish at step 2, when the live "a c" (0.1)
+    // scores below both, but "a c d c" <eos> (0.1 * 0.99^3 = 0.097) is the best per token.
+    {{6, {}}, {{kA, 0.5}, {kB, 0.45}}},
+    {{6, {kA}}, {{kEos, 0.6}, {kC, 0.2}}},
+    {{6, {kB}}, {{kEos, 0.55}, {kD, 0.1}}},
+    {{6, {kA, kC}}, {{kD, 0.99}}},
+    {{6, {kA, kC, kD}}, {{kC, 0.99}}},
+    {{6, {kA, kC, kD, kC}}, {{kEos, 0.99}}},
 };
 
 std::vector<std::vector<int64_t>> run(const std::vector<int64_t>& sources, const train::DecodeOptions& opt, int* calls = nullptr) {
@@ -154,16 +162,41 @@ TEST_CASE("beam search does not stop at K finished hypotheses while a live one c
   CHECK(run({4}, o) == std::vector<std::vector<int64_t>>{{kA}});
 }
 
+TEST_CASE("beam search's heuristic stop ends a sentence early that the exact stop runs on to a better-scoring output") {
+  train::DecodeOptions o;
+  o.beam = 2, o.max_extra = 5;  // limit: 1 + 5 = 6 tokens
+  o.length_penalty = 1.0;
+  // After step 2: finished "a" (log 0.3 / 2 = -0.602) and "b" (log 0.2475 / 2 = -0.698); live
+  // "a c" (log 0.1 / 3 = -0.768) and "b d" (log 0.045 / 3 = -1.034) score below the 2nd best
+  // finished, so the heuristic stops there with "a".
+  int calls = 0;
+  o.beam_stop = train::BeamStop::Heuristic;
+  CHECK(run({6}, o, &calls) == std::vector<std::vector<int64_t>>{{kA}});
+  CHECK(calls == 2);
+  // The exact rule goes on: "a c" could still reach log 0.1 / 7 = -0.329 at the limit, and does
+  // end above "a": log 0.097 / 5 = -0.467.
+  calls = 0;
+  o.beam_stop = train::BeamStop::Exact;
+  CHECK(run({6}, o, &calls) == std::vector<std::vector<int64_t>>{{kA, kC, kD, kC}});
+  CHECK(calls == 5);
+  // Source 4 (above): "a c" scores above the 2nd finished at step 2, so both rules find it.
+  for (train::BeamStop stop : {train::BeamStop::Heuristic, train::BeamStop::Exact}) {
+    o.beam_stop = stop;
+    CHECK(run({4}, o) == std::vector<std::vector<int64_t>>{{kA, kC}});
+  }
+}
+
 TEST_CASE("beam search: a batch decodes as each sentence alone (scripted log-probabilities)") {
-  const std::vector<int64_t> sources{4, 5, 4, 5, 4};
-  for (int64_t K : {2, 3, 5})
-    for (double lp : {0.0, 0.6, 1.0, 2.0}) {
-      train::DecodeOptions o;
-      o.beam = K, o.length_penalty = lp, o.max_extra = 3;
-      INFO("beam " << K << ", length penalty " << lp);
-      const auto batch = run(sources, o);
-      for (size_t i = 0; i < sources.size(); ++i) CHECK(batch[i] == run({sources[i]}, o)[0]);
-    }
+  const std::vector<int64_t> sources{4, 5, 6, 4, 5, 6, 4};
+  for (train::BeamStop stop : {train::BeamStop::Heuristic, train::BeamStop::Exact})
+    for (int64_t K : {2, 3, 5})
+      for (double lp : {0.0, 0.6, 1.0, 2.0}) {
+        train::DecodeOptions o;
+        o.beam = K, o.length_penalty = lp, o.max_extra = 3, o.beam_stop = stop;
+        INFO("beam " << K << ", length penalty " << lp << ", exact stop " << (stop == train::BeamStop::Exact));
+        const auto batch = run(sources, o);
+        for (size_t i = 0; i < sources.size(); ++i) CHECK(batch[i] == run({sources[i]}, o)[0]);
+      }
 }
 
 TEST_CASE("beam search runs one row per hypothesis: the first step has one row per sentence, not K copies") {

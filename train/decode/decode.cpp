@@ -282,6 +282,9 @@ std::vector<std::vector<int64_t>> greedy(const Tensor& src, const MakeSteps& mak
 // finished hypothesis never takes a live one's place. A sentence stops when no live hypothesis can
 // still finish above the best finished one: with a length penalty a longer hypothesis may score
 // higher than a shorter one of higher log p, so K finished hypotheses are not a reason to stop.
+// Under BeamStop::Heuristic it also stops once K are finished and no live one scores, as it is
+// now, above the K-th best of them (a live one would need tokens likelier than its own average
+// so far to climb).
 // (Above 1 the penalty makes every hypothesis' score rise towards 0 as it grows, so the search
 // prefers ever longer outputs, up to the limit: use 1 or less.)
 
@@ -401,15 +404,25 @@ std::vector<Hypothesis> extend(const std::vector<Candidate>& cands, const std::v
   return next;
 }
 
+// Whether every live hypothesis's value(h) is at most `bar`.
+template <class Value>
+bool none_above(const std::vector<Hypothesis>& live, double bar, Value value) {
+  return std::none_of(live.begin(), live.end(), [&](const Hypothesis& h) { return value(h) > bar; });
+}
+
 // Done when a finished hypothesis scores at least what every live one can still reach (live ones
-// dropped then could not have won).
-bool can_stop(const std::vector<Hypothesis>& finished, const std::vector<Hypothesis>& live, int64_t limit, double length_penalty) {
+// dropped then could not have won); or, under the heuristic, when K are finished and the K-th
+// best of them scores at least what every live one scores now.
+bool can_stop(const std::vector<Hypothesis>& finished, const std::vector<Hypothesis>& live, int64_t limit, const DecodeOptions& opt) {
   if (finished.empty()) return false;
-  double best = -INFINITY;
-  for (const Hypothesis& h : finished) best = std::max(best, score(h, length_penalty));
-  for (const Hypothesis& h : live)
-    if (best_reachable(h, limit, length_penalty) > best) return false;
-  return true;
+  const double lp = opt.length_penalty;
+  std::vector<double> scores;  // finished, best first
+  for (const Hypothesis& h : finished) scores.push_back(score(h, lp));
+  std::sort(scores.begin(), scores.end(), std::greater<>());
+  if (none_above(live, scores.front(), [&](const Hypothesis& h) { return best_reachable(h, limit, lp); })) return true;
+  const auto K = static_cast<size_t>(opt.beam);
+  return opt.beam_stop == BeamStop::Heuristic && scores.size() >= K &&
+         none_above(live, scores[K - 1], [&](const Hypothesis& h) { return score(h, lp); });
 }
 
 std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps& make_steps, const DecodeOptions& opt, DecodeStats* stats) {
@@ -448,7 +461,7 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int64_t> rows_b;  // this sentence's rows for the next step
       next_beams[b] = extend(candidates(b, live, beams[b], tops), beams[b], live, K, limit[b], opt.eos, finished[b], rows_b);
-      if (can_stop(finished[b], next_beams[b], limit[b], opt.length_penalty)) {
+      if (can_stop(finished[b], next_beams[b], limit[b], opt)) {
         next_beams[b].clear();
         continue;
       }

@@ -13,9 +13,19 @@
 
 namespace gf::train {
 
+// When beam search stops a sentence (see "beam search" in decode.cpp). Exact: once no live
+// hypothesis can still finish above the best finished one, whatever its next tokens (Hugging
+// Face's early_stopping="never"). Heuristic (the default, Hugging Face's early_stopping=False):
+// also once K hypotheses are finished and no live one scores, at its present length, above the
+// K-th best of them; a live one could still climb above it with tokens likelier than its own
+// average, so the answer may differ from the exact rule's, which runs each live hypothesis until
+// its log p has fallen below what the best finished one scores at the length limit.
+enum class BeamStop { Heuristic, Exact };
+
 struct DecodeOptions {
   int64_t beam = 1;             // 1 = greedy
   double length_penalty = 1.0;  // beam: a hypothesis scores log p / (tokens + 1)^length_penalty, <eos> counted
+  BeamStop beam_stop = BeamStop::Heuristic;
   int64_t max_extra = 50;       // tokens past the source length
   bool use_cache = true;        // false recomputes the whole prefix every step (for tests)
   // false (greedy only): every row runs for exactly (longest source in the batch + max_extra)
