@@ -25,6 +25,8 @@ constexpr int64_t kDefaultBlock = 64;
 // the element-wise passes then run whole vectors over the padding too, instead of a scalar tail
 // (a 30-key tile was half tail). The padding is blocked (live 0), so it holds -inf, then 0, in the
 // forward; it is never read by a product (their k or n is nk) nor summed (lane_sum runs to nk).
+// These 16 are for speed alone: lane_sum's own 16 lanes (softmax.h) fix the order of its sums, so
+// its bits, and do not depend on this padding.
 constexpr int64_t kLanes = 16;
 int64_t width(int64_t nk) { return (nk + kLanes - 1) / kLanes * kLanes; }
 
@@ -102,14 +104,15 @@ void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int
                T* x2 = nullptr) {
   const Generator gen = *c.gen;  // locals: a load through c inside the loop keeps it scalar
   const uint64_t keep_from = c.keep_from;
+  const T drop_scale = c.drop_scale;
+  const auto scale_row = [&](T* xr) {  // (wk,)
+    for (int64_t j = 0; j < wk; ++j) xr[j] *= drop_scale * static_cast<T>(keep[j]);  // the factor: drop_scale or 0
+  };
   for (int64_t r = 0; r < n; ++r) {
     const uint64_t row = c.base + static_cast<uint64_t>(((b * c.H + h) * c.L + l0 + r) * c.S + s0);
     for (int64_t j = 0; j < wk; ++j) keep[j] = keeps(gen.at(row + j), keep_from);
-    T* xr = x + r * wk;
-    for (int64_t j = 0; j < wk; ++j) xr[j] *= c.drop_scale * static_cast<T>(keep[j]);  // the factor: drop_scale or 0
-    if (!x2) continue;
-    T* x2r = x2 + r * wk;
-    for (int64_t j = 0; j < wk; ++j) x2r[j] *= c.drop_scale * static_cast<T>(keep[j]);
+    scale_row(x + r * wk);
+    if (x2) scale_row(x2 + r * wk);
   }
 }
 
