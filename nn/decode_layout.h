@@ -2,10 +2,11 @@
 // Weights laid out for decoding. A decoding step multiplies a few rows by every weight matrix, and
 // OpenBLAS repacks a matrix at every call; from the (out, in) row-major layout it needs a
 // transposing copy, from column-major (the same (out, in) tensor with strides (1, out)) a plain
-// one. Same values, same shapes, same products to the bit; measured alone on one thread, 64-row
-// products by out-of-cache 256 x 768 and 256 x 128 weights took 8-12% less time
-// (docs/performance.md). Decoding in groups also lets OpenBLAS's AVX-512 kernels skip packing
-// (decode_column_block in tensor/kernels/matmul.h), which needs this layout.
+// one, which is cheaper (docs/performance.md). Same values and shapes; the products agree to
+// rounding, not always to the bit: OpenBLAS may sum a column-major operand's terms in another order
+// (its SkylakeX and Cooperlake small-matrix kernels do). Decoding in groups also lets OpenBLAS's
+// AVX-512 kernels skip packing (decode_column_block in tensor/kernels/matmul.h), which needs this
+// layout.
 #include "nn/module.h"
 
 namespace gf::nn {

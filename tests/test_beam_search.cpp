@@ -1,6 +1,10 @@
 // Beam search against exhaustive search: with a beam wider than the number of hypotheses and no
 // length penalty, it must return the most probable output of all, scored independently by the
 // teacher-forced model. And on scripted log-probabilities: when to stop with a length penalty.
+// The models here decode in float64: beam search, the exhaustive search, cached and uncached
+// decoding and a batch against each sentence alone reach the same scores through different BLAS
+// calls, which agree only to rounding (tests/rounding.h); in float32 two hypotheses could be that
+// close on some machine's kernel, in float64 they would have to agree to ~1e-14.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -31,7 +35,7 @@ double sequence_log_prob(const nn::Seq2SeqTransformer& m, int64_t src_token, con
                   .data()
                   .contiguous();  // (1, n, V)
   double total = 0;
-  for (int64_t t = 0; t < n; ++t) total += lp.data<float>()[t * kV + seq[static_cast<size_t>(t)]];
+  for (int64_t t = 0; t < n; ++t) total += lp.flat_get(t * kV + seq[static_cast<size_t>(t)]);
   return total;
 }
 
@@ -61,6 +65,7 @@ TEST_CASE("beam search wider than the hypothesis space finds the most probable o
   int greedy_missed = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     nn::Seq2SeqTransformer m(o, seed);
+    m.to(DType::Float64);
     m.eval();
     const std::vector<int64_t> sources{1, 4, 5};
     Tensor src = Tensor::from_vector(sources, {3, 1});  // (3, 1): three one-token sources
@@ -224,6 +229,7 @@ TEST_CASE("beam search with a length penalty: a batch decodes as each sentence a
   o.layer.d_model = 8, o.layer.nhead = 2, o.layer.dim_feedforward = 16, o.layer.dropout = 0;
   o.num_layers = 1;
   nn::Seq2SeqTransformer m(o, 3);
+  m.to(DType::Float64);
   m.eval();
   Tensor src = Tensor::from_vector(std::vector<int64_t>{1, 4, 5, 4, 0, 0, 5, 5, 0}, {3, 3});  // (3, 3), PAD-padded
   train::DecodeOptions beam;

@@ -141,8 +141,12 @@ TEST_CASE("decoder-only translation: trains through the trainer, loads, and deco
   train::DecodeOptions cached = t.default_decode_options(), uncached = cached, beam = cached;
   uncached.use_cache = false;
   beam.beam = 3;
-  std::vector<std::string> a = t.translate(srcs, cached, 16), b = t.translate(srcs, uncached, 16), bs = t.translate(srcs, beam, 16);
-  CHECK(a == b);
+  const std::vector<std::string> bs = t.translate(srcs, beam, 16);
+  // Cached and uncached decoding reach the scores through different BLAS calls, equal only to
+  // rounding: compared in float64, where a different argmax would need two logits equal to ~1e-14
+  // (tests/rounding.h); in float32 a trained model's near-tie could go either way on some kernel.
+  t.net->module().to(DType::Float64);
+  CHECK(t.translate(srcs, cached, 16) == t.translate(srcs, uncached, 16));
   int nonempty = 0;
   for (const auto& s : bs) nonempty += !s.empty();
   CHECK(nonempty > 50);

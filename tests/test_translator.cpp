@@ -145,15 +145,16 @@ TEST_CASE("training learns the built-in corpus; cached and uncached decoding agr
   }
   DecodeOptions cached = t.default_decode_options(), uncached = cached;
   uncached.use_cache = false;
-  std::vector<std::string> a = t.translate(srcs, cached, 64), b = t.translate(srcs, uncached, 64);
-  int same = 0, exact = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    same += a[i] == b[i];
-    exact += a[i] == refs[i];
-  }
+  const std::vector<std::string> a = t.translate(srcs, cached, 64);
+  int exact = 0;
+  for (size_t i = 0; i < a.size(); ++i) exact += a[i] == refs[i];
   MESSAGE("exact match on " << n << " training sentences: " << exact);
-  CHECK(same == static_cast<int>(n));
   CHECK(exact > static_cast<int>(n / 2));  // most training sentences
+  {  // cached = uncached, in float64 (tests/rounding.h: in float32 a near-tie may go either way on some kernel)
+    Translator t64 = Translator::load(dir.string());
+    t64.net->module().to(DType::Float64);
+    CHECK(t64.translate(srcs, cached, 64) == t64.translate(srcs, uncached, 64));
+  }
 
   DecodeOptions beam = cached;
   beam.beam = 4;

@@ -105,10 +105,11 @@ constexpr int64_t kSmallPathWork = 100 * 100 * 100, kSmallPathBlock = 64;
 }  // namespace
 
 // A decoding group's products (32 rows, k = 256, weights column-major: nn/decode_layout.h) fit
-// OpenBLAS's small path in blocks of 64 columns: alone, a 32 x 256 by 256 x 768 product out of
-// cache took 109-113 us against 148-159 us in one call or in blocks of 128, with the same bits.
-// Otherwise about an eighth of the columns, a multiple of 64 (whole OpenBLAS column panels), at
-// least 128 (each block also packs A's few rows once).
+// OpenBLAS's small path in blocks of 64 columns, which skips packing and is faster than one call
+// or blocks of 128. Otherwise about an eighth of the columns, a multiple of 64 (whole OpenBLAS
+// column panels), at least 128 (each block also packs A's few rows once). The blocks depend only
+// on the shape and the kernel, and each runs on one OpenBLAS thread, so the bits do not depend on
+// the thread count; against one whole call they agree to rounding.
 int64_t decode_column_block(bool small_path, bool tb, int64_t m, int64_t n, int64_t k) {
   if (small_path && !tb && m * kSmallPathBlock * k <= kSmallPathWork) return kSmallPathBlock;
   const int64_t eighth = (n + 7) / 8;

@@ -38,7 +38,7 @@ Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows) {
   return kernels::index_select(t, Tensor::from_vector(rows, {static_cast<int64_t>(rows.size())}));
 }
 
-// The last position's logits: (R, t, V) -> (R, V) float32.
+// The last position's logits: (R, t, V) -> (R, V), in the model's dtype.
 Tensor last_logits(const Variable& logits) {
   const int64_t R = logits.size(0), t = logits.size(1), V = logits.size(2);
   return logits.data().narrow(1, t - 1, 1).contiguous().reshape({R, V});  // (R, V)
@@ -54,7 +54,7 @@ int64_t bytes_per_position(const Tensor& cache) {  // K and V of one position, a
 class StepModel {
  public:
   virtual ~StepModel() = default;
-  virtual Tensor next_scores(const Tensor& prefix) = 0;  // (R, V) float32
+  virtual Tensor next_scores(const Tensor& prefix) = 0;  // (R, V), float32 or a float64 model's float64
   // Whether next_scores() are already log-probabilities (a scripted model's).
   virtual bool scores_are_log_probs() const { return false; }
   // Keeps rows (in this order) of every per-row state.
@@ -220,12 +220,14 @@ bool is_never_output(int64_t tok, const DecodeOptions& opt) {
 }
 
 // Greedy's scores: the tokens never output get -inf.
-void forbid_specials(Tensor& scores, const DecodeOptions& opt) {  // scores: (R, V) float32, contiguous
+void forbid_specials(Tensor& scores, const DecodeOptions& opt) {  // scores: (R, V), contiguous
   const int64_t R = scores.size(0), V = scores.size(1);
-  float* p = scores.data<float>();
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t tok : never_output(opt))
-      if (tok >= 0 && tok < V) p[r * V + tok] = -INFINITY;
+  dispatch_float(scores.dtype(), "forbid_specials", [&]<class T>() {
+    T* p = scores.data<T>();
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t tok : never_output(opt))
+        if (tok >= 0 && tok < V) p[r * V + tok] = -std::numeric_limits<T>::infinity();
+  });
 }
 
 // The rows' prefixes as one (R, t+1) tensor: <bos> and the tokens so far.
@@ -319,24 +321,26 @@ struct Candidate {
   int64_t row, token;
 };
 
-// A token and its log-probability.
+// A token and its log-probability (a float32 model's float32 value, held exactly).
 struct Scored {
-  float log_prob;
+  double log_prob;
   int64_t token;
 };
 
 // Whether any of x[0..16) - shift beats cut. With AVX-512, one subtraction and one comparison to a
 // mask (inlined into the scan, a plain loop is unrolled into 16 scalar compares instead); the
 // same arithmetic, so the same answer, either way.
-bool any_of_16_beats(const float* x, float shift, float cut) {
+template <class T>
+bool any_of_16_beats(const T* x, T shift, T cut) {
 #ifdef __AVX512F__
-  const __m512 lp = _mm512_sub_ps(_mm512_loadu_ps(x), _mm512_set1_ps(shift));
-  return _mm512_cmp_ps_mask(lp, _mm512_set1_ps(cut), _CMP_GT_OQ) != 0;
-#else
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 lp = _mm512_sub_ps(_mm512_loadu_ps(x), _mm512_set1_ps(shift));
+    return _mm512_cmp_ps_mask(lp, _mm512_set1_ps(cut), _CMP_GT_OQ) != 0;
+  }
+#endif
   bool any = false;
   for (int l = 0; l < 16; ++l) any |= x[l] - shift > cut;
   return any;
-#endif
 }
 
 // The n best of a row's V tokens by log-probability x[v] - shift (log_softmax's own arithmetic:
@@ -346,18 +350,18 @@ bool any_of_16_beats(const float* x, float shift, float cut) {
 // its last is passed over after one test of its 16 raw values (any_of_16_beats; a shorter last
 // block is always scanned). The test leaves never(v) out of account, so it may only let a block
 // through that then yields nothing.
-template <class Never>
-std::vector<Scored> top_tokens(const float* x, int64_t V, float shift, int64_t n, Never never) {
+template <class T, class Never>
+std::vector<Scored> top_tokens(const T* x, int64_t V, T shift, int64_t n, Never never) {
   constexpr int64_t kBlock = 16;  // any_of_16_beats
   n = std::min(n, V);
   std::vector<Scored> top;
   top.reserve(static_cast<size_t>(n) + 1);
   for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
     const int64_t v1 = std::min(V, v0 + kBlock);
-    if (static_cast<int64_t>(top.size()) == n && v1 - v0 == kBlock && !any_of_16_beats(x + v0, shift, top.back().log_prob)) continue;
+    if (static_cast<int64_t>(top.size()) == n && v1 - v0 == kBlock && !any_of_16_beats(x + v0, shift, static_cast<T>(top.back().log_prob))) continue;
     for (int64_t v = v0; v < v1; ++v) {
       if (never(v)) continue;
-      const float lp = x[v] - shift;
+      const T lp = x[v] - shift;
       if (static_cast<int64_t>(top.size()) == n && !(lp > top.back().log_prob)) continue;
       size_t at = top.size();
       while (at > 0 && lp > top[at - 1].log_prob) --at;  // after every value >= it: ties keep token order
@@ -448,12 +452,14 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     const int64_t V = scores.size(1);
     const bool normalise = !step->scores_are_log_probs();
     std::vector<std::vector<Scored>> tops(static_cast<size_t>(R));
-    parallel_for(R, row_grain(4 * V), [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        const float* x = scores.data<float>() + r * V;
-        const float shift = normalise ? kernels::log_softmax_shift(x, V) : 0.0f;
-        tops[r] = top_tokens(x, V, shift, K + 1, [&](int64_t v) { return is_never_output(v, opt); });
-      }
+    dispatch_float(scores.dtype(), "beam_search", [&]<class T>() {
+      parallel_for(R, row_grain(4 * V), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* x = scores.data<T>() + r * V;
+          const T shift = normalise ? kernels::log_softmax_shift(x, V) : T(0);
+          tops[r] = top_tokens(x, V, shift, K + 1, [&](int64_t v) { return is_never_output(v, opt); });
+        }
+      });
     });
     std::vector<int64_t> keep_rows;
     std::vector<LiveRow> next_live;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The Release suite (./build) again under each OpenBLAS kernel this CPU can run, set with
+# OPENBLAS_CORETYPE: Haswell (AVX2), SkylakeX (AVX-512) and Cooperlake (AVX-512 with BF16). The
+# kernels sum a product's terms in different orders (docs/testing.md, "Results across OpenBLAS
+# kernels"), and development machines of one kind differ in which one OpenBLAS picks, so a test
+# that leaned on one kernel's rounding passes on one machine and fails on the next. The test
+# command's own run covers OpenBLAS's own choice; this covers the others.
+# GRADFLOW_TEST_SHORT=1: the long tests (the labs, the trained translator) at their short budget,
+# every case still asserting (tests/test_budget.h).
+#   bash scripts/test_blas_cores.sh              # every kernel this CPU runs
+#   bash scripts/test_blas_cores.sh -R test_decode   # extra arguments go to ctest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x build/gradflow ] || { echo "test_blas_cores: build/gradflow is missing: run bash scripts/setup.sh first" >&2; exit 1; }
+
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { [[ " $flags " == *" $1 "* ]]; }
+cores=()
+has avx2 && has fma && cores+=(Haswell)
+has avx512f && has avx512bw && has avx512dq && has avx512vl && cores+=(SkylakeX)
+has avx512f && has avx512_bf16 && cores+=(Cooperlake)
+[ ${#cores[@]} -gt 0 ] || { echo "test_blas_cores: this CPU runs none of Haswell, SkylakeX, Cooperlake; nothing to do"; exit 0; }
+
+failed=()
+for core in "${cores[@]}"; do
+  start=$SECONDS
+  in_use=$(OPENBLAS_CORETYPE=$core build/gradflow info | sed -n 's/^openblas core: \([A-Za-z]*\).*/\1/p')
+  if [ "$in_use" != "$core" ]; then
+    echo "test_blas_cores: OPENBLAS_CORETYPE=$core gave the $in_use kernel" >&2
+    failed+=("$core")
+    continue
+  fi
+  echo "test_blas_cores: OPENBLAS_CORETYPE=$core"
+  if OPENBLAS_CORETYPE=$core GRADFLOW_TEST_SHORT=1 ctest --test-dir build -j"$(nproc)" --output-on-failure "$@"; then
+    echo "test_blas_cores: $core passed in $((SECONDS - start)) s"
+  else
+    failed+=("$core")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test_blas_cores: FAILED under ${failed[*]}"
+  exit 1
+fi
+echo "test_blas_cores: the suite passed under ${cores[*]}"
