@@ -6,14 +6,22 @@
 
 namespace gf::nn {
 
-const std::vector<ActivationKind>& activation_kinds() {
-  static const std::vector<ActivationKind> kinds = {
+namespace {
+
+std::deque<ActivationKind>& kinds() {
+  static std::deque<ActivationKind> kinds = {
       // ReLU and dropout fused: only the hidden output is kept, not relu's output and a mask.
       {"relu", "max(0, x), the Transformer paper's", relu, relu_dropout},
       {"gelu", "x * Phi(x) (exact erf form, PyTorch's default GELU)", gelu},
   };
   return kinds;
 }
+
+}  // namespace
+
+const std::deque<ActivationKind>& activation_kinds() { return kinds(); }
+
+void register_activation(ActivationKind kind) { registry_add(kinds(), std::move(kind), "activation"); }
 
 const ActivationKind& find_activation(const std::string& name) { return registry_find(activation_kinds(), name, "activation"); }
 

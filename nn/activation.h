@@ -1,7 +1,9 @@
 #pragma once
 // The FFN's activation, chosen by name from one list (activation.cpp). Adding one: write its
 // autograd function (or compose it from ops), add a line to the list, test it. An entry may also
-// name the activation and dropout fused into one op, which the FFN then uses.
+// name the activation and dropout fused into one op, which the FFN then uses. A program built on
+// the installed library adds its own with register_activation (nn/registry.h says when).
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -21,10 +23,12 @@ struct ActivationKind {
   ActivationDropoutFn with_dropout = nullptr;  // none: fn, then the Dropout module
 };
 
-const std::vector<ActivationKind>& activation_kinds();
+const std::deque<ActivationKind>& activation_kinds();
 // The entry, which lives as long as the program. Throws std::invalid_argument naming the known
 // activations.
 const ActivationKind& find_activation(const std::string& name);
 std::string activation_names();  // "relu, gelu"
+// Adds a kind to the list; throws std::invalid_argument when the name is taken or not a word.
+void register_activation(ActivationKind kind);
 
 }  // namespace gf::nn

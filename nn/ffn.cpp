@@ -2,6 +2,7 @@
 
 #include "autograd/ops/dropout.h"
 #include "autograd/ops/unary.h"
+#include "nn/registry.h"
 
 namespace gf::nn {
 
@@ -21,5 +22,27 @@ FFN::FFN(int64_t d, int64_t ff, const std::string& act, double p, Generator& gen
 }
 
 Variable FFN::forward(const Variable& x) const { return feed_forward(x, *linear1, *linear2, *activation, dropout.get()); }
+
+namespace {
+
+std::deque<FeedForwardKind>& kinds() {
+  static std::deque<FeedForwardKind> kinds = {
+      {"standard", "linear2(dropout(activation(linear1(x)))), nn.TransformerEncoderLayer's; --activation applies", nullptr},
+  };
+  return kinds;
+}
+
+}  // namespace
+
+const std::deque<FeedForwardKind>& feedforward_kinds() { return kinds(); }
+
+const FeedForwardKind& find_feedforward(const std::string& name) { return registry_find(kinds(), name, "feedforward"); }
+
+std::string feedforward_names() { return registry_names(kinds()); }
+
+void register_feedforward(FeedForwardKind kind) {
+  GF_CHECK(kind.make != nullptr, "register feedforward: '{}' has no factory (make)", kind.name ? kind.name : "");
+  registry_add(kinds(), std::move(kind), "feedforward");
+}
 
 }  // namespace gf::nn

@@ -1,6 +1,7 @@
 #include "nn/layer_options.h"
 
 #include "nn/activation.h"
+#include "nn/ffn.h"
 #include "nn/norm.h"
 #include "tensor/check.h"
 
@@ -16,6 +17,7 @@ void TransformerLayerOptions::validate() const {
   GF_CHECK(dropout >= 0 && dropout < 1, "layer options: dropout must be in [0, 1), got {}", dropout);
   GF_CHECK(layer_norm_eps > 0, "layer options: layer_norm_eps must be positive, got {}", layer_norm_eps);
   find_activation(activation);      // throws naming the known ones
+  find_feedforward(feedforward);    // idem
   make_norm(norm, 1, layer_norm_eps);  // idem
 }
 

@@ -15,6 +15,7 @@ struct TransformerLayerOptions {
   int64_t kv_heads = 0;
   int64_t dim_feedforward = 1024;
   std::string activation = "relu";  // a name from nn/activation.h's list
+  std::string feedforward = "standard";  // a name from nn/ffn.h's list: the feed-forward block
   std::string norm = "layernorm";   // a name from nn/norm.h's list
   bool norm_first = false;          // true: Pre-LN (norm before each sub-layer); false: Post-LN
   double dropout = 0.1;

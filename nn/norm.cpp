@@ -7,8 +7,10 @@
 
 namespace gf::nn {
 
-const std::vector<NormKind>& norm_kinds() {
-  static const std::vector<NormKind> kinds = {
+namespace {
+
+std::deque<NormKind>& kinds() {
+  static std::deque<NormKind> kinds = {
       {"layernorm", "LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias (nn.LayerNorm)",
        [](int64_t d, double eps) -> std::shared_ptr<Norm> { return std::make_shared<LayerNorm>(d, eps); }},
       {"rmsnorm", "RMSNorm: x / sqrt(mean(x^2) + eps) * weight (Zhang and Sennrich 2019)",
@@ -18,6 +20,12 @@ const std::vector<NormKind>& norm_kinds() {
   };
   return kinds;
 }
+
+}  // namespace
+
+const std::deque<NormKind>& norm_kinds() { return kinds(); }
+
+void register_norm(NormKind kind) { registry_add(kinds(), std::move(kind), "norm"); }
 
 std::shared_ptr<Norm> make_norm(const std::string& name, int64_t d, double eps) { return registry_find(norm_kinds(), name, "norm").make(d, eps); }
 

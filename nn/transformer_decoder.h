@@ -44,7 +44,8 @@ class TransformerDecoderLayer : public Module {
                                   bool need_weights = false) const;
 
   std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
-  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<Linear> linear1, linear2;  // the standard feed-forward block (null with another kind)
+  std::shared_ptr<FeedForward> ff;           // any other kind (options.feedforward), registered as `ff`
   std::shared_ptr<Norm> norm1, norm2, norm3;
   std::shared_ptr<Dropout> dropout, dropout1, dropout2, dropout3;
   TransformerLayerOptions options;

@@ -1,11 +1,12 @@
 #pragma once
 // The Transformer encoder: layers as nn.TransformerEncoderLayer (batch-first; post-norm by default,
-// pre-norm with norm_first; the norm kind and grouped-query attention from the options) and the
-// stack with its final norm, as nn.Transformer builds it.
+// pre-norm with norm_first; the norm kind, feed-forward kind and grouped-query attention from the
+// options) and the stack with its final norm, as nn.Transformer builds it.
 #include <memory>
 
 #include "nn/activation.h"
 #include "nn/dropout.h"
+#include "nn/ffn.h"
 #include "nn/layer_options.h"
 #include "nn/linear.h"
 #include "nn/module_list.h"
@@ -25,7 +26,8 @@ class TransformerEncoderLayer : public Module {
   Variable forward_cached(const Variable& x, KVCache& cache) const;
 
   std::shared_ptr<MultiheadAttention> self_attn;
-  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<Linear> linear1, linear2;  // the standard feed-forward block (null with another kind)
+  std::shared_ptr<FeedForward> ff;           // any other kind (options.feedforward), registered as `ff`
   std::shared_ptr<Norm> norm1, norm2;
   std::shared_ptr<Dropout> dropout, dropout1, dropout2;
   TransformerLayerOptions options;

@@ -229,7 +229,7 @@ std::string layer_group(const std::string& layer, const std::vector<std::string>
     if (part == "v_proj") return a + ".v";
     if (part == "out_proj") return a + ".out";
   }
-  if (starts_with(mod, "linear")) return layer + ".ffn";
+  if (starts_with(mod, "linear") || mod == "ff") return layer + ".ffn";  // ff: a registered feed-forward kind
   if (starts_with(mod, "norm")) return layer + ".norm";
   return "";
 }

@@ -35,7 +35,8 @@ nn::Seq2SeqOptions RunConfig::model_options(int64_t src_vocab, int64_t tgt_vocab
   X(max_tokens) X(arch) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
   X(steps) X(minutes) X(seed) X(log_every) X(average_last)
 #define GF_LAYER_FIELDS(X) \
-  X(d_model) X(nhead) X(kv_heads) X(dim_feedforward) X(activation) X(norm) X(norm_first) X(dropout) X(layer_norm_eps)
+  X(d_model) X(nhead) X(kv_heads) X(dim_feedforward) X(activation) X(feedforward) X(norm) X(norm_first) X(dropout) \
+  X(layer_norm_eps)
 
 std::string RunConfig::to_json() const {
   json j;
