@@ -34,6 +34,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/gradflowConfig.cmake ${CMAKE_CURRENT_B
 # pkg-config: the prefix is found from the .pc file's own place, so the package can be installed
 # with --prefix (or moved) after configuring.
 file(RELATIVE_PATH GRADFLOW_PC_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+string(REGEX REPLACE "/$" "" GRADFLOW_PC_PREFIX "${GRADFLOW_PC_PREFIX}")  # "../.."
 set(GRADFLOW_PC_REQUIRES "tbb fmt nlohmann_json openblas sentencepiece")
 set(GRADFLOW_PC_CFLAGS "")
 if(GRADFLOW_HAVE_MPI)

@@ -6,7 +6,7 @@
 //   4. trained in gradflow's translator (gf::train::train_translator) on the built-in English->Korean
 //      corpus, then the trained run folder loaded back and asked for a translation.
 //
-//   custom_layer [--steps N] [--out DIR]     (default: 1500 steps into runs/swiglu)
+//   custom_layer [--steps N] [--out DIR]     (default: 1200 steps into runs/swiglu)
 #include <gradflow/gradflow.h>
 
 #include <cstdlib>
@@ -51,7 +51,7 @@ bool check_gradients() {
 }
 
 int main(int argc, char** argv) {
-  int64_t steps = 1500;
+  int64_t steps = 1200;
   std::string out = "runs/swiglu";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoll(argv[i + 1]);

@@ -4,7 +4,7 @@
 // cross-entropy with padding masked out, gradient clipping; then greedy translations of held-out
 // sentences and their exact-match rate.
 //
-//   train_loop [--steps N]     (default 1500)
+//   train_loop [--steps N]     (default 1200)
 #include <gradflow/gradflow.h>
 
 #include <cstdlib>
@@ -19,7 +19,7 @@ std::vector<train::TokenPair> as_tokens(const std::vector<train::SentencePair>& 
 }
 
 int main(int argc, char** argv) {
-  int64_t steps = 1500;
+  int64_t steps = 1200;
   if (argc == 3 && !std::strcmp(argv[1], "--steps")) steps = std::atoll(argv[2]);
   else if (argc != 1) return fmt::print(stderr, "usage: train_loop [--steps N]\n"), 2;
   const double base_lr = 2e-3, label_smoothing = 0.1, clip = 1.0;
