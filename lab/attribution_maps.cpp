@@ -207,7 +207,96 @@ std::vector<std::vector<double>> log_probs_per_row(const nn::Seq2SeqTransformer&
   return lp;
 }
 
+// Softmax of every (row, position) of logits (B, T, V), in double: [row][t] (V).
+std::vector<Map> softmax_rows(const Tensor& logits_in) {
+  const Tensor l = logits_in.to(DType::Float64).contiguous();  // (B, T, V)
+  const int64_t B = l.size(0), T = l.size(1), V = l.size(2);
+  std::vector<Map> out(static_cast<size_t>(B), Map(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(V))));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const double* row = l.data<double>() + (b * T + t) * V;
+      const double m = *std::max_element(row, row + V);
+      double z = 0;
+      for (int64_t v = 0; v < V; ++v) z += out[b][t][v] = std::exp(row[v] - m);
+      for (double& p : out[b][t]) p /= z;
+    }
+  return out;
+}
+
 }  // namespace
+
+std::vector<Map> output_distributions(const nn::Seq2SeqTransformer& model, const Tensor& xb, const std::vector<int64_t>& out) {
+  check_inputs({0}, out);
+  NoGradGuard ng;
+  return softmax_rows(forward_from_embeddings(model, Variable(xb), teacher_input(out, xb.size(0))).output.data());  // (B, T, V)
+}
+
+double total_variation(const std::vector<double>& a, const std::vector<double>& b) {
+  GF_CHECK(a.size() == b.size(), "total_variation: distributions of {} and {} values", a.size(), b.size());
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += std::abs(a[i] - b[i]);
+  return 0.5 * s;
+}
+
+Map leave_one_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
+  check_inputs(src, out);
+  const int64_t S = static_cast<int64_t>(src.size()), T = static_cast<int64_t>(out.size());
+  GF_CHECK(S >= 2, "leave_one_out: a source of {} token has nothing left without it", S);
+  const Tensor x1 = source_embeddings(model, src);  // (S, D)
+  const int64_t D = x1.size(1);
+  Tensor xb = Tensor::empty({S, S - 1, D}, x1.dtype());  // (S, S - 1, D): row s lacks token s
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t j = 0, k = 0; j < S; ++j)
+      if (j != s) xb.select(0, s).select(0, k++).copy_(x1.select(0, j));
+  const Map full = output_distributions(model, x1.reshape({1, S, D}), out).at(0);  // (T, V)
+  const std::vector<Map> without = output_distributions(model, xb, out);           // [s] (T, V)
+  Map loo(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(S)));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < S; ++s) loo[t][s] = total_variation(full[t], without[s][t]);
+  return loo;
+}
+
+IntegratedGradients integrated_gradients(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out,
+                                         int steps) {
+  check_inputs(src, out);
+  GF_CHECK(steps >= 1, "integrated_gradients: steps must be at least 1, got {}", steps);
+  const int64_t T = static_cast<int64_t>(out.size()), S = static_cast<int64_t>(src.size()), K = steps;
+  const Tensor x1 = source_embeddings(model, src);  // (S, D)
+  const int64_t D = x1.size(1);
+  // Row k * T + t: the source scaled by (k + 0.5) / K; its loss is -log p(out[t]) at position t alone.
+  Tensor path = Tensor::empty({K * T, S, D}, x1.dtype());  // (K*T, S, D)
+  for (int64_t k = 0; k < K; ++k) {
+    const Tensor scaled = (Variable(x1) * ((static_cast<double>(k) + 0.5) / static_cast<double>(K))).data();  // (S, D)
+    for (int64_t t = 0; t < T; ++t) path.select(0, k * T + t).copy_(scaled);
+  }
+  GradOn grad_on;
+  Variable x(path, true);
+  nn::DecoderOutput d = forward_from_embeddings(model, x, teacher_input(out, K * T));
+  const int64_t V = d.output.size(2);
+  std::vector<int64_t> labels(static_cast<size_t>(K * T * T), train::Vocab::kPad);  // (K*T, T): out[t] at row (k, t)'s position t
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t t = 0; t < T; ++t) labels[(k * T + t) * T + t] = out[t];
+  Variable loss = cross_entropy(reshape(d.output, {K * T * T, V}), Tensor::from_vector(labels, {K * T * T}), train::Vocab::kPad) *
+                  static_cast<double>(K * T);  // (): -sum over rows of log p
+  loss.backward();
+  const Tensor g = x.grad().to(DType::Float64).contiguous();  // (K*T, S, D)
+  const Tensor xe = x1.to(DType::Float64).contiguous();       // (S, D)
+  IntegratedGradients r;
+  r.ig.assign(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(S), 0.0));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s = 0; s < S; ++s) {
+        const double* gr = g.data<double>() + ((k * T + t) * S + s) * D;
+        const double* xr = xe.data<double>() + s * D;
+        double dot = 0;
+        for (int64_t j = 0; j < D; ++j) dot -= gr[j] * xr[j];  // minus: the gradient of +log p
+        r.ig[t][s] += dot / static_cast<double>(K);
+      }
+  const std::vector<double> at_x = output_log_probs(model, x1, out);
+  const std::vector<double> at_zero = output_log_probs(model, Tensor::zeros({S, D}, x1.dtype()), out);
+  for (int64_t t = 0; t < T; ++t) r.endpoints.push_back(at_x[t] - at_zero[t]);
+  return r;
+}
 
 std::vector<double> output_log_probs(const nn::Seq2SeqTransformer& model, const Tensor& x, const std::vector<int64_t>& out) {
   check_inputs({0}, out);

@@ -61,6 +61,29 @@ AttributionMaps attribution_maps(const nn::Seq2SeqTransformer& model, const std:
 // minus log p(y_t) with x_s set to zero (its position encoding stays). No graph.
 Map blank_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out);
 
+// Integrated gradients (Sundararajan et al. 2017) of log p(y_t) with respect to each source token's
+// embedding x_s, on the straight path from the zero embedding (every token at once; positions
+// kept, as blank-out's baseline) to x, by the midpoint rule with `steps` points:
+//   IG_ts = x_s . (1 / steps) sum_k d log p(y_t) / d x_s at ((k + 0.5) / steps) x.
+// Completeness: sum_s IG_ts = log p(y_t | x) - log p(y_t | 0), up to the rule's error.
+struct IntegratedGradients {
+  Map ig;                         // (T, S), signed
+  std::vector<double> endpoints;  // (T): log p(y_t | x) - log p(y_t | 0)
+};
+IntegratedGradients integrated_gradients(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out,
+                                         int steps);
+
+// Next-token distributions of the teacher-forced output (out ends with <eos>) for source
+// embeddings xb (B, S, D): [row][t] a distribution over the target vocabulary. No graph.
+std::vector<Map> output_distributions(const nn::Seq2SeqTransformer& model, const Tensor& xb, const std::vector<int64_t>& out);
+// Total variation distance between two distributions: half the sum of |a - b|, in [0, 1].
+double total_variation(const std::vector<double>& a, const std::vector<double>& b);
+
+// Leave-one-out (Jain and Wallace 2019): (T, S), the total variation distance between the
+// next-token distribution at step t with the whole source and with token s removed (the tokens
+// after it moved up one position). Needs at least 2 source tokens. No graph.
+Map leave_one_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out);
+
 // The source token embeddings the model feeds its encoder, before positions: (S, D).
 Tensor source_embeddings(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src);
 // log p(out[t]) for every t, teacher-forced, with the source embeddings x (S, D) given (no graph).

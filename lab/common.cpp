@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -201,13 +202,14 @@ IdData builtin_corpus(int64_t total, uint64_t seed) {
     for (const auto& p : v) out.push_back({train::utf8::split_whitespace(p.src), train::utf8::split_whitespace(p.tgt)});
     return out;
   };
-  std::vector<train::TokenPair> tr = to_pairs(c.train), te = to_pairs(c.test);
+  std::vector<train::TokenPair> tr = to_pairs(c.train), va = to_pairs(c.valid), te = to_pairs(c.test);
   IdData d;
   d.src_words = train::Vocab::build_source(tr, 1);
   d.tgt_words = train::Vocab::build_target(tr, 1);
   d.src_vocab = d.src_words.size();
   d.tgt_vocab = d.tgt_words.size();
   d.train = train::encode_pairs(tr, d.src_words, d.tgt_words);
+  d.valid = train::encode_pairs(va, d.src_words, d.tgt_words);
   d.test = train::encode_pairs(te, d.src_words, d.tgt_words);
   return d;
 }
@@ -247,9 +249,66 @@ std::vector<train::Batch> batches(const std::vector<train::EncodedPair>& data, i
   return out;
 }
 
+double ScheduledSampling::gold_probability(int64_t step) const {
+  if (k <= 0) return 1.0;
+  return k / (k + std::exp(static_cast<double>(step) / k));
+}
+
+namespace {
+
+// Scheduled sampling's inputs for one step: t.tgt_in with each labelled position after <bos>
+// replaced, with probability 1 - gold, by a token drawn from the model's teacher-forced
+// distribution for the position before it. Returns the share of labelled inputs replaced.
+double mix_in_samples(const nn::Seq2SeqTransformer& model, train::BatchTensors& t, double gold, Generator& gen) {
+  Tensor logits;
+  {
+    NoGradGuard ng;
+    logits = model.forward(t.src, t.tgt_in).data().to(DType::Float64).contiguous();  // (B, T, V)
+  }
+  const int64_t B = logits.size(0), T = logits.size(1), V = logits.size(2);
+  std::vector<int64_t> in = t.tgt_in.to_vector<int64_t>();   // (B*T)
+  const std::vector<int64_t> labels = t.labels.to_vector<int64_t>();  // (B*T): label of position j is input j + 1
+  int64_t labelled = 0, replaced = 0;
+  std::vector<double> p(static_cast<size_t>(V));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 1; j < T; ++j) {
+      if (labels[b * T + j] == train::Vocab::kPad) continue;
+      ++labelled;
+      if (gen.next_double() < gold) continue;
+      const double* row = logits.data<double>() + (b * T + j - 1) * V;  // the prediction of input j
+      double top = -INFINITY, z = 0;
+      for (int64_t v = 0; v < V; ++v)
+        if (v != train::Vocab::kPad && v != train::Vocab::kBos) top = std::max(top, row[v]);
+      for (int64_t v = 0; v < V; ++v) z += p[v] = v == train::Vocab::kPad || v == train::Vocab::kBos ? 0.0 : std::exp(row[v] - top);
+      double r = gen.next_double() * z;
+      int64_t pick = V - 1;
+      for (int64_t v = 0; v < V; ++v)
+        if ((r -= p[v]) < 0) {
+          pick = v;
+          break;
+        }
+      while (p[pick] == 0) --pick;  // rounding left r >= 0: the last token that can be drawn
+      replaced += in[b * T + j] != pick;
+      in[b * T + j] = pick;
+    }
+  t.tgt_in = Tensor::from_vector(in, {B, T});  // (B, T)
+  return labelled ? static_cast<double>(replaced) / static_cast<double>(labelled) : 0.0;
+}
+
+std::map<std::string, Tensor> snapshot(const nn::Module& model) {
+  std::map<std::string, Tensor> s;
+  for (const auto& [name, t] : model.state_dict()) s[name] = t.clone();
+  return s;
+}
+
+}  // namespace
+
 FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& data, const FitOptions& o,
               const std::function<void(int64_t, double)>& on_step) {
   GF_CHECK(o.steps >= 1, "fit: steps must be positive, got {}", o.steps);
+  GF_CHECK(!o.until.valid || (o.until.every >= 1 && o.until.patience >= 1 && !o.until.valid->empty()),
+           "fit: convergence needs every >= 1, patience >= 1 and held-out pairs; got every {}, patience {}, {} pairs", o.until.every,
+           o.until.patience, o.until.valid ? o.until.valid->size() : 0);
   train::BatchPlan plan(data, o.max_tokens);
   GF_CHECK(plan.size() != 0, "fit: no batch could be made from the {} pairs (max_tokens {})", data.size(), o.max_tokens);
   optim::Adam adam(model.named_parameters(), {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
@@ -257,11 +316,16 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
   model.train();
   FitResult r;
   std::vector<size_t> order;
+  Generator sampler(o.seed * 0x9E3779B97F4A7C15ULL + 11);  // scheduled sampling's coins and draws
+  std::map<std::string, Tensor> best;
+  double bar = INFINITY, lowest = INFINITY;  // the last real improvement's NLL; the lowest NLL
+  int64_t since_bar = 0;
   for (int64_t step = 1; step <= o.steps; ++step) {
     const size_t k = static_cast<size_t>(step - 1) % plan.size();
     if (k == 0) order = plan.epoch_order(o.seed, static_cast<uint64_t>(step - 1) / plan.size() + 1);
     train::BatchTensors t = train::to_tensors(plan.batch(order[k]));
     default_generator().seed(o.seed * 1000003ULL + static_cast<uint64_t>(step));  // dropout masks
+    if (o.sampling.k > 0) r.sampled_share.push_back(mix_in_samples(model, t, o.sampling.gold_probability(step), sampler));
     Variable loss = train::batch_loss(model, t, o.label_smoothing);
     adam.zero_grad();
     loss.backward();
@@ -277,7 +341,23 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
       r.diverged_at = step;
       break;
     }
+    if (o.until.valid && step % o.until.every == 0) {
+      model.eval();
+      const double nll = teacher_forced(model, *o.until.valid).nll;
+      model.train();
+      r.valid_steps.push_back(step);
+      r.valid_nll.push_back(nll);
+      if (nll < bar * (1 - o.until.min_improvement)) bar = nll, since_bar = 0;  // a real improvement
+      else ++since_bar;
+      if (nll < lowest) lowest = nll, best = snapshot(model), r.best_step = step;  // kept even when the gain is small
+      if (since_bar >= o.until.patience) {
+        r.converged = true;
+        break;
+      }
+    }
   }
+  if (!best.empty() && r.best_step != static_cast<int64_t>(r.losses.size())) model.load_state_dict(best);
+  if (o.until.valid && r.best_step < 0) r.best_step = static_cast<int64_t>(r.losses.size());
   return r;
 }
 

@@ -51,7 +51,7 @@ double sign_test_p(int64_t wins, int64_t n);
 // A parallel data set as ids (train::Vocab's specials: PAD 0, UNK 1, BOS 2, EOS 3).
 struct IdData {
   int64_t src_vocab = 0, tgt_vocab = 0;
-  std::vector<train::EncodedPair> train, test;
+  std::vector<train::EncodedPair> train, valid, test;  // valid: the built-in corpus's validation split (synthetic tasks: none)
   train::Vocab src_words, tgt_words;  // for the built-in corpus; synthetic tasks name ids "s4", "s5", ...
 };
 
@@ -79,25 +79,58 @@ std::vector<nn::MultiheadAttention*> attention_modules(const nn::Module& model);
 
 // ---------------------------------------------------------------- training
 
+// Training until the held-out loss stops improving, instead of for a fixed number of steps: every
+// `every` steps the teacher-forced NLL per token on `valid` is measured (eval mode, no graph);
+// training stops after `patience` measurements in a row that do not beat the best by a factor
+// (1 - min_improvement), or at FitOptions::steps, and the weights of the best measurement are
+// restored.
+struct Convergence {
+  const std::vector<train::EncodedPair>* valid = nullptr;  // null: no early stop, train for `steps`
+  int64_t every = 50;
+  int64_t patience = 4;
+  double min_improvement = 0.01;
+};
+
+// Scheduled sampling (Bengio et al. 2015, arXiv:1506.03099): each decoder input after <bos> whose
+// position has a label is the true previous token with probability eps(step) = k / (k + exp(step /
+// k)) (the paper's inverse-sigmoid decay), else a token sampled from the model's own distribution
+// for that position (<pad> and <bos> excluded). A Transformer's decoder predicts every position at
+// once, so those distributions come from a first teacher-forced pass without a graph, and the loss
+// is that of a second pass on the mixed inputs, against the true labels (the two-pass form of
+// Mihaylova and Martins 2019 and Duckworth et al. 2019; Bengio et al.'s RNN fed each sample at
+// the next step). No gradient flows through the sampling, as in the paper.
+struct ScheduledSampling {
+  double k = 0;  // 0: off (teacher forcing)
+  double gold_probability(int64_t step) const;  // eps(step); 1 when off
+};
+
 struct FitOptions {
-  int64_t steps = 200;
+  int64_t steps = 200;        // the most steps (all of them without `until`)
   double lr = 1e-3;
   int64_t warmup = 0;       // linear warm-up steps, then constant (0: constant from step 1)
   double clip = 1.0;        // global gradient-norm clip (0: none)
   double label_smoothing = 0;
   int64_t max_tokens = 2048;  // tokens per batch (length-bucketed, as the trainer)
-  uint64_t seed = 1;          // batch order and dropout
+  uint64_t seed = 1;          // batch order, dropout and scheduled sampling's draws
+  Convergence until;
+  ScheduledSampling sampling;
 };
 
 struct FitResult {
   std::vector<double> losses;  // one per step run (the last may be non-finite when diverged)
   bool diverged = false;       // a non-finite loss, or a loss above 3x the first one after 20 steps
   int64_t diverged_at = -1;    // 1-based step
+  // With FitOptions::until: the held-out NLL at each measurement, and which one was kept.
+  std::vector<int64_t> valid_steps;
+  std::vector<double> valid_nll;
+  int64_t best_step = -1;      // the step whose weights the model has at the end (-1: the last)
+  bool converged = false;      // stopped by the rule, not by the step limit
+  std::vector<double> sampled_share;  // scheduled sampling: share of labelled inputs replaced, per step
 };
 
 // Adam (0.9, 0.98, eps 1e-9) on teacher-forced cross-entropy (PAD ignored), the trainer's recipe in
 // miniature. on_step(step, loss) runs after each update (read gradients there: they are kept until
-// the next step). Stops early when diverged.
+// the next step). Stops early when diverged, or when converged (FitOptions::until).
 FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& data, const FitOptions& options,
               const std::function<void(int64_t step, double loss)>& on_step = {});
 

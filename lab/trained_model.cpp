@@ -36,7 +36,7 @@ train::RunConfig config_of(const Report& r, int seed_index) {
   train::RunConfig c;
   c.data = "";  // the built-in corpus
   c.src = "en", c.tgt = "ko";
-  c.corpus_seed = r.seed(0);
+  c.corpus_seed = r.seed(seed_index);
   c.corpus_size = r.integer("corpus");
   c.min_freq = 1;  // builtin_corpus keeps every training token
   c.layer.d_model = r.integer("d-model");
@@ -87,12 +87,13 @@ TrainedModel from_translator(train::Translator t, const std::string& origin) {
 
 // Writes a run folder Translator::load reads, plus lab.json with the training curve.
 void save_cache(const std::string& dir, const train::RunConfig& c, const IdData& data, const nn::Seq2SeqTransformer& model,
-                const std::vector<double>& losses, double seconds) {
+                const TrainedModel& m, double seconds) {
   fs::create_directories(dir);
   data.src_words.save(fs::path(dir) / "vocab.src.txt");
   data.tgt_words.save(fs::path(dir) / "vocab.tgt.txt");
   save_safetensors((fs::path(dir) / "best.safetensors").string(), model.state_dict());
-  nlohmann::json j = {{"losses", losses}, {"train_seconds", seconds}};
+  nlohmann::json j = {{"losses", m.losses},       {"train_seconds", seconds}, {"valid_steps", m.valid_steps},
+                      {"valid_nll", m.valid_nll}, {"best_step", m.best_step}, {"converged", m.converged}};
   write_file_atomic((fs::path(dir) / "lab.json").string(), j.dump() + "\n");
   write_file_atomic((fs::path(dir) / "config.json").string(), c.to_json());  // last: its presence means complete
 }
@@ -112,19 +113,24 @@ std::vector<Option> trained_model_options(int64_t default_steps) {
           {"warmup", Option::Int, "100", "linear warm-up steps"}};
 }
 
-std::string cache_key(const Report& r, int seed_index) {
-  return fmt::format("ko-n{}-d{}-h{}-l{}-s{}-lr{}-w{}-c{}-seed{}", r.integer("corpus"), r.integer("d-model"), r.integer("heads"),
-                     r.integer("layers"), r.integer("train-steps"), r.real("lr"), r.integer("warmup"), r.seed(0), r.seed(seed_index));
+std::string cache_key(const Report& r, int seed_index, const Recipe& recipe) {
+  std::string key = fmt::format("ko-n{}-d{}-h{}-l{}-s{}-lr{}-w{}-c{}-seed{}", r.integer("corpus"), r.integer("d-model"), r.integer("heads"),
+                                r.integer("layers"), r.integer("train-steps"), r.real("lr"), r.integer("warmup"), r.seed(seed_index),
+                                r.seed(seed_index));
+  if (recipe.converge)
+    key += fmt::format("-conv{}x{}-{}", recipe.until.every, recipe.until.patience, recipe.until.min_improvement);
+  if (recipe.sampling.k > 0) key += fmt::format("-ss{}", recipe.sampling.k);
+  return key;
 }
 
-TrainedModel trained_model(Report& r, int seed_index) {
+TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
   if (!r.text("model").empty()) {
     TrainedModel m = from_translator(train::Translator::load(r.text("model")), "loaded from " + r.text("model"));
     r.say("model " + m.description);
     return m;
   }
   const train::RunConfig c = config_of(r, seed_index);
-  const std::string dir = r.text("cache").empty() ? "" : (fs::path(r.text("cache")) / cache_key(r, seed_index)).string();
+  const std::string dir = r.text("cache").empty() ? "" : (fs::path(r.text("cache")) / cache_key(r, seed_index, recipe)).string();
   if (!dir.empty() && !r.on("retrain") && fs::exists(fs::path(dir) / "config.json")) {
     const nlohmann::json j = nlohmann::json::parse(train::read_text_file((fs::path(dir) / "lab.json").string()));
     const auto losses = j.at("losses").get<std::vector<double>>();
@@ -133,6 +139,10 @@ TrainedModel trained_model(Report& r, int seed_index) {
                                                  losses.size(), losses.front(), losses.back(), dir));
     m.losses = losses;
     m.steps = static_cast<int64_t>(losses.size());
+    m.valid_steps = j.value("valid_steps", std::vector<int64_t>{});
+    m.valid_nll = j.value("valid_nll", std::vector<double>{});
+    m.best_step = j.value("best_step", int64_t{-1});
+    m.converged = j.value("converged", false);
     r.say("model " + m.description);
     return m;
   }
@@ -147,17 +157,24 @@ TrainedModel trained_model(Report& r, int seed_index) {
   fo.clip = c.clip;
   fo.max_tokens = c.max_tokens;
   fo.seed = c.seed;
+  if (recipe.converge) fo.until = recipe.until, fo.until.valid = &data.valid;
+  fo.sampling = recipe.sampling;
   const double t0 = now_seconds();
   FitResult fr = fit(*m.model, data.train, fo);
   m.train_seconds = now_seconds() - t0;
   m.model->eval();
   m.losses = fr.losses;
   m.steps = static_cast<int64_t>(fr.losses.size());
+  m.valid_steps = fr.valid_steps, m.valid_nll = fr.valid_nll, m.best_step = fr.best_step, m.converged = fr.converged;
   GF_CHECK_AS(std::runtime_error, !fr.diverged, "trained model: training diverged at step {} (lower --lr)", fr.diverged_at);
-  if (!dir.empty()) save_cache(dir, c, data, *m.model, m.losses, m.train_seconds);
-  m.description = fmt::format("trained here in {:.0f} s: d_model {}, {} heads, {}+{} layers, ff {}, {} parameters; {} steps on {} pairs, loss {:.3f} -> {:.3f}{}",
-                              m.train_seconds, c.layer.d_model, c.layer.nhead, c.layers, c.layers, c.layer.dim_feedforward, parameter_count(*m.model), m.steps, data.train.size(),
-                              m.losses.front(), m.losses.back(), dir.empty() ? "" : "; cached in " + dir);
+  if (!dir.empty()) save_cache(dir, c, data, *m.model, m, m.train_seconds);
+  const std::string how = recipe.converge ? fmt::format(" (until converged: {}, kept step {})", m.converged ? "stopped by the rule" : "stopped at the limit",
+                                                        m.best_step)
+                                          : "";
+  m.description = fmt::format("trained here in {:.0f} s{}: d_model {}, {} heads, {}+{} layers, ff {}, {} parameters; {} steps{} on {} pairs, loss {:.3f} -> {:.3f}{}",
+                              m.train_seconds, recipe.sampling.k > 0 ? fmt::format(" with scheduled sampling (k {:g})", recipe.sampling.k) : "",
+                              c.layer.d_model, c.layer.nhead, c.layers, c.layers, c.layer.dim_feedforward, parameter_count(*m.model), m.steps, how,
+                              data.train.size(), m.losses.front(), m.losses.back(), dir.empty() ? "" : "; cached in " + dir);
   m.src_words = std::move(data.src_words);
   m.tgt_words = std::move(data.tgt_words);
   m.test = std::move(data.test);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "lab/common.h"
 #include "lab/lab.h"
 #include "nn/seq2seq.h"
 #include "train/data/batching.h"
@@ -27,18 +28,34 @@ struct TrainedModel {
   double train_seconds = 0;              // wall-clock seconds spent training here (0 when loaded)
   int64_t steps = 0;                     // optimizer steps (0 when loaded from --model)
   std::vector<double> losses;            // training losses, one per step (empty when loaded)
+  // Trained until converged (Recipe::converge): the held-out NLL at each measurement, the step
+  // whose weights were kept, and whether the rule (not the step limit) ended training.
+  std::vector<int64_t> valid_steps;
+  std::vector<double> valid_nll;
+  int64_t best_step = -1;
+  bool converged = false;
+};
+
+// How a lab wants its models trained, beyond the options: a fixed step count (--train-steps), or
+// until the held-out loss stops improving (lab/common.h's Convergence on the corpus's validation
+// split, --train-steps the limit); teacher forcing, or scheduled sampling (lab/common.h).
+struct Recipe {
+  Convergence until;        // until.valid is ignored: converge says whether to use the validation split
+  bool converge = false;
+  ScheduledSampling sampling;
 };
 
 // The options every lab that uses trained_model() declares, with that lab's default step count.
 std::vector<Option> trained_model_options(int64_t default_steps);
 
 // The model the options describe for the run r.seed(seed_index): loaded from --model (the same
-// model whatever the index), from the cache, or trained now (and cached). The corpus is always
-// generated from r.seed(0), so every run studies the same test sentences; the index seeds the
-// weights and the batch order. Says on the report where the model came from.
-TrainedModel trained_model(Report& r, int seed_index = 0);
+// model whatever the index), from the cache, or trained now (and cached). The seed draws the
+// corpus (its sentences and splits), the weights and the batch order, so each run studies its own
+// test sentences. Says on the report where the model came from.
+TrainedModel trained_model(Report& r, int seed_index = 0, const Recipe& recipe = {});
 
-// The cache folder's name for these settings, e.g. "ko-n8000-d64-h4-l2-s600-lr0.002-w100-c1-seed1".
-std::string cache_key(const Report& r, int seed_index = 0);
+// The cache folder's name for these settings, e.g. "ko-n8000-d64-h4-l2-s600-lr0.002-w100-c1-seed1"
+// (a converged or scheduled-sampling recipe adds its settings).
+std::string cache_key(const Report& r, int seed_index = 0, const Recipe& recipe = {});
 
 }  // namespace gf::lab

@@ -65,7 +65,93 @@ Variable MultiheadAttention::split_heads(const Variable& x, int64_t heads) const
   return contiguous(permute(r, {0, 2, 1, 3}));       // (B, heads, L, d_k)
 }
 
+Variable MultiheadAttention::raw_weight(int which) const {
+  GF_CHECK(which >= 0 && which <= 2, "MultiheadAttention: projection {} is not 0 (query), 1 (key) or 2 (value)", which);
+  if (grouped()) return (which == 0 ? q_proj : which == 1 ? k_proj : v_proj)->weight;  // (D or KV*d_k, D)
+  return narrow(in_proj_weight, 0, which * embed_dim, embed_dim);                    // (D, D)
+}
+
+Variable MultiheadAttention::raw_bias(int which) const {
+  if (grouped()) return (which == 0 ? q_proj : which == 1 ? k_proj : v_proj)->bias;
+  return in_proj_bias.defined() ? narrow(in_proj_bias, 0, which * embed_dim, embed_dim) : Variable();  // (D)
+}
+
+namespace {
+
+const char* const kReparamName[2] = {"q", "k"};
+
+// One power-iteration step on w (R, C) from u (C): v = w u / |w u|, then u = w^T v / |w^T v|.
+// Returns v^T w u, the spectral norm estimate. A zero vector stays zero (and the estimate is 0).
+double power_step(const Tensor& w, std::vector<double>& u, std::vector<double>& v) {
+  const int64_t R = w.size(0), C = w.size(1);
+  const double* p = w.data<double>();
+  auto normalise = [](std::vector<double>& x) {
+    double n = 0;
+    for (double e : x) n += e * e;
+    n = std::sqrt(n);
+    if (n > 0)
+      for (double& e : x) e /= n;
+  };
+  v.assign(static_cast<size_t>(R), 0.0);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j) v[i] += p[i * C + j] * u[j];
+  normalise(v);
+  std::fill(u.begin(), u.end(), 0.0);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j) u[j] += p[i * C + j] * v[i];
+  normalise(u);
+  double s = 0;
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j) s += v[i] * p[i * C + j] * u[j];
+  return s;
+}
+
+}  // namespace
+
+void MultiheadAttention::use_sigma_reparam() {
+  GF_CHECK(!sigma_reparam_, "MultiheadAttention::use_sigma_reparam: σReparam is already on");
+  for (int which : {0, 1}) {
+    const Variable w = raw_weight(which);
+    const Tensor wd = w.data().to(DType::Float64).contiguous();  // (rows, D)
+    const int64_t C = wd.size(1);
+    // A start with no special direction, then enough steps to converge on the initial weights: the
+    // spectral gap of a random square matrix is small, and each step shrinks the error by about
+    // (second / first singular value)^2.
+    std::vector<double> u(static_cast<size_t>(C)), v;
+    for (int64_t j = 0; j < C; ++j) u[j] = 1.0 + 0.5 * std::sin(1.7 * static_cast<double>(j + 1));
+    double sigma = 0;
+    for (int it = 0; it < 200; ++it) sigma = power_step(wd, u, v);
+    GF_CHECK(sigma > 0, "MultiheadAttention::use_sigma_reparam: the {} projection's weight is zero", which == 0 ? "query" : "key");
+    register_buffer(std::string(kReparamName[which]) + "_sigma_u", Tensor::from_vector(u, {C}).to(w.dtype()));  // (D)
+    register_parameter(std::string(kReparamName[which]) + "_gamma", Tensor::full({1}, sigma, w.dtype()));       // (1)
+  }
+  sigma_reparam_ = true;
+}
+
+Variable MultiheadAttention::reparametrised(int which) const {
+  const Variable w = raw_weight(which);                        // (rows, D)
+  const Tensor wd = w.data().to(DType::Float64).contiguous();  // (rows, D)
+  Tensor stored = buffer(std::string(kReparamName[which]) + "_sigma_u");  // (D): shares the buffer's storage
+  std::vector<double> u(static_cast<size_t>(stored.numel())), v;
+  for (int64_t j = 0; j < stored.numel(); ++j) u[j] = stored.flat_get(j);
+  power_step(wd, u, v);
+  if (is_training() && GradMode::enabled())
+    for (int64_t j = 0; j < stored.numel(); ++j) stored.flat_set(j, u[j]);
+  const int64_t R = wd.size(0), C = wd.size(1);
+  Tensor outer = Tensor::empty({R, C}, DType::Float64);  // (rows, D): v u^T, constant
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j) outer.data<double>()[i * C + j] = v[i] * u[j];
+  const Variable sigma = sum(w * Variable(outer.to(w.dtype())));  // (): v^T W u
+  return w * (parameter(std::string(kReparamName[which]) + "_gamma") / sigma);  // (rows, D)
+}
+
+Variable MultiheadAttention::projection_weight(int which) const {
+  GF_CHECK(which == 0 || which == 1, "MultiheadAttention::projection_weight: {} is not 0 (query) or 1 (key)", which);
+  return sigma_reparam_ ? reparametrised(which) : raw_weight(which);
+}
+
 Variable MultiheadAttention::q_rows(const Variable& x) const {
+  if (sigma_reparam_) return linear(x, reparametrised(0), raw_bias(0));                     // (B, L, D)
   if (grouped()) return q_proj->forward(x);                                                  // (B, L, D)
   Variable w = narrow(in_proj_weight, 0, 0, embed_dim);                                    // (D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, 0, embed_dim) : Variable();  // (D)
@@ -73,6 +159,7 @@ Variable MultiheadAttention::q_rows(const Variable& x) const {
 }
 
 std::pair<Variable, Variable> MultiheadAttention::kv_rows(const Variable& x) const {
+  if (sigma_reparam_) return {linear(x, reparametrised(1), raw_bias(1)), linear(x, raw_weight(2), raw_bias(2))};  // (B, S, KV*d_k)
   if (grouped()) return {k_proj->forward(x), v_proj->forward(x)};                                      // (B, S, KV*d_k)
   Variable w = narrow(in_proj_weight, 0, embed_dim, 2 * embed_dim);                                    // (2D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, embed_dim, 2 * embed_dim) : Variable();  // (2D)
@@ -176,6 +263,12 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   const int64_t G = H / KV;  // query heads per key/value head
   check_masks(kpm, attn_mask, B, H, L, S);
   Variable weights = weights_of(q, k, kpm, attn_mask);  // (B, H, L, S)
+  if (weights_transform) {
+    const Shape shape = weights.shape();
+    weights = weights_transform(weights);  // (B, H, L, S)
+    GF_CHECK(weights.shape() == shape, "MultiheadAttention: weights_transform returned {} for weights {}", shape_str(weights.shape()),
+             shape_str(shape));
+  }
   if (weights_peek) weights_peek(weights.data());
   if (weights_observer) weights_observer(weights);
   Variable kept = attn_dropout->p > 0 ? attn_dropout->forward(weights) : weights;  // (B, H, L, S)
@@ -456,7 +549,7 @@ bool MultiheadAttention::can_fuse(const Tensor& kpm, const Tensor& attn_mask, bo
   // Float masks would need to be added tile by tile; (B*H, L, S) masks are rare. Both stay unfused.
   const bool kpm_ok = !kpm.defined() || kpm.dtype() == DType::Bool;
   const bool mask_ok = !attn_mask.defined() || (attn_mask.dtype() == DType::Bool && attn_mask.ndim() == 2);
-  return fused && !need_weights && !weights_observer && !naive_softmax && kpm_ok && mask_ok;
+  return fused && !need_weights && !weights_observer && !weights_transform && !naive_softmax && kpm_ok && mask_ok;
 }
 
 AttentionResult MultiheadAttention::attend_rows(const Variable& q, const Variable& k, const Variable& v, const Tensor& kpm,
@@ -490,7 +583,7 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
            "MultiheadAttention: query {}, key {} and value {} disagree in batch or key length", shape_str(query.shape()),
            shape_str(key.shape()), shape_str(value.shape()));
   Variable q, k, v;  // (B, L, D), (B, S, KV*d_k) x 2: heads not split, so the fused op reads them in place
-  if (!grouped() && query.impl() == key.impl() && key.impl() == value.impl()) {
+  if (!grouped() && !sigma_reparam_ && query.impl() == key.impl() && key.impl() == value.impl()) {
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3D): one GEMM for self-attention
     if (can_fuse(kpm, attn_mask, need_weights)) {  // one gradient tensor for the three projections
       const int64_t B = query.size(0), L = query.size(1);
@@ -506,16 +599,14 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
   } else if (key.impl() == value.impl()) {
     q = q_rows(query);
     std::tie(k, v) = kv_rows(key);
-  } else if (grouped()) {
+  } else if (grouped() && !sigma_reparam_) {
     q = q_rows(query);
     k = k_proj->forward(key);
     v = v_proj->forward(value);
   } else {
     q = q_rows(query);
-    auto w = [&](int64_t i) { return narrow(in_proj_weight, 0, i * D, D); };
-    auto b = [&](int64_t i) { return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * D, D) : Variable(); };
-    k = linear(key, w(1), b(1));
-    v = linear(value, w(2), b(2));
+    k = linear(key, sigma_reparam_ ? reparametrised(1) : raw_weight(1), raw_bias(1));
+    v = linear(value, raw_weight(2), raw_bias(2));
   }
   return attend_rows(q, k, v, kpm, attn_mask, need_weights);
 }

@@ -102,11 +102,37 @@ class MultiheadAttention : public Module {
   // graph and without drawing random numbers, so the forward's numbers are unchanged by it
   // (train --grad-stats reads entropies through it).
   std::function<void(const Tensor&)> weights_peek;
+  // When set, the attention weights (B, H, L, S) are replaced by what it returns (same shape)
+  // before dropout, the observers and the mixing of the values: counterfactual attention, e.g. each
+  // row permuted over its keys or made uniform (Jain and Wallace 2019; Wiegreffe and Pinter 2019).
+  // forward() and forward_cached() then take the unfused path; attend_one() (one new position of
+  // cached decoding) does not apply it.
+  std::function<Variable(const Variable&)> weights_transform;
   // forward() runs the fused, blocked attention op (autograd/ops/attention.h, docs/attention.md)
-  // unless the weights are asked for (need_weights, weights_observer), naive_softmax is set, or a
-  // mask is float or per head. false forces the unfused path; the environment variable
-  // GRADFLOW_UNFUSED_ATTENTION=1 sets false for every module built after it is read (A/B runs).
+  // unless the weights are asked for (need_weights, weights_observer, weights_transform),
+  // naive_softmax is set, or a mask is float or per head. false forces the unfused path; the
+  // environment variable GRADFLOW_UNFUSED_ATTENTION=1 sets false for every module built after it
+  // is read (A/B runs).
   bool fused = true;
+
+  // σReparam (Zhai et al. 2023, arXiv:2303.06296) on the query and key projections. After
+  // use_sigma_reparam(), W_q and W_k (each (H * d_k, D), or (KV * d_k, D) for keys) are used as
+  // (γ / σ(W)) W: σ(W) is W's spectral norm, estimated by one power-iteration step per forward from
+  // the previous step's right singular vector u (a buffer, advanced only by forwards that record a
+  // graph in training mode, so that probes and evaluation leave it alone), and γ is a learned scalar
+  // initialised to σ(W), so that the layer computes what it computed before. Why it helps: under
+  // Adam every entry of W moves by about the learning rate per step, so σ(W), which bounds the
+  // attention logits and through them the entropy (the paper's Theorem 3.1), can grow by about
+  // lr * sqrt(rows * cols) per step; the reparametrised weight's spectral norm is γ, which moves
+  // by about lr. The gradient reaches W through σ(W) = v^T W u with u and v held fixed, as in the
+  // paper's reference code. Adds parameters q_gamma, k_gamma (1) and buffers q_sigma_u, k_sigma_u
+  // (D): call it before an optimizer is built from the parameters, and before loading a state
+  // saved with it. Calling it twice is an error.
+  void use_sigma_reparam();
+  bool sigma_reparam() const { return sigma_reparam_; }
+  // The effective query (which = 0) or key (1) projection weight: W, or (γ / σ(W)) W under
+  // σReparam (advancing u as a forward does). For tests and statistics; forward() calls it too.
+  Variable projection_weight(int which) const;
 
  private:
   // The projections with the heads not yet split: (B, L, D) and 2 x (B, S, KV * d_k).
@@ -122,6 +148,13 @@ class MultiheadAttention : public Module {
   // weights_peek's call on the fused path: the weights from the unsplit projections, no graph.
   void peek_weights(const Variable& q, const Variable& k, const Tensor& key_padding_mask, const Tensor& attn_mask) const;
   Variable split_heads(const Variable& x, int64_t heads) const;  // (B, L, heads * d_k) -> (B, heads, L, d_k) contiguous
+  // W_q, W_k or W_v (which = 0, 1, 2) as stored: a block of in_proj_weight, or q/k/v_proj's weight.
+  Variable raw_weight(int which) const;
+  Variable raw_bias(int which) const;  // undefined without biases
+  // (γ / σ(W)) W for W = raw_weight(which), which 0 or 1.
+  Variable reparametrised(int which) const;
+
+  bool sigma_reparam_ = false;
 };
 
 }  // namespace gf::nn
