@@ -207,8 +207,90 @@ std::vector<ClaimSpec> table() {
        "above res 1e-6 so that no number is at float64's rounding floor; -1: a tenth, the lab's earlier factor",
        true},
       // ---- entropy
+      {"entropy", "collapse", ClaimKind::Paper,
+       "at the high learning rate, without σReparam, some head's entropy collapses: the least head's H / log(visible keys) at the end of training",
+       Compare::Below, 0.1,
+       "Zhai et al. 2023, section 3 (entropy collapse at a doubled learning rate); 0.1 of log(keys) is attending to about one key (0.99 on one of 8 keys "
+       "gives 0.036, an even split over two of 8 gives 0.33)",
+       true},
+      {"entropy", "worse_loss", ClaimKind::Paper,
+       "the collapse comes with failed training: final loss at the high rate / at the safe rate, without σReparam, paired by seed", Compare::Above, 1.5,
+       "Zhai et al. 2023, section 3 (low entropy is accompanied by instability: oscillating loss or divergence); 1.5x is the margin the lab used before "
+       "intervals, kept",
+       true},
+      {"entropy", "reparam_entropy", ClaimKind::Paper,
+       "σReparam keeps the least head's entropy up at the high rate: its H / log(keys) at the end minus the plain model's, paired by seed",
+       Compare::Above, 0.2,
+       "Zhai et al. 2023, section 4 (σReparam prevents entropy collapse); 0.2 is twice the collapse threshold. At the safe rate the paper expects no such "
+       "gap (σReparam matches stable baselines), which the control tests",
+       true},
+      {"entropy", "reparam_loss", ClaimKind::Paper,
+       "σReparam keeps the loss down at the high rate: final loss without / with σReparam, paired by seed", Compare::Above, 1.5,
+       "Zhai et al. 2023, sections 4-5 (σReparam trains without warm-up where the baseline is unstable); the same 1.5x as worse_loss", true},
+      {"entropy", "reparam_init", ClaimKind::Check,
+       "σReparam starts from the function it replaces (γ initialised to σ(W)): largest |logit difference| at initialisation", Compare::Below, 1e-3,
+       "the weights are scaled by γ / σ(W) = 1 up to the last power-iteration step and float32 rounding (logits of order 1-10)", false},
       // ---- attribution
+      {"attribution", "attention_agrees", ClaimKind::Paper,
+       "the last decoder layer's cross-attention (head mean) ranks the source tokens somewhat as the attribution methods do: its mean Spearman rho with "
+       "gradient x input, leave-one-out and integrated gradients, per output token, averaged over sentences",
+       Compare::Above, 0.2,
+       "Jain and Wallace 2019, section 4.1 (attention correlates with importance measures, weakly); a map unrelated to the input scores 0 (s.e. about "
+       "0.015 over 60 sentences), so 0.2 is a clear positive agreement; a constant map (ranks nothing) scores 0",
+       true},
+      {"attribution", "methods_agree_gxi", ClaimKind::Paper,
+       "gradient x input agrees with the other attribution methods (leave-one-out, integrated gradients; mean Spearman rho) more than with attention: "
+       "the difference",
+       Compare::Above, 0.0,
+       "Jain and Wallace 2019, section 4.1 (gradient and leave-one-out measures agree with each other more than with attention); the paper claims a "
+       "direction, the interval across seeds is the margin",
+       false},
+      {"attribution", "methods_agree_loo", ClaimKind::Paper,
+       "leave-one-out agrees with the other attribution methods (gradient x input, integrated gradients) more than with attention: the difference",
+       Compare::Above, 0.0, "as methods_agree_gxi", false},
+      {"attribution", "methods_agree_ig", ClaimKind::Paper,
+       "integrated gradients agree with the other attribution methods (gradient x input, leave-one-out) more than with attention: the difference",
+       Compare::Above, 0.0, "as methods_agree_gxi", false},
+      {"attribution", "permuted_changes_output", ClaimKind::Paper,
+       "a translator's output depends on its specific attention: with every cross-attention row permuted over the source, the next-token distribution "
+       "moves by this total variation distance (mean over output tokens, median over permutations, mean over sentences)",
+       Compare::Above, 0.25,
+       "Jain and Wallace 2019, section 4.2 (the permutation counterfactual; they found little change for classifiers and left sequence-to-sequence "
+       "models out); Wiegreffe and Pinter 2019 (attention matters where the task needs it). 0.25: a quarter of the probability mass moves",
+       true},
+      {"attribution", "uniform_changes_output", ClaimKind::Paper,
+       "with every cross-attention row made uniform over the source, the next-token distribution moves by this total variation distance (mean over "
+       "output tokens and sentences)",
+       Compare::Above, 0.25, "Wiegreffe and Pinter 2019, section 3.1 (the uniform-attention baseline); the same 0.25 as permuted_changes_output", true},
+      {"attribution", "ig_complete", ClaimKind::Check,
+       "integrated gradients add up (completeness): |sum over source tokens of IG - (log p(y_t | x) - log p(y_t | 0))|, relative to the mean "
+       "|log p(y_t | x) - log p(y_t | 0)|, over every output token of the first model",
+       Compare::Below, 0.05,
+       "Sundararajan et al. 2017, axiom of completeness; exact in the limit of the path integral, here 32 midpoint steps", false},
       // ---- exposure
+      {"exposure", "gap_grows", ClaimKind::Paper,
+       "free-running accuracy falls behind teacher-forced accuracy later in the sequence: the gap pooled over the later half of the positions minus that "
+       "over the earlier half, teacher-forced model trained to convergence",
+       Compare::Above, 0.05,
+       "Bengio et al. 2015, section 1 (errors accumulate along the sequence); 0.05 is the threshold the lab used before intervals, kept", false},
+      {"exposure", "derails", ClaimKind::Paper,
+       "a wrong token fed back is amplified: error rate in the 3 steps after a forced wrong token minus that of decoding from the true prefix, "
+       "teacher-forced model",
+       Compare::Above, 0.05,
+       "Bengio et al. 2015, section 1 (a mistake fed back puts the model where training never showed it); 0.05 is the absolute margin the lab used "
+       "before intervals, kept",
+       true},
+      {"exposure", "ss_narrows_gap", ClaimKind::Paper,
+       "scheduled sampling narrows the late-position gap: the teacher-forced model's late-half gap minus the scheduled-sampling model's, same data, "
+       "seed and convergence rule",
+       Compare::Above, 0.0,
+       "Bengio et al. 2015, sections 2-4 (scheduled sampling closes the gap between training and inference); the paper claims a direction, the "
+       "interval across seeds is the margin",
+       false},
+      {"exposure", "ss_less_derailment", ClaimKind::Paper,
+       "scheduled sampling makes the model less derailed by a wrong token: the derailment (as in derails) of the teacher-forced model minus that of "
+       "the scheduled-sampling model",
+       Compare::Above, 0.0, "Bengio et al. 2015, section 2 (the model learns to deal with its own mistakes); a direction, as ss_narrows_gap", true},
       // ---- graph
       {"graph", "self_maps_quadratic", Paper,
        "standard attention saves its T x T maps for backward: the self-attention weights and masks saved grow quadratically with the target "

@@ -1,25 +1,35 @@
-// Lab `entropy`: attention entropy collapse (Zhai et al. 2023, arXiv:2303.06296).
+// Lab `entropy`: attention entropy collapse, and σReparam against it (Zhai et al. 2023,
+// arXiv:2303.06296).
 //
 // The paper: "low attention entropy is accompanied by high training instability, which can take
 // the form of oscillating loss or divergence"; it calls the pathologically low entropy (each query
-// attending to about one key) entropy collapse, and its remedy lets models train without warm-up.
+// attending to about one key) entropy collapse, bounds a head's entropy from below by a quantity
+// that falls exponentially with the spectral norm of W_Q W_K^T, and prevents the collapse with
+// σReparam (every weight used as (γ / σ(W)) W, σ its spectral norm, γ learned), which lets its
+// models train without warm-up.
 //
-// Here: the same small Post-LN translator (no warm-up, Adam, no gradient clipping by default)
-// trained on the same batches at several learning rates and seeds; every few steps the entropy of
-// every head (encoder self, decoder self and cross attention) on a fixed batch of held-out
-// pairs, normalised by its largest possible value log(visible keys) so that heads with
-// different key counts compare; next to each run's loss.
+// Here: a small Post-LN translator (no warm-up, Adam, no gradient clipping) on a synthetic task
+// drawn by each seed, trained at a safe and at a high learning rate, each plainly and with
+// σReparam on every attention's query and key projections (nn::MultiheadAttention::
+// use_sigma_reparam); the same seed gives both arms the same data, initial function and batches.
+// Every few steps the entropy of every head (encoder self, decoder self and cross attention) on a
+// fixed batch of held-out pairs, normalised by its largest possible value log(visible keys), and
+// the largest product of the query and key weights' spectral norms (the paper's bound's quantity).
+// The claims are per seed, with a 95% interval across seeds. --control runs the high arm at the
+// safe rate: the paper's collapse and the rescue must then vanish.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
-#include <sstream>
 
 #include "autograd/grad_mode.h"
 #include "lab/common.h"
 #include "lab/labs.h"
 #include "lab/report.h"
+#include "nn/linear.h"
+#include "nn/multihead_attention.h"
 #include "tensor/check.h"
 #include "train/loop/batch_loss.h"
 #include "train/loop/grad_stats.h"
@@ -30,39 +40,22 @@ namespace {
 // A head below a tenth of its largest entropy attends to about one key (0.99 on one of 8 keys: 0.036).
 constexpr double kCollapsed = 0.1;
 
-std::vector<double> parse_list(const std::string& text, const std::string& what) {
-  std::vector<double> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    GF_CHECK(used != 0 && used == item.size() && v > 0, "lab entropy: --{} expects positive numbers separated by commas, got '{}'", what,
-             text);
-    out.push_back(v);
-  }
-  GF_CHECK(!out.empty(), "lab entropy: --{} is empty", what);
-  std::sort(out.begin(), out.end());
-  return out;
-}
+enum Arm { kPlain = 0, kReparam = 1 };
+const char* const kArmName[2] = {"plain", "σReparam"};
 
 // One training run: loss per step, and at step 0 (initialisation) and every `every` steps each
-// head's entropy on the probe batch as a share of log(visible keys).
+// head's entropy on the probe batch as a share of log(visible keys), and the logit-scale bound.
 struct Run {
   double lr = 0;
+  Arm arm = kPlain;
   uint64_t seed = 0;
   FitResult fit;
-  std::vector<int64_t> at;                      // steps of the entropy records
-  std::vector<std::vector<double>> heads;       // (records, heads): H / log(visible keys)
-  std::vector<std::string> head_names;          // "enc0.self.h0", ...
-  double final_loss = NAN;                      // mean of the last 10% of the steps; +inf when diverged
-  double min_head_end = NAN, mean_head_end = NAN;  // at the last record
-  double min_head_low = NAN;                    // the lowest min-head value over the run
-  int64_t collapsed_at = -1;                    // first recorded step with a head below kCollapsed (-1: none)
+  std::vector<int64_t> at;                 // steps of the records
+  std::vector<std::vector<double>> heads;  // (records, heads): H / log(visible keys)
+  std::vector<double> qk_norm;             // (records): max over attentions of σ(W_q) σ(W_k), effective weights
+  std::vector<std::string> head_names;     // "enc0.self.h0", ...
+  double final_loss = NAN;                 // mean of the last 10% of the steps (see finish())
+  double least_head_end = NAN;             // least head's H / log(keys) at the last record
 };
 
 // Each head's entropy on one forward of the probe batch, normalised.
@@ -80,14 +73,41 @@ std::vector<double> probe_heads(nn::Seq2SeqTransformer& model, train::EntropyPro
   return out;
 }
 
-// 0 and at most ~6 round steps up to `steps`, so that the axes start at step 0.
-std::vector<double> step_ticks(int64_t steps) {
-  int64_t every = 1;
-  for (int64_t c : {1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000})
-    if (every = c; steps / c <= 6) break;
-  std::vector<double> t;
-  for (int64_t s = 0; s <= steps; s += every) t.push_back(static_cast<double>(s));
-  return t;
+// The spectral norm of w (rows, cols), by power iteration to convergence (a statistic, not training).
+double spectral_norm(const Tensor& w_in) {
+  const Tensor w = w_in.to(DType::Float64).contiguous();
+  const int64_t R = w.size(0), C = w.size(1);
+  const double* p = w.data<double>();
+  std::vector<double> u(static_cast<size_t>(C), 1.0), v(static_cast<size_t>(R));
+  double s = 0;
+  for (int it = 0; it < 100; ++it) {
+    double nv = 0, nu = 0;
+    for (int64_t i = 0; i < R; ++i) {
+      v[i] = 0;
+      for (int64_t j = 0; j < C; ++j) v[i] += p[i * C + j] * u[j];
+      nv += v[i] * v[i];
+    }
+    if (nv == 0) return 0;
+    for (double& x : v) x /= std::sqrt(nv);
+    for (int64_t j = 0; j < C; ++j) {
+      u[j] = 0;
+      for (int64_t i = 0; i < R; ++i) u[j] += p[i * C + j] * v[i];
+      nu += u[j] * u[j];
+    }
+    s = std::sqrt(nu);  // |W^T v| with |v| = 1: converges to the largest singular value
+    for (double& x : u) x /= s;
+  }
+  return s;
+}
+
+// max over the model's attentions of σ(W_q) σ(W_k), of the weights the forward uses: it bounds
+// |q . k| per unit of |x|^2 and so, by the paper's Theorem, how low a head's entropy can go.
+double max_qk_norm(const nn::Seq2SeqTransformer& model) {
+  NoGradGuard ng;  // no power-iteration step is taken for this
+  double m = 0;
+  for (auto* a : attention_modules(model))
+    m = std::max(m, spectral_norm(a->projection_weight(0).data()) * spectral_norm(a->projection_weight(1).data()));
+  return m;
 }
 
 double min_of(const std::vector<double>& v) {
@@ -97,72 +117,127 @@ double min_of(const std::vector<double>& v) {
 }
 double mean_of(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 
-Run train_one(const IdData& data, const nn::Seq2SeqOptions& arch, const train::BatchTensors& probe_batch, double lr, uint64_t seed,
-              const FitOptions& base, int64_t every) {
+// The final loss: the mean of the last 10% of the steps. A run that fit() stopped as diverged has
+// no such tail; it counts as at least as bad as the divergence bar (3x its first loss).
+double final_loss_of(const FitResult& f) {
+  const auto& L = f.losses;
+  if (f.diverged) return std::max(3 * L.front(), std::isfinite(L.back()) ? L.back() : 0.0);
+  const size_t tail = std::max<size_t>(1, L.size() / 10);
+  return std::accumulate(L.end() - static_cast<std::ptrdiff_t>(tail), L.end(), 0.0) / static_cast<double>(tail);
+}
+
+struct Setting {
+  nn::Seq2SeqOptions arch;
+  FitOptions base;
+  int64_t every = 10;
+  bool reparam_all = true;  // σReparam on every linear layer of the Transformer layers, or only on W_q and W_k
+};
+
+// σReparam on the model's Transformer layers: every attention's query and key weights, and with
+// `all` (the paper's choice) every linear layer of the encoder and decoder layers as well. The
+// embeddings and the output projection stay plain (the training loss reads the projection's
+// weight directly).
+void apply_sigma_reparam(nn::Module& m, bool all) {
+  for (const auto& [name, child] : m.children()) {
+    if (auto* a = dynamic_cast<nn::MultiheadAttention*>(child.get())) {
+      a->use_sigma_reparam(all);
+      continue;  // its out_proj is done by it
+    }
+    if (auto* l = dynamic_cast<nn::Linear*>(child.get()); l && all) l->use_sigma_reparam();
+    apply_sigma_reparam(*child, all);
+  }
+}
+
+Run train_one(const IdData& data, const Setting& s, double lr, Arm arm, uint64_t seed) {
+  std::vector<size_t> first(std::min<size_t>(64, data.test.size()));
+  std::iota(first.begin(), first.end(), 0);
+  const train::BatchTensors probe_batch = train::to_tensors(train::collate(data.test, first));
   Run r;
-  r.lr = lr, r.seed = seed;
-  nn::Seq2SeqTransformer model(arch, seed);
+  r.lr = lr, r.arm = arm, r.seed = seed;
+  nn::Seq2SeqTransformer model(s.arch, seed);
+  if (arm == kReparam) apply_sigma_reparam(*model.transformer, s.reparam_all);
   train::EntropyProbe probe(model);
-  r.at.push_back(0);
-  r.heads.push_back(probe_heads(model, probe, probe_batch, &r.head_names));
-  FitOptions o = base;
+  auto record = [&](int64_t step, std::vector<std::string>* names) {
+    r.at.push_back(step);
+    r.heads.push_back(probe_heads(model, probe, probe_batch, names));
+    r.qk_norm.push_back(max_qk_norm(model));
+  };
+  record(0, &r.head_names);
+  FitOptions o = s.base;
   o.lr = lr;
   o.seed = seed;
   r.fit = fit(model, data.train, o, [&](int64_t step, double) {
-    if (step % every == 0) r.at.push_back(step), r.heads.push_back(probe_heads(model, probe, probe_batch, nullptr));
+    if (step % s.every == 0) record(step, nullptr);
   });
-  const auto& L = r.fit.losses;
-  if (r.fit.diverged) {
-    r.final_loss = INFINITY;
-  } else {
-    const size_t tail = std::max<size_t>(1, L.size() / 10);
-    r.final_loss = std::accumulate(L.end() - static_cast<std::ptrdiff_t>(tail), L.end(), 0.0) / static_cast<double>(tail);
-  }
-  r.min_head_end = min_of(r.heads.back());
-  r.mean_head_end = mean_of(r.heads.back());
-  std::vector<double> least;  // per record
-  for (size_t k = 0; k < r.heads.size(); ++k) {
-    least.push_back(min_of(r.heads[k]));
-    if (r.collapsed_at < 0 && least.back() < kCollapsed) r.collapsed_at = r.at[k];
-  }
-  r.min_head_low = min_of(least);
+  r.final_loss = final_loss_of(r.fit);
+  r.least_head_end = min_of(r.heads.back());
   return r;
 }
 
-IdData make_data(const Report& r) {
+IdData make_data(const Report& r, uint64_t seed) {
   const std::string task = r.text("task");
-  if (task == "corpus") return builtin_corpus(r.integer("pairs"));
-  return synthetic_task(task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("pairs"), 64, 12345);
+  if (task == "corpus") return builtin_corpus(r.integer("pairs"), seed);
+  return synthetic_task(task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("pairs"), 64, seed);
 }
 
-using Sweep = std::vector<std::vector<Run>>;  // (learning rate, seed), rates ascending
+// runs[rate][arm][seed]: rate 0 safe, 1 high.
+using Grid = std::array<std::array<std::vector<Run>, 2>, 2>;
 
-void print_runs(Report& r, const Sweep& runs) {
-  r.section("per run: loss and head entropy (H / log(visible keys); 1 = uniform over the keys, 0 = one key)");
-  Table t("runs", {"lr", "seed", "steps run", "diverged at", "first loss", "final loss", "least head H at end", "mean head H at end",
-                   "lowest least head H", "below 0.1 at step"});
-  for (const auto& per_lr : runs)
-    for (const auto& x : per_lr)
-      t.row({x.lr, static_cast<int64_t>(x.seed), static_cast<int64_t>(x.fit.losses.size()), x.fit.diverged_at, x.fit.losses.front(),
-             x.final_loss, x.min_head_end, x.mean_head_end, x.min_head_low, x.collapsed_at});
+// The largest output difference, at initialisation, between a model with σReparam and the same
+// model without it: the reparametrisation starts from the function it replaces (γ = σ(W)).
+double init_difference(const IdData& data, const Setting& s, uint64_t seed) {
+  NoGradGuard ng;
+  nn::Seq2SeqTransformer plain(s.arch, seed), reparam(s.arch, seed);
+  apply_sigma_reparam(*reparam.transformer, s.reparam_all);
+  plain.eval(), reparam.eval();
+  std::vector<size_t> first(std::min<size_t>(64, data.test.size()));
+  std::iota(first.begin(), first.end(), 0);
+  const train::BatchTensors b = train::to_tensors(train::collate(data.test, first));
+  const Tensor a = plain.forward(b.src, b.tgt_in).data(), c = reparam.forward(b.src, b.tgt_in).data();  // (B, T, V) each
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = std::abs(a.flat_get(i) - c.flat_get(i));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);  // a NaN fails the check
+  }
+  return worst;
+}
+
+// ---------------------------------------------------------------- report
+
+std::string arm_label(double lr, Arm arm) { return fmt::format("lr {:g} {}", lr, kArmName[arm]); }
+
+void print_runs(Report& r, const Grid& g, bool control) {
+  r.section("per run: final loss, least head's entropy (H / log(visible keys); 1 = uniform over the keys, 0 = one key), logit-scale bound");
+  Table t("runs", {"rate", "lr", "arm", "seed", "steps run", "diverged at", "first loss", "final loss", "least head H at end", "mean head H at end",
+                   "lowest least head H", "max σ(Wq)σ(Wk) at end"});
+  for (int rate : {0, 1}) {
+    if (control && rate == 1) break;  // the same runs as the safe rate's
+    for (int arm : {kPlain, kReparam})
+      for (const Run& x : g[rate][arm]) {
+        double lowest = INFINITY;
+        for (const auto& h : x.heads) lowest = std::min(lowest, min_of(h));
+        t.row({rate ? "high" : "safe", x.lr, kArmName[arm], static_cast<int64_t>(x.seed), static_cast<int64_t>(x.fit.losses.size()),
+               x.fit.diverged_at, x.fit.losses.front(), x.final_loss, x.least_head_end, mean_of(x.heads.back()), lowest, x.qk_norm.back()});
+      }
+  }
   r.print(t);
-
 }
 
-void save_numbers(Report& r, const std::vector<double>& lrs, const Sweep& runs) {
+void save_numbers(Report& r, const Grid& g) {
   auto& d = r.data();
-  d["lrs"] = lrs;
-  for (const auto& per_lr : runs)
-    for (const auto& x : per_lr)
-      d["runs"].push_back({{"lr", x.lr}, {"seed", x.seed}, {"losses", x.fit.losses}, {"diverged_at", x.fit.diverged_at}, {"entropy_steps", x.at},
-                           {"head_names", x.head_names}, {"head_entropy", x.heads}, {"final_loss", x.final_loss}});  // null when diverged
-
+  for (int rate : {0, 1})
+    for (int arm : {kPlain, kReparam})
+      for (const Run& x : g[rate][arm])
+        d["runs"].push_back({{"rate", rate ? "high" : "safe"}, {"lr", x.lr}, {"arm", kArmName[arm]}, {"seed", x.seed}, {"losses", x.fit.losses},
+                             {"diverged_at", x.fit.diverged_at}, {"record_steps", x.at}, {"head_names", x.head_names},
+                             {"head_entropy", x.heads}, {"max_qk_spectral_product", x.qk_norm}, {"final_loss", x.final_loss},
+                             {"least_head_end", x.least_head_end}});
 }
 
 // One run's heads x steps, on the fixed 0..1 scale.
 ValueMap head_map(const Run& x) {
   ValueMap m;
-  m.title = fmt::format("heads x steps at lr {:g}, first seed", x.lr);
+  m.title = fmt::format("heads x steps, {}, seed {}", arm_label(x.lr, x.arm), x.seed);
   m.x_label = "step";
   m.value_label = "H / log(keys)";
   m.lo = 0, m.hi = 1;
@@ -174,136 +249,135 @@ ValueMap head_map(const Run& x) {
   return m;
 }
 
-// Loss and least/mean head entropy per rate (first seed), every run as a point, and the heads x
-// steps maps of the highest and the lowest rate.
-void add_figure(Report& r, const Sweep& runs, int64_t steps) {
-  const std::vector<double> ticks = step_ticks(steps);
-  Chart loss{"training loss (20-step means), first seed", "step", "loss", false, true, {}, ticks};
-  Chart hmin{"least head entropy / log(keys), first seed", "step", "min over heads", false, false, {}, ticks};
-  Chart hmean{"mean head entropy / log(keys), first seed", "step", "mean over heads", false, false, {}, ticks};
-  for (const auto& per_lr : runs) {
-    const Run& x = per_lr.front();
-    const std::string name = fmt::format("lr {:g}{}", x.lr, x.fit.diverged ? " (diverged)" : "");
-    ChartSeries l{name, {}, {}, {}, {}, false, ""};
-    for (size_t s = 0; s + 20 <= x.fit.losses.size(); s += 20) {
-      l.x.push_back(static_cast<double>(s + 20));
-      l.y.push_back(std::accumulate(x.fit.losses.begin() + static_cast<std::ptrdiff_t>(s), x.fit.losses.begin() + static_cast<std::ptrdiff_t>(s + 20), 0.0) / 20);
-    }
-    loss.series.push_back(std::move(l));
-    ChartSeries a{name, {}, {}, {}, {}, false, ""}, b{name, {}, {}, {}, {}, false, ""};
-    for (size_t k = 0; k < x.at.size(); ++k) {
-      a.x.push_back(static_cast<double>(x.at[k])), a.y.push_back(min_of(x.heads[k]));
-      b.x.push_back(static_cast<double>(x.at[k])), b.y.push_back(mean_of(x.heads[k]));
-    }
-    hmin.series.push_back(std::move(a));
-    hmean.series.push_back(std::move(b));
+// A per-record quantity of a group of runs (seeds) as a mean line with a min..max band.
+template <class F>
+ChartSeries over_seeds(const std::string& name, const std::vector<Run>& runs, F value, const std::string& color, bool dashed) {
+  std::vector<std::vector<double>> rows;
+  size_t n = SIZE_MAX;
+  for (const Run& x : runs) n = std::min(n, x.at.size());
+  for (const Run& x : runs) {
+    std::vector<double> row;
+    for (size_t k = 0; k < n; ++k) row.push_back(value(x, k));
+    rows.push_back(row);
   }
-  loss.legend = hmean.legend = Chart::Corner::BottomLeft;  // where the curves leave room
+  std::vector<double> xs;
+  for (size_t k = 0; k < n; ++k) xs.push_back(static_cast<double>(runs.front().at[k]));
+  return band_series(name, xs, spread_per_column(rows), color, dashed);
+}
+
+// The training loss as means of `w` steps at each record step >= w (a record's preceding steps).
+double loss_window(const Run& x, size_t k, int64_t w) {
+  const int64_t end = x.at[k];
+  if (end < w || end > static_cast<int64_t>(x.fit.losses.size())) return NAN;
+  return std::accumulate(x.fit.losses.begin() + (end - w), x.fit.losses.begin() + end, 0.0) / static_cast<double>(w);
+}
+
+void add_figure(Report& r, const Grid& g, int64_t every) {
+  const char* colors[2][2] = {{"#1f77b4", "#2ca02c"}, {"#d62728", "#9467bd"}};  // [rate][arm]
+  Chart loss{"training loss (mean of the steps since the last record; band: seeds)", "step", "loss", false, true, {}, {}};
+  Chart least{"least head's entropy / log(keys) (band: seeds)", "step", "min over the heads", false, false, {}, {}};
+  Chart bound{"largest σ(W_q) σ(W_k) over the attentions (band: seeds)", "step", "spectral norm product", false, true, {}, {}};
+  for (int rate : {1, 0})
+    for (int arm : {kPlain, kReparam}) {
+      const auto& runs = g[rate][arm];
+      const std::string name = arm_label(runs.front().lr, static_cast<Arm>(arm));
+      const bool dashed = arm == kReparam;
+      loss.series.push_back(over_seeds(name, runs, [&](const Run& x, size_t k) { return loss_window(x, k, every); }, colors[rate][arm], dashed));
+      least.series.push_back(over_seeds(name, runs, [](const Run& x, size_t k) { return min_of(x.heads[k]); }, colors[rate][arm], dashed));
+      bound.series.push_back(over_seeds(name, runs, [](const Run& x, size_t k) { return x.qk_norm[k]; }, colors[rate][arm], dashed));
+    }
+  least.series.push_back({fmt::format("collapse threshold {}", kCollapsed), {0, static_cast<double>(g[0][0].front().at.back())},
+                          {kCollapsed, kCollapsed}, {}, {}, true, "#777777"});
+  loss.legend = Chart::Corner::BottomLeft;
+  least.legend = Chart::Corner::TopRight;
+  bound.legend = Chart::Corner::TopLeft;
   r.add_panel(loss);
-  r.add_panel(hmin);
-  r.add_panel(hmean);
-  // Every run as a point: its lowest least-head entropy against its final loss (the third claim).
-  Chart scatter{"every run: final loss against its least head's lowest entropy", "lowest least-head H / log(keys)", "final loss", true, true, {}, {}};
-  double y_lo = INFINITY, y_hi = 0;
-  for (const auto& per_lr : runs) {
-    ChartSeries p{fmt::format("lr {:g}", per_lr.front().lr), {}, {}, {}, {}, false, ""};
-    for (const auto& x : per_lr) {
-      p.x.push_back(x.min_head_low), p.y.push_back(x.final_loss);
-      if (std::isfinite(x.final_loss)) y_lo = std::min(y_lo, x.final_loss), y_hi = std::max(y_hi, x.final_loss);
-    }
-    scatter.series.push_back(std::move(p));
-  }
-  if (y_hi > 0)
-    scatter.series.push_back({fmt::format("collapse threshold {}", kCollapsed), {kCollapsed, kCollapsed}, {y_lo, y_hi}, {}, {}, true, "#777777"});
-  scatter.legend = Chart::Corner::BottomLeft;  // collapsed runs sit top left, stable ones bottom right
-  r.add_panel(scatter);
-  r.add_panel(head_map(runs.back().front()));
-  r.add_panel(head_map(runs.front().front()));
-
+  r.add_panel(least);
+  r.add_panel(bound);
+  r.add_panel(head_map(g[1][kPlain].front()));
+  r.add_panel(head_map(g[1][kReparam].front()));
+  r.add_panel(head_map(g[0][kPlain].front()));
 }
 
-double median_of(const std::vector<Run>& v, double Run::*f) {
-  std::vector<double> x;
-  for (const auto& run : v) x.push_back(run.*f);
-  std::sort(x.begin(), x.end());
-  const size_t n = x.size();
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+// The per-seed statistic f(seed index) of every seed.
+template <class F>
+std::vector<double> per_seed(int n, F f) {
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i) v.push_back(f(i));
+  return v;
 }
 
-void check_claims(Report& r, const Sweep& runs) {
-  const auto& hi = runs.back();
-  const auto& lo = runs.front();
-  const double hi_min = median_of(hi, &Run::min_head_end), lo_min = median_of(lo, &Run::min_head_end);
-  r.claim(fmt::format("at the highest learning rate heads collapse: the least head's entropy ends below {} of log(keys), under a third of "
-                      "the lowest rate's",
-                      kCollapsed),
-          hi_min < kCollapsed && hi_min < lo_min / 3,
-          fmt::format("median over seeds of the least head's H / log(keys) at the end: {:.3g} at lr {:g}, {:.3g} at lr {:g}", hi_min,
-                      hi.front().lr, lo_min, lo.front().lr));
+std::string list(const std::vector<double>& v) {
+  std::string s;
+  for (double x : v) s += fmt::format("{}{:.3g}", s.empty() ? "" : ", ", x);
+  return s;
+}
 
-  const double hi_loss = median_of(hi, &Run::final_loss);
-  double best_loss = INFINITY, best_lr = 0;
-  for (const auto& per_lr : runs)
-    if (median_of(per_lr, &Run::final_loss) < best_loss) best_loss = median_of(per_lr, &Run::final_loss), best_lr = per_lr.front().lr;
-  r.claim("the highest learning rate trains worse: its final loss is at least 1.5x the best rate's (or it diverged)", hi_loss >= 1.5 * best_loss,
-          fmt::format("median final loss {:.4g} at lr {:g}; best {:.4g} at lr {:g}", hi_loss, hi.front().lr, best_loss, best_lr));
-
-  // Over every run of the sweep: does a collapsed head go with a bad loss? The worst loss of the
-  // runs that kept their heads against the best of those that collapsed, with a 1.5x margin.
-  double worst_kept = 0, best_collapsed = INFINITY, kept_lowest = INFINITY, collapsed_highest = 0;
-  int n_collapsed = 0, n_kept = 0;
-  for (const auto& per_lr : runs)
-    for (const auto& x : per_lr) {
-      if (x.min_head_low < kCollapsed) {
-        ++n_collapsed;
-        best_collapsed = std::min(best_collapsed, x.final_loss);
-        collapsed_highest = std::max(collapsed_highest, x.min_head_low);
-      } else {
-        ++n_kept;
-        worst_kept = std::max(worst_kept, x.final_loss);
-        kept_lowest = std::min(kept_lowest, x.min_head_low);
-      }
-    }
-  r.claim(fmt::format("collapse goes with instability: every run with a head below {} of log(keys) ends with a loss at least 1.5x that of "
-                      "every run without one",
-                      kCollapsed),
-          n_collapsed > 0 && n_kept > 0 && best_collapsed >= 1.5 * worst_kept,
-          fmt::format("{} of {} runs collapsed (least head down to {:.3g} at most), their best final loss {:.4g}; in the other {} the "
-                      "least head stayed at {:.3g} or more, their worst final loss {:.4g}",
-                      n_collapsed, n_collapsed + n_kept, collapsed_highest, best_collapsed, n_kept, kept_lowest, worst_kept));
+void claims(Report& r, const Grid& g, double init_diff) {
+  const int n = static_cast<int>(g[0][0].size());
+  const auto& ph = g[1][kPlain];
+  const auto& ps = g[0][kPlain];
+  const auto& rh = g[1][kReparam];
+  const double high = ph.front().lr, safe = ps.front().lr;
+  const auto collapse = per_seed(n, [&](int i) { return ph[i].least_head_end; });
+  r.paper("collapse", collapse, fmt::format("least head's H / log(keys) at the end, plain, lr {:g}, per seed: {}", high, list(collapse)));
+  const auto worse = per_seed(n, [&](int i) { return ph[i].final_loss / ps[i].final_loss; });
+  r.paper("worse_loss", worse,
+          fmt::format("final loss at lr {:g} / at lr {:g}, plain, per seed: {} (losses {} vs {})", high, safe, list(worse),
+                      list(per_seed(n, [&](int i) { return ph[i].final_loss; })), list(per_seed(n, [&](int i) { return ps[i].final_loss; }))));
+  const auto kept = per_seed(n, [&](int i) { return rh[i].least_head_end - ph[i].least_head_end; });
+  r.paper("reparam_entropy", kept,
+          fmt::format("least head's H / log(keys) at the end at lr {:g}, σReparam minus plain, per seed: {} (σReparam {})", high, list(kept),
+                      list(per_seed(n, [&](int i) { return rh[i].least_head_end; }))));
+  const auto lower = per_seed(n, [&](int i) { return ph[i].final_loss / rh[i].final_loss; });
+  r.paper("reparam_loss", lower,
+          fmt::format("final loss at lr {:g}, plain / σReparam, per seed: {} (σReparam {})", high, list(lower),
+                      list(per_seed(n, [&](int i) { return rh[i].final_loss; }))));
+  r.check("reparam_init", init_diff,
+          fmt::format("largest |logit difference| at initialisation between the model with σReparam and without: {:.3g}", init_diff));
 }
 
 void run(Report& r) {
-  const std::vector<double> lrs = parse_list(r.text("lrs"), "lrs");
-  const IdData data = make_data(r);
-  const bool pre_ln = r.on("pre-ln");
-  nn::Seq2SeqOptions arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), pre_ln);
-  FitOptions base;
-  base.steps = r.integer("steps");
-  base.warmup = r.integer("warmup");
-  base.clip = r.real("clip");
-  base.max_tokens = r.integer("max-tokens");
-  const int64_t every = r.integer("every");
-  std::vector<size_t> first(std::min<size_t>(64, data.test.size()));
-  std::iota(first.begin(), first.end(), 0);
-  const train::BatchTensors probe = train::to_tensors(train::collate(data.test, first));
-  r.say(fmt::format("task {}: {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), {}, clip {}",
-                    r.text("task"), data.train.size(), pre_ln ? "Pre-LN" : "Post-LN", arch.layer.d_model, arch.layer.nhead, arch.num_layers,
-                    arch.num_layers, arch.layer.dim_feedforward, base.warmup > 0 ? fmt::format("{} warm-up steps", base.warmup) : "no warm-up",
-                    base.clip > 0 ? fmt::format("{}", base.clip) : "off"));
-  r.say(fmt::format("{} steps of <= {} tokens per run; head entropy on the first {} held-out pairs at step 0 and every {} steps, as H / log(visible keys)",
-                    base.steps, base.max_tokens, first.size(), every));
-
-  Sweep runs;
-  for (double lr : lrs) {
-    runs.emplace_back();
-    for (int i = 0; i < r.seeds(); ++i) runs.back().push_back(train_one(data, arch, probe, lr, r.seed(i), base, every));
+  Setting s;
+  const double safe = r.real("lr-safe");
+  const double high = r.control() ? safe : r.real("lr-high");
+  GF_CHECK(safe > 0 && r.real("lr-high") > safe, "lab entropy: need 0 < --lr-safe < --lr-high, got {} and {}", safe, r.real("lr-high"));
+  s.base.steps = r.integer("steps");
+  s.base.warmup = r.integer("warmup");
+  s.base.clip = r.real("clip");
+  s.base.max_tokens = r.integer("max-tokens");
+  s.every = r.integer("every");
+  GF_CHECK(r.text("reparam") == "all" || r.text("reparam") == "qk", "lab entropy: --reparam is all or qk, got '{}'", r.text("reparam"));
+  s.reparam_all = r.text("reparam") == "all";
+  GF_CHECK(s.every >= 1 && s.base.steps >= s.every, "lab entropy: need 1 <= --every <= --steps, got {} and {}", s.every, s.base.steps);
+  if (r.control())
+    r.say(fmt::format("the high arm runs at the safe rate lr {:g} instead of {:g}; its runs are the safe arm's (the same seed, data and rate "
+                      "give the same numbers), so they are computed once",
+                      safe, r.real("lr-high")));
+  Grid g;
+  double init_diff = 0;
+  for (int i = 0; i < r.seeds(); ++i) {
+    const IdData data = make_data(r, r.seed(i));
+    s.arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), r.on("pre-ln"));
+    if (i == 0)
+      r.say(fmt::format("task {} (drawn by each seed): {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), {}, "
+                        "clip {}; {} steps of <= {} tokens; entropy on 64 held-out pairs at step 0 and every {} steps; σReparam on {}",
+                        r.text("task"), data.train.size(), r.on("pre-ln") ? "Pre-LN" : "Post-LN", s.arch.layer.d_model, s.arch.layer.nhead,
+                        s.arch.num_layers, s.arch.num_layers, s.arch.layer.dim_feedforward,
+                        s.base.warmup > 0 ? fmt::format("{} warm-up steps", s.base.warmup) : "no warm-up",
+                        s.base.clip > 0 ? fmt::format("{}", s.base.clip) : "off", s.base.steps, s.base.max_tokens, s.every,
+                        s.reparam_all ? "every linear layer of the encoder and decoder layers (not the embeddings or the output projection)"
+                                      : "the query and key weights only"));
+    for (int arm : {kPlain, kReparam}) {
+      g[0][arm].push_back(train_one(data, s, safe, static_cast<Arm>(arm), r.seed(i)));
+      g[1][arm].push_back(r.control() ? g[0][arm].back() : train_one(data, s, high, static_cast<Arm>(arm), r.seed(i)));
+    }
+    init_diff = std::max(init_diff, init_difference(data, s, r.seed(i)));
   }
-
-  print_runs(r, runs);
-  save_numbers(r, lrs, runs);
-  add_figure(r, runs, base.steps);
-  check_claims(r, runs);
+  print_runs(r, g, r.control());
+  save_numbers(r, g);
+  add_figure(r, g, s.every);
+  claims(r, g, init_diff);
 }
 
 }  // namespace
@@ -311,12 +385,16 @@ void run(Report& r) {
 Lab entropy_lab() {
   Lab l;
   l.name = "entropy";
-  l.title = "attention entropy collapse at a high learning rate";
-  l.reference = "Zhai et al. 2023, arXiv:2303.06296 (entropy collapse)";
-  l.question = "Without warm-up, does a learning rate high enough to make training unstable drive attention heads to near-zero entropy, while stable rates keep it high?";
-  l.default_seeds = 2;
-  l.options = {{"lrs", Option::Text, "3e-4,1e-3,3e-3,1e-2,3e-2", "learning rates, comma-separated"},
-               {"task", Option::Text, "reverse", "copy, reverse, sort or corpus (the built-in English->Korean corpus)"},
+  l.title = "attention entropy collapse at a high learning rate, and σReparam";
+  l.reference = "Zhai et al. 2023, arXiv:2303.06296 (entropy collapse, σReparam)";
+  l.question =
+      "Without warm-up, does a high learning rate drive some attention head to near-zero entropy and spoil training, and does σReparam on the "
+      "query and key weights keep that head's entropy up and the loss down at the same rate?";
+  l.control = "the safe learning rate in both arms";
+  l.default_seeds = 5;
+  l.options = {{"lr-safe", Option::Real, "1e-3", "the safe learning rate"},
+               {"lr-high", Option::Real, "1e-2", "the high learning rate (--control: replaced by --lr-safe)"},
+               {"task", Option::Text, "reverse", "copy, reverse, sort or corpus (the built-in English->Korean corpus), drawn by each seed"},
                {"pairs", Option::Int, "2000", "training pairs"},
                {"symbols", Option::Int, "16", "synthetic tasks: alphabet size"},
                {"min-len", Option::Int, "6", "synthetic tasks: shortest sequence"},
@@ -325,6 +403,8 @@ Lab entropy_lab() {
                {"heads", Option::Int, "4", "attention heads"},
                {"layers", Option::Int, "2", "encoder and decoder layers each"},
                {"ff", Option::Int, "128", "feed-forward width"},
+               {"reparam", Option::Text, "all",
+                "σReparam's scope: all (every linear layer of the Transformer layers, as the paper) or qk (the query and key weights only)"},
                {"pre-ln", Option::Switch, "", "Pre-LN layers (default Post-LN, as the paper's unstable baselines)"},
                {"clip", Option::Real, "0", "gradient-norm clip (0: off)"},
                {"warmup", Option::Int, "0", "linear warm-up steps, then constant (0: none, the paper's unstable setting)"},

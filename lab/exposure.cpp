@@ -1,24 +1,29 @@
-// Lab `exposure`: exposure bias (Bengio et al. 2015, arXiv:1506.03099, section 1).
+// Lab `exposure`: exposure bias, and scheduled sampling against it (Bengio et al. 2015,
+// arXiv:1506.03099).
 //
 // The paper: a model trained with teacher forcing always sees the true previous token, but at
 // inference it sees its own; an early mistake is fed back as input, the model may then be in a part
-// of its state space training never showed it, and errors accumulate quickly along the sequence.
+// of its state space training never showed it, and errors accumulate along the sequence. Scheduled
+// sampling feeds the model its own predictions during training, more and more of them, so that it
+// learns to deal with its mistakes.
 //
-// Here, on a small English -> Korean translator trained briefly enough that it still makes
-// mistakes (lab/trained_model.h; --model takes a `gradflow train` run):
+// Here, on small English -> Korean translators (one pair per seed, each on a corpus drawn by its
+// seed; lab/trained_model.h), each trained until its held-out loss stops improving (a stated rule,
+// the same for both arms), with teacher forcing and with scheduled sampling (lab/common.h):
 // 1. per target position, the accuracy of the next token teacher-forced (true prefix) against
 //    free-running (greedy, the model's own prefix, compared position by position with the
 //    reference);
 // 2. for each test sentence, one step k (drawn at random) where the true prefix is followed by a
 //    wrong token (the model's best-scoring token other than the reference's: a mistake the model
-//    could make), then greedy decoding onwards, against greedy decoding from the same true prefix
-//    without the forced token. At each later step k + d: the share of tokens that differ between
-//    the two continuations, each continuation's error rate against the reference, and the total
-//    variation distance between the two continuations' cross-attention rows (mean over layers and
-//    heads) at that step.
+//    could make), then greedy decoding onwards, against greedy decoding from the same true prefix.
+//    At each later step k + d: the share of tokens that differ between the two continuations, each
+//    continuation's error rate against the reference, and the total variation distance between
+//    their cross-attention rows (mean over layers and heads).
+// --control forces no error: the token fed at step k is the reference's own.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 
@@ -183,17 +188,19 @@ struct Example {
   std::vector<int64_t> src, clean, forced;
   std::vector<std::vector<double>> clean_rows, forced_rows;
   int64_t k = -1;
-  size_t index = 0;  // which test sentence
+  size_t index = 0;                // which test sentence
+  std::vector<int64_t> reference;  // the reference translation, ending with <eos>
 };
 
 // One sentence's forced error at step k, added into the drift counts.
-void force_one(const nn::Seq2SeqTransformer& model, const train::EncodedPair& pair, int64_t k, Drift& dr, Example* keep) {
+// no_error (the control): the token fed at step k is the reference's own.
+void force_one(const nn::Seq2SeqTransformer& model, const train::EncodedPair& pair, int64_t k, bool no_error, Drift& dr, Example* keep) {
   std::vector<int64_t> ref = pair.tgt;
   ref.push_back(Vocab::kEos);
   std::vector<int64_t> prefix{Vocab::kBos};
   prefix.insert(prefix.end(), ref.begin(), ref.begin() + k);  // <bos> + the true tokens before step k
   std::vector<int64_t> forced = prefix;
-  forced.push_back(runner_up(model, pair.src, prefix, ref[k]));
+  forced.push_back(no_error ? ref[k] : runner_up(model, pair.src, prefix, ref[k]));
   const int64_t max_len = static_cast<int64_t>(ref.size()) + 10;
   const std::vector<int64_t> clean_run = continue_greedy(model, pair.src, {prefix}, max_len)[0];
   const std::vector<int64_t> forced_run = continue_greedy(model, pair.src, {forced}, max_len)[0];
@@ -230,10 +237,13 @@ void force_one(const nn::Seq2SeqTransformer& model, const train::EncodedPair& pa
   const int64_t ea = distance(a_tail), eb = distance(b_tail);
   dr.edits_clean += ea, dr.edits_forced += eb;
   dr.exact_clean += ea == 0, dr.exact_forced += eb == 0;
-  if (keep) *keep = {pair.src, a, b, ra, rb, k};
+  if (keep) *keep = {pair.src, a, b, ra, rb, k, 0, ref};
 }
 
 // ---------------------------------------------------------------- one model
+
+enum ArmId { kTeacher = 0, kSampling = 1 };
+const char* const kArmName[2] = {"teacher forcing", "scheduled sampling"};
 
 struct SeedResult {
   PositionCounts pos;
@@ -242,7 +252,7 @@ struct SeedResult {
   double tf_accuracy = 0, fr_tokens = 0, fr_exact = 0;
 };
 
-SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, size_t show) {
+SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, size_t show, bool no_error) {
   SeedResult res;
   const nn::Seq2SeqTransformer& model = *tm.model;
   res.pos = per_position(model, tm.test, n);
@@ -252,13 +262,13 @@ SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, 
   res.fr_tokens = static_cast<double>(fr) / static_cast<double>(tot);
   res.fr_exact = ratio(res.pos.exact, res.pos.sentences);
   res.drift = Drift(static_cast<size_t>(D));
-  Generator gen(seed * 7919 + 17);  // the forced step of each sentence
+  Generator gen(seed * 7919 + 17);  // the forced step of each sentence: the same in both arms
   for (size_t i = 0; i < n; ++i) {
     const int64_t len = static_cast<int64_t>(tm.test[i].tgt.size());  // the step is in [0, len - 1]: a real token, not <eos>
     const int64_t k = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(len)));
     Example ex;
     const bool look = i >= show && res.derailed.k < 0;
-    force_one(model, tm.test[i], k, res.drift, i == show || look ? &ex : nullptr);
+    force_one(model, tm.test[i], k, no_error, res.drift, i == show || look ? &ex : nullptr);
     ex.index = i;
     auto after_k = [k](const std::vector<int64_t>& v) { return std::vector<int64_t>(v.begin() + std::min<int64_t>(k + 1, std::ssize(v)), v.end()); };
     if (look && after_k(ex.clean) != after_k(ex.forced)) res.derailed = ex;
@@ -267,7 +277,7 @@ SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, 
   return res;
 }
 
-// ---------------------------------------------------------------- report
+// ---------------------------------------------------------------- statistics
 
 // The accuracy gap (teacher-forced minus free-running), pooled over positions [from, to).
 double pooled_gap(const PositionCounts& c, size_t from, size_t to) {
@@ -276,87 +286,112 @@ double pooled_gap(const PositionCounts& c, size_t from, size_t to) {
   return tot ? static_cast<double>(tf - fr) / static_cast<double>(tot) : NAN;
 }
 
-// Per-position accuracy over the models, as drawn: means and min..max bands.
+// Error rates in the first `d` steps after k, pooled: {after the forced token, from the true prefix}.
+std::pair<double, double> error_rates(const Drift& x, int64_t d) {
+  int64_t ef = 0, ec = 0, n = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(d, static_cast<int64_t>(x.ref_steps.size())); ++i)
+    ef += x.err_forced[i], ec += x.err_clean[i], n += x.ref_steps[i];
+  return {ratio(ef, n), ratio(ec, n)};
+}
+
+constexpr int64_t kDerailSteps = 3;  // derailment: the error rate in the 3 steps after the forced token
+
+double derailment(const Drift& x) {
+  const auto [f, c] = error_rates(x, kDerailSteps);
+  return f - c;
+}
+
+// res[arm][seed]; positions: those every model has at least min_support sentences at.
+using Results = std::array<std::vector<SeedResult>, 2>;
+
+size_t common_positions(const Results& res, int64_t min_support) {
+  size_t P = SIZE_MAX;
+  for (const auto& arm : res)
+    for (const auto& s : arm) {
+      size_t p = 0;
+      while (p < s.pos.total.size() && s.pos.total[p] >= min_support) ++p;
+      P = std::min(P, p);
+    }
+  return P;
+}
+
+// ---------------------------------------------------------------- report
+
 struct PositionSeries {
-  size_t P = 0;  // positions every model has at least --min-support sentences at
-  std::vector<double> xs, tf_mean, fr_mean, gap_mean, gap_lo, gap_hi, tf_lo, tf_hi, fr_lo, fr_hi;
+  std::vector<double> xs;
+  std::array<std::vector<Spread>, 2> tf, fr, gap;  // per arm, per position: over the seeds
 };
 
-PositionSeries position_section(Report& r, const std::vector<SeedResult>& res, int64_t min_support) {
+PositionSeries position_section(Report& r, const Results& res, size_t P, int64_t min_support) {
   PositionSeries ps;
-  ps.P = SIZE_MAX;
-  for (const auto& s : res) {
-    size_t p = 0;
-    while (p < s.pos.total.size() && s.pos.total[p] >= min_support) ++p;
-    ps.P = std::min(ps.P, p);
-  }
   r.section(fmt::format("next-token accuracy per target position: teacher-forced (true prefix) vs free-running (own prefix); positions with >= {} "
-                        "sentences",
+                        "sentences in every model; mean [min, max] over seeds",
                         min_support));
-  Table t("positions", {"position", "sentences", "teacher-forced", "free-running", "gap", "gap min", "gap max"});
-  for (size_t j = 0; j < ps.P; ++j) {
-    std::vector<double> tf, fr, gap;
-    for (const auto& s : res) {
-      tf.push_back(ratio(s.pos.tf_right[j], s.pos.total[j]));
-      fr.push_back(ratio(s.pos.fr_right[j], s.pos.total[j]));
-      gap.push_back(tf.back() - fr.back());
+  Table t("positions", {"position", "sentences", "TF model: teacher-forced", "free-running", "gap", "SS model: teacher-forced", "free-running", "gap"});
+  for (size_t j = 0; j < P; ++j) {
+    std::array<Spread, 2> a, b, g;
+    for (int arm : {kTeacher, kSampling}) {
+      std::vector<double> tf, fr, gap;
+      for (const auto& s : res[arm]) {
+        tf.push_back(ratio(s.pos.tf_right[j], s.pos.total[j]));
+        fr.push_back(ratio(s.pos.fr_right[j], s.pos.total[j]));
+        gap.push_back(tf.back() - fr.back());
+      }
+      a[arm] = spread(tf), b[arm] = spread(fr), g[arm] = spread(gap);
+      ps.tf[arm].push_back(a[arm]), ps.fr[arm].push_back(b[arm]), ps.gap[arm].push_back(g[arm]);
     }
-    const Spread a = spread(tf), b = spread(fr), g = spread(gap);
-    t.row({static_cast<int64_t>(j), res[0].pos.total[j], a.mean, b.mean, g.mean, g.min, g.max});
-    ps.xs.push_back(static_cast<double>(j)), ps.tf_mean.push_back(a.mean), ps.fr_mean.push_back(b.mean), ps.gap_mean.push_back(g.mean);
-    ps.gap_lo.push_back(g.min), ps.gap_hi.push_back(g.max), ps.tf_lo.push_back(a.min), ps.tf_hi.push_back(a.max);
-    ps.fr_lo.push_back(b.min), ps.fr_hi.push_back(b.max);
+    int64_t sentences = 0;
+    for (const auto& s : res[kTeacher]) sentences += s.pos.total[j];
+    t.row({static_cast<int64_t>(j), sentences, a[0].mean, b[0].mean, g[0].mean, a[1].mean, b[1].mean, g[1].mean});
+    ps.xs.push_back(static_cast<double>(j));
   }
   r.print(t);
-  r.say(fmt::format("means over {} model(s); gap min/max: over the models. Position j is the j-th target token (the last one of a sentence is <eos>).",
-                    res.size()));
+  r.say("sentences: summed over the seeds' test sets. Position j is the j-th target token (a sentence's last one is <eos>).");
   return ps;
 }
 
-// What follows a forced token, by offset d, over the models, as drawn.
 struct DriftSeries {
-  std::vector<double> ds, changed, e_forced, e_clean, tv, tv_same, ch_lo, ch_hi;
-  double step_tv = 0;  // the clean run's rows, step to step: the scale of the drift
+  std::vector<double> ds;
+  std::array<std::vector<double>, 2> e_forced, e_clean, changed, tv;
 };
 
-DriftSeries drift_section(Report& r, const std::vector<SeedResult>& res, int64_t D) {
+DriftSeries drift_section(Report& r, const Results& res, int64_t D, bool no_error) {
   DriftSeries dr;
-  r.section("a wrong token forced at one step k, then greedy decoding, against greedy decoding from the same true prefix");
-  Table f("forced", {"offset d", "steps", "tokens changed", "error rate, forced", "error rate, clean", "TV of attention rows", "TV, same token"});
-  for (const auto& s : res) dr.step_tv += s.drift.step_tv_sum / static_cast<double>(s.drift.step_tv_n) / static_cast<double>(res.size());
+  r.section(fmt::format("{} at one step k, then greedy decoding, against greedy decoding from the same true prefix (means over seeds)",
+                        no_error ? "the reference's own token fed (control: no error)" : "a wrong token forced"));
+  Table f("forced", {"offset d", "TF: tokens changed", "error, forced", "error, clean", "TV of attention rows", "SS: tokens changed", "error, forced",
+                     "error, clean", "TV of attention rows"});
   for (int64_t d = 0; d < D; ++d) {
-    std::vector<double> ch, ef, ec, v, vs;
-    int64_t steps = 0;
-    for (const auto& s : res) {
-      const Drift& x = s.drift;
-      ch.push_back(ratio(x.changed[d], x.both[d]));
-      ef.push_back(ratio(x.err_forced[d], x.ref_steps[d]));
-      ec.push_back(ratio(x.err_clean[d], x.ref_steps[d]));
-      v.push_back(x.tv_n[d] ? x.tv_sum[d] / static_cast<double>(x.tv_n[d]) : NAN);
-      vs.push_back(x.tv_same_n[d] ? x.tv_same_sum[d] / static_cast<double>(x.tv_same_n[d]) : NAN);
-      steps += x.both[d];
+    std::vector<Cell> row{d + 1};
+    for (int arm : {kTeacher, kSampling}) {
+      std::vector<double> ch, ef, ec, v;
+      for (const auto& s : res[arm]) {
+        const Drift& x = s.drift;
+        ch.push_back(ratio(x.changed[d], x.both[d]));
+        ef.push_back(ratio(x.err_forced[d], x.ref_steps[d]));
+        ec.push_back(ratio(x.err_clean[d], x.ref_steps[d]));
+        v.push_back(x.tv_n[d] ? x.tv_sum[d] / static_cast<double>(x.tv_n[d]) : NAN);
+      }
+      row.insert(row.end(), {spread(ch).mean, spread(ef).mean, spread(ec).mean, spread(v).mean});
+      dr.changed[arm].push_back(spread(ch).mean), dr.e_forced[arm].push_back(spread(ef).mean), dr.e_clean[arm].push_back(spread(ec).mean);
+      dr.tv[arm].push_back(spread(v).mean);
     }
-    f.row({d + 1, steps, spread(ch).mean, spread(ef).mean, spread(ec).mean, spread(v).mean, spread(vs).mean});
-    dr.ds.push_back(static_cast<double>(d + 1)), dr.changed.push_back(spread(ch).mean), dr.e_forced.push_back(spread(ef).mean);
-    dr.e_clean.push_back(spread(ec).mean), dr.tv.push_back(spread(v).mean), dr.tv_same.push_back(spread(vs).mean);
-    dr.ch_lo.push_back(spread(ch).min), dr.ch_hi.push_back(spread(ch).max);
+    f.row(row);
+    dr.ds.push_back(static_cast<double>(d + 1));
   }
   r.print(f);
-  r.say("steps: later steps where either continuation has a token (summed over models); tokens changed: share of them where the two differ;");
-  r.say("error rate: share of reference tokens at step k + d the continuation gets wrong (position by position); TV: total variation distance");
-  r.say(fmt::format("between the two continuations' cross-attention rows (mean over layers and heads), 0 = same, 1 = disjoint; for scale, the clean run's "
-                    "rows move by TV {:.3f} from one step to the next.",
-                    dr.step_tv));
-
-  Table sfx("recovery", {"seed", "sentences", "edits per reference token, forced", "edits, clean", "recovered, forced", "recovered, clean"});
-  for (size_t i = 0; i < res.size(); ++i) {
-    const Drift& x = res[i].drift;
-    sfx.row({static_cast<int64_t>(r.seed(static_cast<int>(i))), x.sentences, ratio(x.edits_forced, x.suffix_tokens), ratio(x.edits_clean, x.suffix_tokens),
-             ratio(x.exact_forced, x.sentences), ratio(x.exact_clean, x.sentences)});
-  }
+  r.say("tokens changed: share of later steps where the two continuations differ; error: share of reference tokens at step k + d the continuation");
+  r.say("gets wrong (position by position); TV: total variation distance between the two continuations' cross-attention rows (0 same, 1 disjoint).");
+  Table sfx("recovery", {"arm", "seed", "sentences", "edits per reference token, forced", "edits, clean", "recovered, forced", "recovered, clean"});
+  for (int arm : {kTeacher, kSampling})
+    for (size_t i = 0; i < res[arm].size(); ++i) {
+      const Drift& x = res[arm][i].drift;
+      sfx.row({kArmName[arm], static_cast<int64_t>(r.seed(static_cast<int>(i))), x.sentences, ratio(x.edits_forced, x.suffix_tokens),
+               ratio(x.edits_clean, x.suffix_tokens), ratio(x.exact_forced, x.sentences), ratio(x.exact_clean, x.sentences)});
+    }
   r.print(sfx);
-  r.say("edits: token edit distance of the continuation after step k to the reference's rest (from step k or k + 1, whichever is nearer: a");
-  r.say("continuation may redo the step or carry on), per reference token; recovered: share of sentences at distance 0.");
+  r.say("edits: token edit distance of the continuation after step k to the reference's rest (from step k or k + 1, whichever is nearer), per");
+  r.say("reference token; recovered: share of sentences at distance 0.");
   return dr;
 }
 
@@ -367,27 +402,34 @@ std::vector<std::string> words(const std::vector<int64_t>& ids, const train::Voc
 }
 
 nlohmann::json example_json(const Example& e, const TrainedModel& m) {
-  return {{"sentence", e.index}, {"source", words(e.src, m.src_words)}, {"forced_step", e.k}, {"clean", words(e.clean, m.tgt_words)},
+  return {{"sentence", e.index}, {"source", words(e.src, m.src_words)}, {"reference", words(e.reference, m.tgt_words)}, {"forced_step", e.k},
+          {"clean", words(e.clean, m.tgt_words)},
           {"forced", words(e.forced, m.tgt_words)}, {"clean_cross_attention", e.clean_rows}, {"forced_cross_attention", e.forced_rows}};
 }
 
-void save_numbers(Report& r, const std::vector<SeedResult>& res, const TrainedModel& first) {
+nlohmann::json model_json(const TrainedModel& m) {
+  return {{"steps", m.steps}, {"best_step", m.best_step}, {"converged", m.converged}, {"valid_steps", m.valid_steps}, {"valid_nll", m.valid_nll},
+          {"train_seconds", m.train_seconds}};
+}
+
+void save_numbers(Report& r, const Results& res, const std::array<std::vector<TrainedModel>, 2>& models) {
   auto& js = r.data();
-  js["model"] = first.description;
-  for (size_t i = 0; i < res.size(); ++i) {
-    const auto& s = res[i];
-    const Drift& x = s.drift;
-    js["seeds"][std::to_string(r.seed(static_cast<int>(i)))] = {
-        {"positions", {{"total", s.pos.total}, {"teacher_forced_right", s.pos.tf_right}, {"free_running_right", s.pos.fr_right}}},
-        {"forced", {{"steps", x.both}, {"changed", x.changed}, {"reference_steps", x.ref_steps}, {"errors_clean", x.err_clean},
-                    {"errors_forced", x.err_forced}, {"tv_sum", x.tv_sum}, {"tv_n", x.tv_n}, {"tv_same_token_sum", x.tv_same_sum},
-                    {"tv_same_token_n", x.tv_same_n}, {"sentences", x.sentences}, {"reference_tokens_after_k", x.suffix_tokens},
-                    {"edits_clean", x.edits_clean}, {"edits_forced", x.edits_forced}, {"recovered_clean", x.exact_clean},
-                    {"recovered_forced", x.exact_forced}}},
-        {"token_accuracy_teacher_forced", s.tf_accuracy}, {"token_accuracy_free_running", s.fr_tokens}, {"exact_free_running", s.fr_exact}};
-  }
-  js["example"] = example_json(res[0].example, first);
-  if (res[0].derailed.k >= 0) js["example_changed"] = example_json(res[0].derailed, first);
+  for (int arm : {kTeacher, kSampling})
+    for (size_t i = 0; i < res[arm].size(); ++i) {
+      const auto& s = res[arm][i];
+      const Drift& x = s.drift;
+      js[arm == kTeacher ? "teacher_forcing" : "scheduled_sampling"][std::to_string(r.seed(static_cast<int>(i)))] = {
+          {"model", model_json(models[arm][i])},
+          {"positions", {{"total", s.pos.total}, {"teacher_forced_right", s.pos.tf_right}, {"free_running_right", s.pos.fr_right}}},
+          {"forced", {{"steps", x.both}, {"changed", x.changed}, {"reference_steps", x.ref_steps}, {"errors_clean", x.err_clean},
+                      {"errors_forced", x.err_forced}, {"tv_sum", x.tv_sum}, {"tv_n", x.tv_n}, {"tv_same_token_sum", x.tv_same_sum},
+                      {"tv_same_token_n", x.tv_same_n}, {"sentences", x.sentences}, {"reference_tokens_after_k", x.suffix_tokens},
+                      {"edits_clean", x.edits_clean}, {"edits_forced", x.edits_forced}, {"recovered_clean", x.exact_clean},
+                      {"recovered_forced", x.exact_forced}}},
+          {"token_accuracy_teacher_forced", s.tf_accuracy}, {"token_accuracy_free_running", s.fr_tokens}, {"exact_free_running", s.fr_exact}};
+    }
+  js["example"] = example_json(res[kTeacher][0].example, models[kTeacher][0]);
+  if (res[kTeacher][0].derailed.k >= 0) js["example_changed"] = example_json(res[kTeacher][0].derailed, models[kTeacher][0]);
 }
 
 void example_panels(Report& r, const Example& e, const TrainedModel& m, const std::string& what) {
@@ -400,89 +442,119 @@ void example_panels(Report& r, const Example& e, const TrainedModel& m, const st
                        false, "attention"});
 }
 
-void figure(Report& r, const PositionSeries& ps, const DriftSeries& dr, const SeedResult& r0, const TrainedModel& first) {
-  r.add_panel(Chart{"next-token accuracy per position (band: models)", "target position", "accuracy", false, false,
-                    {{"teacher-forced", ps.xs, ps.tf_mean, ps.tf_lo, ps.tf_hi, false, "#1f77b4"},
-                     {"free-running", ps.xs, ps.fr_mean, ps.fr_lo, ps.fr_hi, false, "#d62728"}},
-                    ps.xs});
-  r.add_panel(Chart{"teacher-forced minus free-running (band: models)", "target position", "accuracy gap", false, false,
-                    {{"gap", ps.xs, ps.gap_mean, ps.gap_lo, ps.gap_hi, false, "#9467bd"}}, ps.xs});
-  r.add_panel(Chart{"after a forced wrong token at step k", "steps after k (d)", "share", false, false,
-                    {{"tokens changed (forced vs clean)", dr.ds, dr.changed, dr.ch_lo, dr.ch_hi, false, "#9467bd"},
-                     {"error rate, forced", dr.ds, dr.e_forced, {}, {}, false, "#d62728"},
-                     {"error rate, clean", dr.ds, dr.e_clean, {}, {}, true, "#1f77b4"}},
-                    dr.ds});
-  r.add_panel(Chart{"cross-attention drift after the forced token", "steps after k (d)", "TV distance of the rows", false, false,
-                    {{"all later steps", dr.ds, dr.tv, {}, {}, false, "#2ca02c"},
-                     {"where the token is the same", dr.ds, dr.tv_same, {}, {}, false, "#17becf"},
-                     {"clean run, step to step (scale)", dr.ds, std::vector<double>(dr.ds.size(), dr.step_tv), {}, {}, true, "#7f7f7f"}},
-                    dr.ds});
-  example_panels(r, r0.example, first, fmt::format("sentence {}", r0.example.index));
-  example_panels(r, r0.derailed, first, fmt::format("sentence {} (first that changes)", r0.derailed.index));
+void figure(Report& r, const PositionSeries& ps, const DriftSeries& dr, const Results& res, const std::array<std::vector<TrainedModel>, 2>& models) {
+  const char* color[2] = {"#d62728", "#1f77b4"};
+  Chart acc{"free-running accuracy per position (band: seeds); dashed: teacher-forced", "target position", "accuracy", false, false, {}, ps.xs};
+  Chart gap{"teacher-forced minus free-running (band: seeds)", "target position", "accuracy gap", false, false, {}, ps.xs};
+  for (int arm : {kTeacher, kSampling}) {
+    acc.series.push_back(band_series(std::string(kArmName[arm]) + ", free-running", ps.xs, ps.fr[arm], color[arm]));
+    acc.series.push_back(band_series(std::string(kArmName[arm]) + ", teacher-forced", ps.xs, ps.tf[arm], color[arm], true));
+    gap.series.push_back(band_series(kArmName[arm], ps.xs, ps.gap[arm], color[arm]));
+  }
+  acc.legend = gap.legend = Chart::Corner::BottomLeft;
+  gap.legend = Chart::Corner::TopLeft;
+  r.add_panel(acc);
+  r.add_panel(gap);
+  Chart after{"error rate after step k (solid: forced token; dashed: true prefix)", "steps after k (d)", "error rate", false, false, {}, dr.ds};
+  for (int arm : {kTeacher, kSampling}) {
+    after.series.push_back({std::string(kArmName[arm]) + ", forced", dr.ds, dr.e_forced[arm], {}, {}, false, color[arm]});
+    after.series.push_back({std::string(kArmName[arm]) + ", clean", dr.ds, dr.e_clean[arm], {}, {}, true, color[arm]});
+  }
+  after.legend = Chart::Corner::TopRight;
+  r.add_panel(after);
+  Chart curves{"held-out NLL per token while training (the rule stops each run)", "step", "NLL", false, true, {}, {}};
+  for (int arm : {kTeacher, kSampling})
+    for (size_t i = 0; i < models[arm].size(); ++i) {
+      std::vector<double> x(models[arm][i].valid_steps.begin(), models[arm][i].valid_steps.end());
+      curves.series.push_back({fmt::format("{}, seed {}", kArmName[arm], r.seed(static_cast<int>(i))), x, models[arm][i].valid_nll, {}, {}, arm == kSampling,
+                               color[arm]});
+    }
+  curves.legend = Chart::Corner::TopRight;
+  r.add_panel(curves);
+  const Example& e = res[kTeacher][0].derailed;
+  example_panels(r, e, models[kTeacher][0], fmt::format("teacher forcing, sentence {} (first that changes)", e.index));
 }
 
-// Each claim must hold for every model.
-void claims(Report& r, const std::vector<SeedResult>& res, size_t P, int64_t D, int64_t min_support) {
+template <class F>
+std::vector<double> per_seed(const std::vector<SeedResult>& v, F f) {
+  std::vector<double> out;
+  for (const auto& s : v) out.push_back(f(s));
+  return out;
+}
+
+std::string list(const std::vector<double>& v) {
+  std::string s;
+  for (double x : v) s += fmt::format("{}{:.3f}", s.empty() ? "" : ", ", x);
+  return s;
+}
+
+void claims(Report& r, const Results& res, size_t P) {
+  GF_CHECK_AS(std::runtime_error, P >= 4, "lab exposure: only {} positions have enough sentences in every model (--min-support)", P);
   const size_t half = P / 2;
-  std::string ev1, ev2, ev3;
-  bool ok1 = true, ok2 = true, ok3 = true;
-  for (size_t i = 0; i < res.size(); ++i) {
-    const auto& s = res[i];
-    const std::string sd = fmt::format("{}seed {}: ", i ? "; " : "", r.seed(static_cast<int>(i)));
-    if (P < 4) {  // nothing to compare: too few sentences for --min-support
-      ok1 = false;
-      ev1 += sd + fmt::format("only {} positions have {} sentences", P, min_support);
-    } else {
-      const double early = pooled_gap(s.pos, 0, half), late = pooled_gap(s.pos, half, P), all = pooled_gap(s.pos, 0, P);
-      ok1 = ok1 && all > 0 && late >= early + 0.05;
-      ev1 += sd + fmt::format("gap {:.3f} overall, {:.3f} at positions 0-{}, {:.3f} at {}-{}", all, early, half - 1, late, half, P - 1);
-    }
-    int64_t ef = 0, ec = 0, n = 0;
-    for (int64_t d = 0; d < std::min<int64_t>(3, D); ++d) ef += s.drift.err_forced[d], ec += s.drift.err_clean[d], n += s.drift.ref_steps[d];
-    const double rf = ratio(ef, n), rc = ratio(ec, n);
-    ok2 = ok2 && rf >= 1.5 * rc && rf >= rc + 0.05;
-    ev2 += sd + fmt::format("error rate at d = 1-3 {:.3f} after the forced token vs {:.3f} without ({:.1f}x)", rf, rc, rf / rc);
-    const double xf = ratio(s.drift.edits_forced, s.drift.suffix_tokens), xc = ratio(s.drift.edits_clean, s.drift.suffix_tokens);
-    ok3 = ok3 && xf >= 1.5 * xc && xf >= xc + 0.05;
-    ev3 += sd + fmt::format("{:.3f} edits per reference token after the forced token vs {:.3f} without ({:.1f}x); recovered {:.0f}% vs {:.0f}%", xf, xc,
-                            xf / xc, 100 * ratio(s.drift.exact_forced, s.drift.sentences), 100 * ratio(s.drift.exact_clean, s.drift.sentences));
-  }
-  r.claim("free-running accuracy falls below teacher-forced and the gap grows with position: gap > 0, and the gap pooled over the later half of "
-          "the positions exceeds that over the earlier half by at least 0.05",
-          ok1, ev1);
-  r.claim("a wrong token fed back is amplified: in the 3 steps after a forced wrong token the error rate is at least 1.5x (and 0.05 above) that of "
-          "decoding from the true prefix",
-          ok2, ev2);
-  r.claim("the same without position-by-position alignment: the rest of the translation after a forced wrong token is at least 1.5x (and 0.05 "
-          "per reference token above) as far from the reference in edit distance as decoding from the true prefix",
-          ok3, ev3);
+  const auto& tf = res[kTeacher];
+  const auto& ss = res[kSampling];
+  const auto early = per_seed(tf, [&](const SeedResult& s) { return pooled_gap(s.pos, 0, half); });
+  const auto late = per_seed(tf, [&](const SeedResult& s) { return pooled_gap(s.pos, half, P); });
+  std::vector<double> grows;
+  for (size_t i = 0; i < late.size(); ++i) grows.push_back(late[i] - early[i]);
+  r.paper("gap_grows", grows,
+          fmt::format("teacher forcing: gap at positions {}-{} minus at 0-{}, per seed: {} (late {}; early {})", half, P - 1, half - 1, list(grows),
+                      list(late), list(early)));
+  const auto derail = per_seed(tf, [](const SeedResult& s) { return derailment(s.drift); });
+  r.paper("derails", derail,
+          fmt::format("teacher forcing: error rate at d = 1-{} after the forced token minus from the true prefix, per seed: {} (forced {}; clean {})",
+                      kDerailSteps, list(derail), list(per_seed(tf, [](const SeedResult& s) { return error_rates(s.drift, kDerailSteps).first; })),
+                      list(per_seed(tf, [](const SeedResult& s) { return error_rates(s.drift, kDerailSteps).second; }))));
+  const auto late_ss = per_seed(ss, [&](const SeedResult& s) { return pooled_gap(s.pos, half, P); });
+  std::vector<double> narrows;
+  for (size_t i = 0; i < late.size(); ++i) narrows.push_back(late[i] - late_ss[i]);
+  r.paper("ss_narrows_gap", narrows,
+          fmt::format("late-half gap, teacher forcing minus scheduled sampling, per seed: {} (scheduled sampling's {})", list(narrows), list(late_ss)));
+  const auto derail_ss = per_seed(ss, [](const SeedResult& s) { return derailment(s.drift); });
+  std::vector<double> less;
+  for (size_t i = 0; i < derail.size(); ++i) less.push_back(derail[i] - derail_ss[i]);
+  r.paper("ss_less_derailment", less,
+          fmt::format("derailment, teacher forcing minus scheduled sampling, per seed: {} (scheduled sampling's {})", list(less), list(derail_ss)));
+}
+
+Recipe recipe_of(const Report& r, ArmId arm) {
+  Recipe rc;
+  rc.converge = true;
+  rc.until.every = r.integer("valid-every");
+  rc.until.patience = r.integer("patience");
+  rc.until.min_improvement = r.real("min-improvement");
+  if (arm == kSampling) rc.sampling.k = r.real("ss-k");
+  return rc;
 }
 
 void run(Report& r) {
-  const int seeds = r.text("model").empty() ? r.seeds() : 1;
-  if (seeds < r.seeds()) r.say("--model: one given model, so one run (--seeds applies to models trained here)");
+  GF_CHECK(r.text("model").empty(), "lab exposure: --model is not supported (the lab trains both arms the same way)");
   const int64_t D = r.integer("offsets"), min_support = r.integer("min-support");
-  GF_CHECK(D >= 1, "lab exposure: --offsets must be at least 1, got {}", D);
-  std::vector<SeedResult> res;
-  TrainedModel first;
-  for (int i = 0; i < seeds; ++i) {
-    TrainedModel tm = trained_model(r, i);
-    const size_t n = std::min(static_cast<size_t>(r.integer("sentences")), tm.test.size());
-    res.push_back(run_seed(tm, n, D, r.seed(i), std::min<size_t>(static_cast<size_t>(r.integer("show")), n - 1)));
-    r.say(fmt::format("  {} test sentences: token accuracy teacher-forced {:.3f}, free-running {:.3f}; free-running sentences exactly right {:.3f}",
-                      n, res.back().tf_accuracy, res.back().fr_tokens, res.back().fr_exact));
-    if (i == 0) first = std::move(tm);
-  }
-  const PositionSeries ps = position_section(r, res, min_support);
-  const DriftSeries dr = drift_section(r, res, D);
-  save_numbers(r, res, first);
-  figure(r, ps, dr, res[0], first);
-  claims(r, res, ps.P, D, min_support);
-  // The paper says nothing about attention: what it does is reported, not claimed.
-  r.say(fmt::format("attention drift (reported, not claimed: the paper says nothing about attention): TV {:.3f} one step after the forced token, "
-                    "{:.3f} at d = {} ({:.0f}% of d = 1), against {:.3f} between consecutive clean rows; where the later token is unchanged: {:.3f} at d = 1, "
-                    "{:.3f} at d = {}.",
-                    dr.tv.front(), dr.tv.back(), D, 100 * dr.tv.back() / dr.tv.front(), dr.step_tv, dr.tv_same.front(), dr.tv_same.back(), D));
+  GF_CHECK(D >= kDerailSteps, "lab exposure: --offsets must be at least {}, got {}", kDerailSteps, D);
+  GF_CHECK(r.real("ss-k") > 0, "lab exposure: --ss-k must be positive, got {}", r.real("ss-k"));
+  const bool no_error = r.control();
+  if (no_error) r.say("the token fed at step k is the reference's own; everything else as the lab");
+  r.say(fmt::format("training: until the held-out NLL has not improved by {:g}% for {} measurements {} steps apart (at most --train-steps {}); "
+                    "scheduled sampling: true token with probability k / (k + exp(step / k)), k = {:g}",
+                    100 * r.real("min-improvement"), r.integer("patience"), r.integer("valid-every"), r.integer("train-steps"), r.real("ss-k")));
+  Results res;
+  std::array<std::vector<TrainedModel>, 2> models;
+  for (int i = 0; i < r.seeds(); ++i)
+    for (int arm : {kTeacher, kSampling}) {
+      TrainedModel tm = trained_model(r, i, recipe_of(r, static_cast<ArmId>(arm)));
+      const size_t n = std::min(static_cast<size_t>(r.integer("sentences")), tm.test.size());
+      res[arm].push_back(run_seed(tm, n, D, r.seed(i), std::min<size_t>(static_cast<size_t>(r.integer("show")), n - 1), no_error));
+      r.say(fmt::format("  {}: {} test sentences: token accuracy teacher-forced {:.3f}, free-running {:.3f}; free-running sentences exactly right {:.3f}",
+                        kArmName[arm], n, res[arm].back().tf_accuracy, res[arm].back().fr_tokens, res[arm].back().fr_exact));
+      tm.model.reset();  // the numbers are kept; the weights are not needed any more
+      models[arm].push_back(std::move(tm));
+    }
+  const size_t P = common_positions(res, min_support);
+  const PositionSeries ps = position_section(r, res, P, min_support);
+  const DriftSeries dr = drift_section(r, res, D, no_error);
+  save_numbers(r, res, models);
+  figure(r, ps, dr, res, models);
+  claims(r, res, P);
 }
 
 }  // namespace
@@ -490,17 +562,22 @@ void run(Report& r) {
 Lab exposure_lab() {
   Lab l;
   l.name = "exposure";
-  l.title = "exposure bias: teacher-forced vs free-running, and what one wrong token does";
-  l.reference = "Bengio et al. 2015, arXiv:1506.03099 (section 1)";
+  l.title = "exposure bias, and scheduled sampling: teacher-forced vs free-running, and what one wrong token does";
+  l.reference = "Bengio et al. 2015, arXiv:1506.03099 (sections 1-2, scheduled sampling)";
   l.question =
-      "How does a translator trained with teacher forcing do on its own prefix, position by position, and how do its later tokens and "
-      "cross-attention change after one wrong token?";
+      "How does a translator trained with teacher forcing until converged do on its own prefix, position by position, and after one wrong token; "
+      "and does scheduled sampling, on the same data and rule, narrow both?";
+  l.control = "no forced error (the reference's own token fed at step k)";
   l.default_seeds = 3;
-  l.options = trained_model_options(250);
+  l.options = trained_model_options(4000);
+  l.options.push_back({"valid-every", Option::Int, "50", "convergence: steps between held-out measurements"});
+  l.options.push_back({"patience", Option::Int, "4", "convergence: measurements without a real improvement before stopping"});
+  l.options.push_back({"min-improvement", Option::Real, "0.01", "convergence: a real improvement lowers the best held-out NLL by this share"});
+  l.options.push_back({"ss-k", Option::Real, "200", "scheduled sampling: k of the inverse-sigmoid decay k / (k + exp(step / k))"});
   l.options.push_back({"sentences", Option::Int, "400", "test sentences per model"});
   l.options.push_back({"offsets", Option::Int, "8", "steps after the forced token to follow"});
-  l.options.push_back({"min-support", Option::Int, "40", "positions shown need this many sentences"});
-  l.options.push_back({"show", Option::Int, "0", "which test sentence the figure's example is (0-based)"});
+  l.options.push_back({"min-support", Option::Int, "40", "positions shown need this many sentences in every model"});
+  l.options.push_back({"show", Option::Int, "0", "from which test sentence the figure's example is searched (0-based)"});
   l.run = run;
   return l;
 }

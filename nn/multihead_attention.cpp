@@ -16,6 +16,7 @@
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "nn/init.h"
+#include "nn/sigma_reparam.h"
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 #include "tensor/parallel.h"
@@ -77,81 +78,32 @@ Variable MultiheadAttention::raw_bias(int which) const {
 }
 
 namespace {
-
-const char* const kReparamName[2] = {"q", "k"};
-
-// One power-iteration step on w (R, C) from u (C): v = w u / |w u|, then u = w^T v / |w^T v|.
-// Returns v^T w u, the spectral norm estimate. A zero vector stays zero (and the estimate is 0).
-double power_step(const Tensor& w, std::vector<double>& u, std::vector<double>& v) {
-  const int64_t R = w.size(0), C = w.size(1);
-  const double* p = w.data<double>();
-  auto normalise = [](std::vector<double>& x) {
-    double n = 0;
-    for (double e : x) n += e * e;
-    n = std::sqrt(n);
-    if (n > 0)
-      for (double& e : x) e /= n;
-  };
-  v.assign(static_cast<size_t>(R), 0.0);
-  for (int64_t i = 0; i < R; ++i)
-    for (int64_t j = 0; j < C; ++j) v[i] += p[i * C + j] * u[j];
-  normalise(v);
-  std::fill(u.begin(), u.end(), 0.0);
-  for (int64_t i = 0; i < R; ++i)
-    for (int64_t j = 0; j < C; ++j) u[j] += p[i * C + j] * v[i];
-  normalise(u);
-  double s = 0;
-  for (int64_t i = 0; i < R; ++i)
-    for (int64_t j = 0; j < C; ++j) s += v[i] * p[i * C + j] * u[j];
-  return s;
-}
-
+const char* const kReparamName[3] = {"q", "k", "v"};
 }  // namespace
 
-void MultiheadAttention::use_sigma_reparam() {
+void MultiheadAttention::use_sigma_reparam(bool all) {
   GF_CHECK(!sigma_reparam_, "MultiheadAttention::use_sigma_reparam: σReparam is already on");
-  for (int which : {0, 1}) {
+  for (int which = 0; which < (all ? 3 : 2); ++which) {
     const Variable w = raw_weight(which);
-    const Tensor wd = w.data().to(DType::Float64).contiguous();  // (rows, D)
-    const int64_t C = wd.size(1);
-    // A start with no special direction, then enough steps to converge on the initial weights: the
-    // spectral gap of a random square matrix is small, and each step shrinks the error by about
-    // (second / first singular value)^2.
-    std::vector<double> u(static_cast<size_t>(C)), v;
-    for (int64_t j = 0; j < C; ++j) u[j] = 1.0 + 0.5 * std::sin(1.7 * static_cast<double>(j + 1));
-    double sigma = 0;
-    for (int it = 0; it < 200; ++it) sigma = power_step(wd, u, v);
-    GF_CHECK(sigma > 0, "MultiheadAttention::use_sigma_reparam: the {} projection's weight is zero", which == 0 ? "query" : "key");
-    register_buffer(std::string(kReparamName[which]) + "_sigma_u", Tensor::from_vector(u, {C}).to(w.dtype()));  // (D)
-    register_parameter(std::string(kReparamName[which]) + "_gamma", Tensor::full({1}, sigma, w.dtype()));       // (1)
+    std::vector<double> u;
+    const double sigma = sigma_reparam::initial_sigma(w.data(), u);
+    register_buffer(std::string(kReparamName[which]) + "_sigma_u", Tensor::from_vector(u, {embed_dim}).to(w.dtype()));  // (D)
+    register_parameter(std::string(kReparamName[which]) + "_gamma", Tensor::full({1}, sigma, w.dtype()));               // (1)
   }
+  if (all) out_proj->use_sigma_reparam();
   sigma_reparam_ = true;
-}
-
-Variable MultiheadAttention::reparametrised(int which) const {
-  const Variable w = raw_weight(which);                        // (rows, D)
-  const Tensor wd = w.data().to(DType::Float64).contiguous();  // (rows, D)
-  Tensor stored = buffer(std::string(kReparamName[which]) + "_sigma_u");  // (D): shares the buffer's storage
-  std::vector<double> u(static_cast<size_t>(stored.numel())), v;
-  for (int64_t j = 0; j < stored.numel(); ++j) u[j] = stored.flat_get(j);
-  power_step(wd, u, v);
-  if (is_training() && GradMode::enabled())
-    for (int64_t j = 0; j < stored.numel(); ++j) stored.flat_set(j, u[j]);
-  const int64_t R = wd.size(0), C = wd.size(1);
-  Tensor outer = Tensor::empty({R, C}, DType::Float64);  // (rows, D): v u^T, constant
-  for (int64_t i = 0; i < R; ++i)
-    for (int64_t j = 0; j < C; ++j) outer.data<double>()[i * C + j] = v[i] * u[j];
-  const Variable sigma = sum(w * Variable(outer.to(w.dtype())));  // (): v^T W u
-  return w * (parameter(std::string(kReparamName[which]) + "_gamma") / sigma);  // (rows, D)
+  sigma_value_ = all;
 }
 
 Variable MultiheadAttention::projection_weight(int which) const {
-  GF_CHECK(which == 0 || which == 1, "MultiheadAttention::projection_weight: {} is not 0 (query) or 1 (key)", which);
-  return sigma_reparam_ ? reparametrised(which) : raw_weight(which);
+  const Variable w = raw_weight(which);
+  if (!reparametrised(which)) return w;
+  const std::string name = kReparamName[which];
+  return sigma_reparam::reparametrise(w, buffer(name + "_sigma_u"), parameter(name + "_gamma"), is_training() && GradMode::enabled());
 }
 
 Variable MultiheadAttention::q_rows(const Variable& x) const {
-  if (sigma_reparam_) return linear(x, reparametrised(0), raw_bias(0));                     // (B, L, D)
+  if (sigma_reparam_) return linear(x, projection_weight(0), raw_bias(0));                  // (B, L, D)
   if (grouped()) return q_proj->forward(x);                                                  // (B, L, D)
   Variable w = narrow(in_proj_weight, 0, 0, embed_dim);                                    // (D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, 0, embed_dim) : Variable();  // (D)
@@ -159,7 +111,7 @@ Variable MultiheadAttention::q_rows(const Variable& x) const {
 }
 
 std::pair<Variable, Variable> MultiheadAttention::kv_rows(const Variable& x) const {
-  if (sigma_reparam_) return {linear(x, reparametrised(1), raw_bias(1)), linear(x, raw_weight(2), raw_bias(2))};  // (B, S, KV*d_k)
+  if (sigma_reparam_) return {linear(x, projection_weight(1), raw_bias(1)), linear(x, projection_weight(2), raw_bias(2))};  // (B, S, KV*d_k)
   if (grouped()) return {k_proj->forward(x), v_proj->forward(x)};                                      // (B, S, KV*d_k)
   Variable w = narrow(in_proj_weight, 0, embed_dim, 2 * embed_dim);                                    // (2D, D)
   Variable b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, embed_dim, 2 * embed_dim) : Variable();  // (2D)
@@ -605,8 +557,8 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
     v = v_proj->forward(value);
   } else {
     q = q_rows(query);
-    k = linear(key, sigma_reparam_ ? reparametrised(1) : raw_weight(1), raw_bias(1));
-    v = linear(value, raw_weight(2), raw_bias(2));
+    k = linear(key, projection_weight(1), raw_bias(1));
+    v = linear(value, projection_weight(2), raw_bias(2));
   }
   return attend_rows(q, k, v, kpm, attn_mask, need_weights);
 }

@@ -115,23 +115,22 @@ class MultiheadAttention : public Module {
   // is read (A/B runs).
   bool fused = true;
 
-  // σReparam (Zhai et al. 2023, arXiv:2303.06296) on the query and key projections. After
-  // use_sigma_reparam(), W_q and W_k (each (H * d_k, D), or (KV * d_k, D) for keys) are used as
-  // (γ / σ(W)) W: σ(W) is W's spectral norm, estimated by one power-iteration step per forward from
-  // the previous step's right singular vector u (a buffer, advanced only by forwards that record a
-  // graph in training mode, so that probes and evaluation leave it alone), and γ is a learned scalar
-  // initialised to σ(W), so that the layer computes what it computed before. Why it helps: under
-  // Adam every entry of W moves by about the learning rate per step, so σ(W), which bounds the
-  // attention logits and through them the entropy (the paper's Theorem 3.1), can grow by about
-  // lr * sqrt(rows * cols) per step; the reparametrised weight's spectral norm is γ, which moves
-  // by about lr. The gradient reaches W through σ(W) = v^T W u with u and v held fixed, as in the
-  // paper's reference code. Adds parameters q_gamma, k_gamma (1) and buffers q_sigma_u, k_sigma_u
-  // (D): call it before an optimizer is built from the parameters, and before loading a state
-  // saved with it. Calling it twice is an error.
-  void use_sigma_reparam();
+  // σReparam (Zhai et al. 2023, arXiv:2303.06296; nn/sigma_reparam.h) on the query and key
+  // projections, and with `all` on the value and output projections too. Each weight W (W_q,
+  // W_k: (H * d_k or KV * d_k, D)) is then used as (γ / σ(W)) W: σ(W) its spectral norm, estimated
+  // by one power-iteration step per forward from the previous step's vector (a buffer, advanced only
+  // by forwards that record a graph in training mode, so that probes and evaluation leave it alone),
+  // γ a learned scalar initialised to σ(W), so that the module computes what it computed before.
+  // Why for W_q and W_k: σ(W_q) σ(W_k) bounds the attention logits and through them how low a
+  // head's entropy can go (the paper's Theorem 3.1); under Adam σ(W) can grow by about
+  // lr * sqrt(rows * cols) per step, γ by about lr. Adds parameters q_gamma, k_gamma (and v_gamma,
+  // out_proj.sigma_gamma) of shape (1) and buffers q_sigma_u, k_sigma_u (v_sigma_u,
+  // out_proj.sigma_u) of shape (D): call it before an optimizer is built from the parameters, and
+  // before loading a state saved with it. Calling it twice is an error.
+  void use_sigma_reparam(bool all = false);
   bool sigma_reparam() const { return sigma_reparam_; }
-  // The effective query (which = 0) or key (1) projection weight: W, or (γ / σ(W)) W under
-  // σReparam (advancing u as a forward does). For tests and statistics; forward() calls it too.
+  // The query (which = 0), key (1) or value (2) projection weight forward() uses: W, or
+  // (γ / σ(W)) W under σReparam (advancing its vector as a forward does).
   Variable projection_weight(int which) const;
 
  private:
@@ -151,10 +150,9 @@ class MultiheadAttention : public Module {
   // W_q, W_k or W_v (which = 0, 1, 2) as stored: a block of in_proj_weight, or q/k/v_proj's weight.
   Variable raw_weight(int which) const;
   Variable raw_bias(int which) const;  // undefined without biases
-  // (γ / σ(W)) W for W = raw_weight(which), which 0 or 1.
-  Variable reparametrised(int which) const;
+  bool reparametrised(int which) const { return which < 2 ? sigma_reparam_ : sigma_value_; }
 
-  bool sigma_reparam_ = false;
+  bool sigma_reparam_ = false, sigma_value_ = false;
 };
 
 }  // namespace gf::nn

@@ -236,11 +236,13 @@ TEST_CASE("gradflow attention --grad adds the gradient x input panel to the SVG"
 
 namespace {
 
-// Runs `gradflow lab NAME` on a tiny model trained for a few steps (no cache) and returns its JSON.
-nlohmann::json run_tiny_lab(const std::string& name, const fs::path& out) {
-  std::vector<std::string> args{name,        "--out",  out.string(), "--cache", "",         "--seeds", "1",   "--corpus", "400",
+// Runs `gradflow lab NAME` on tiny models trained for a few steps (no cache), two seeds (paper
+// claims need an interval), and returns its JSON.
+nlohmann::json run_tiny_lab(const std::string& name, const fs::path& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{name,        "--out",  out.string(), "--cache", "",         "--seeds", "2",   "--corpus", "400",
                                 "--d-model", "16",     "--heads",    "2",       "--layers", "1",       "--train-steps", "4",
                                 "--warmup",  "2",      "--sentences", "10"};
+  args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   const int rc = app::cmd_lab(static_cast<int>(argv.size()), argv.data());
@@ -250,31 +252,64 @@ nlohmann::json run_tiny_lab(const std::string& name, const fs::path& out) {
 
 }  // namespace
 
-TEST_CASE("the attribution lab runs end to end on a tiny model: one number per sentence and map") {
+TEST_CASE("the attribution lab runs end to end on a tiny model: one number per sentence and pair of maps") {
   const fs::path out = fresh_dir("attribution_lab");
-  const nlohmann::json j = run_tiny_lab("attribution", out);
+  const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "4", "--permutations", "2"});
   const auto& seed = j.at("data").at("seeds").at("1");
-  CHECK(seed.at("per_sentence_spearman_vs_grad_x_input").at("rollout").size() == 10);
-  CHECK(seed.at("per_sentence_spearman_vs_blank_out").at("L0 head 1").size() == 10);
-  for (const auto& share : seed.at("rollout_source_share")) {
-    CHECK(share.get<double>() > 0);
-    CHECK(share.get<double>() < 1);
+  for (const char* pair : {"att-gxi", "att-loo", "att-ig", "gxi-loo", "gxi-ig", "loo-ig"}) {
+    CAPTURE(pair);
+    REQUIRE(seed.at("per_sentence_spearman").at(pair).size() == 10);
+    for (const auto& rho : seed.at("per_sentence_spearman").at(pair)) CHECK(std::abs(rho.get<double>()) <= 1.0);
   }
-  CHECK(j.at("claims").size() == 2);
+  for (const char* cf : {"per_sentence_permuted_tv", "per_sentence_uniform_tv"})
+    for (const auto& tv : seed.at(cf)) CHECK((tv.get<double>() >= 0 && tv.get<double>() <= 1));
+  CHECK(j.at("claims").size() == 7);
   CHECK(fs::exists(out / "attribution.svg"));
   fs::remove_all(out);
 }
 
-TEST_CASE("the exposure lab runs end to end on a tiny model: every sentence counted once per position and forced step") {
-  const fs::path out = fresh_dir("exposure_lab");
-  const nlohmann::json j = run_tiny_lab("exposure", out);
+TEST_CASE("the attribution lab's control: uniform cross-attention agrees with nothing and permuting it changes nothing") {
+  const fs::path out = fresh_dir("attribution_control");
+  const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "2", "--permutations", "2", "--control"});
+  CHECK(j.at("control") == true);
   const auto& seed = j.at("data").at("seeds").at("1");
-  CHECK(seed.at("positions").at("total").at(0).get<int64_t>() == 10);
-  CHECK(seed.at("forced").at("sentences").get<int64_t>() == 10);
-  CHECK(seed.at("forced").at("steps").at(0).get<int64_t>() == 10);  // the forced run always has a token after k
-  const int64_t errors = seed.at("forced").at("errors_forced").at(0).get<int64_t>();
-  CHECK(errors <= seed.at("forced").at("reference_steps").at(0).get<int64_t>());
-  CHECK(j.at("claims").size() == 3);
+  for (const char* pair : {"att-gxi", "att-loo", "att-ig"})
+    for (const auto& rho : seed.at("per_sentence_spearman").at(pair)) CHECK(rho.get<double>() == 0.0);
+  for (const char* cf : {"per_sentence_permuted_tv", "per_sentence_uniform_tv"})
+    for (const auto& tv : seed.at(cf)) CHECK(tv.get<double>() < 1e-6);
+  fs::remove_all(out);
+}
+
+TEST_CASE("the exposure lab runs end to end on tiny models: both arms, every sentence counted once per position and forced step") {
+  const fs::path out = fresh_dir("exposure_lab");
+  const nlohmann::json j = run_tiny_lab("exposure", out, {"--min-support", "2", "--valid-every", "2", "--ss-k", "2"});
+  for (const char* arm : {"teacher_forcing", "scheduled_sampling"}) {
+    CAPTURE(arm);
+    const auto& seed = j.at("data").at(arm).at("1");
+    CHECK(seed.at("positions").at("total").at(0).get<int64_t>() == 10);
+    CHECK(seed.at("forced").at("sentences").get<int64_t>() == 10);
+    CHECK(seed.at("forced").at("steps").at(0).get<int64_t>() == 10);  // the forced run always has a token after k
+    const int64_t errors = seed.at("forced").at("errors_forced").at(0).get<int64_t>();
+    CHECK(errors <= seed.at("forced").at("reference_steps").at(0).get<int64_t>());
+    CHECK(seed.at("model").at("valid_steps").size() == 2);  // measured at steps 2 and 4
+  }
+  CHECK(j.at("claims").size() == 4);
   CHECK(fs::exists(out / "exposure.svg"));
   fs::remove_all(out);
+}
+
+TEST_CASE("the exposure lab's control feeds the reference's own token at step k; the lab feeds another") {
+  for (const bool control : {false, true}) {
+    CAPTURE(control);
+    const fs::path out = fresh_dir(control ? "exposure_control" : "exposure_forced");
+    std::vector<std::string> extra{"--min-support", "2", "--valid-every", "2", "--ss-k", "2"};
+    if (control) extra.push_back("--control");
+    const nlohmann::json j = run_tiny_lab("exposure", out, extra);
+    CHECK(j.at("control") == control);
+    const auto& e = j.at("data").at("example");
+    const size_t k = e.at("forced_step").get<size_t>();
+    REQUIRE(e.at("forced").size() > k);
+    CHECK((e.at("forced").at(k) == e.at("reference").at(k)) == control);
+    fs::remove_all(out);
+  }
 }

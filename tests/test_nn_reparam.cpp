@@ -11,6 +11,7 @@
 #include "autograd/ops/arith.h"
 #include "autograd/ops/reduce.h"
 #include "gradcheck_util.h"
+#include "nn/linear.h"
 #include "nn/masks.h"
 #include "nn/multihead_attention.h"
 #include "nn_test_util.h"
@@ -112,7 +113,7 @@ TEST_CASE("σReparam adds q_gamma, k_gamma and their power-iteration vectors, on
   CHECK(sd.at("q_gamma").numel() == 1);
   CHECK(sd.at("k_sigma_u").numel() == 8);
   GF_CHECK_CONTAINS(error_of([&] { mha->use_sigma_reparam(); }), "already on");
-  GF_CHECK_CONTAINS(error_of([&] { mha->projection_weight(2); }), "not 0 (query) or 1 (key)");
+  GF_CHECK_CONTAINS(error_of([&] { mha->projection_weight(3); }), "not 0 (query), 1 (key) or 2 (value)");
 }
 
 TEST_CASE("gradcheck: attention with σReparam, w.r.t. the input, the projection weights and γ") {
@@ -158,4 +159,38 @@ TEST_CASE("weights_transform: the identity changes nothing, uniform weights aver
   CHECK(max_abs_diff(u.output.data(), mha->out_proj->forward(Variable(merged)).data()) < 1e-12);
   mha->weights_transform = [](const Variable& w) { return Variable(Tensor::zeros({1}, w.dtype())); };
   GF_CHECK_CONTAINS(error_of([&] { mha->forward(q, m, m); }), "weights_transform returned");
+}
+
+TEST_CASE("σReparam on every projection (all): value and output weights too, the same function at initialisation") {
+  auto plain = make(8, 2, 31), reparam = make(8, 2, 31);
+  reparam->use_sigma_reparam(true);
+  const auto sd = reparam->state_dict();
+  for (const char* key : {"q_gamma", "k_gamma", "v_gamma", "v_sigma_u", "out_proj.sigma_gamma", "out_proj.sigma_u"}) CHECK(sd.count(key) == 1);
+  CHECK(reparam->out_proj->sigma_reparam());
+  Variable x(randn({2, 4, 8}, 32));
+  CHECK(max_abs_diff(plain->forward(x, x, x).output.data(), reparam->forward(x, x, x).output.data()) < 1e-9);
+  reparam->eval();
+  auto out = [&](const std::vector<Variable>& in) { return reparam->forward(in[0], in[0], in[0]).output; };
+  GF_CHECK_GRADS(out, (std::vector<Variable>{leaf(randn({1, 3, 8}, 33)), reparam->in_proj_weight, reparam->parameter("v_gamma"),
+                                             reparam->out_proj->weight, reparam->out_proj->parameter("sigma_gamma")}));
+}
+
+TEST_CASE("Linear with σReparam: the same function at first, spectral norm γ after W grows, gradients to W and γ") {
+  Generator g1(41), g2(41);
+  nn::Linear plain(6, 5, true, g1), reparam(6, 5, true, g2);
+  plain.to(DType::Float64), reparam.to(DType::Float64);
+  reparam.use_sigma_reparam();
+  Variable x(randn({3, 6}, 42));
+  CHECK(max_abs_diff(plain.forward(x).data(), reparam.forward(x).data()) < 1e-12);
+  Tensor w = reparam.weight.data();
+  for (int64_t i = 0; i < w.numel(); ++i) w.flat_set(i, 7 * w.flat_get(i) + 0.1 * std::cos(static_cast<double>(i)));
+  for (int i = 0; i < 100; ++i) reparam.forward(x);
+  {
+    NoGradGuard ng;
+    CHECK(top_singular(reparam.effective_weight().data()) == doctest::Approx(reparam.parameter("sigma_gamma").data().flat_get(0)).epsilon(1e-6));
+  }
+  reparam.eval();
+  auto f = [&](const std::vector<Variable>& in) { return reparam.forward(in[0]); };
+  GF_CHECK_GRADS(f, (std::vector<Variable>{leaf(randn({2, 6}, 43)), reparam.weight, reparam.bias, reparam.parameter("sigma_gamma")}));
+  GF_CHECK_CONTAINS(error_of([&] { reparam.use_sigma_reparam(); }), "already on");
 }
