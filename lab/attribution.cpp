@@ -421,14 +421,14 @@ void run(Report& r) {
 Lab attribution_lab() {
   Lab l;
   l.name = "attribution";
-  l.title = "is attention an explanation? agreement with attribution methods, and counterfactual attention";
+  l.title = "is attention an explanation? attribution methods and counterfactual attention";
   l.reference = "Jain and Wallace 2019, arXiv:1902.10186; Wiegreffe and Pinter 2019, arXiv:1908.04626";
   l.question =
       "Does a trained translator's cross-attention rank the source tokens as gradient x input, leave-one-out and integrated gradients do, do those "
       "methods agree among themselves more than with attention, and does the output change when the attention is permuted or made uniform?";
   l.control = "every cross-attention replaced by a uniform map over the source";
   l.default_seeds = 3;
-  l.options = trained_model_options(600);
+  l.options = trained_model_options(400);
   l.options.push_back({"sentences", Option::Int, "60", "test sentences studied per model"});
   l.options.push_back({"ig-steps", Option::Int, "32", "integrated gradients: midpoint-rule steps on the path from the zero embedding"});
   l.options.push_back({"permutations", Option::Int, "8", "permuted-attention draws per sentence"});

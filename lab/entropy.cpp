@@ -272,11 +272,22 @@ double loss_window(const Run& x, size_t k, int64_t w) {
   return std::accumulate(x.fit.losses.begin() + (end - w), x.fit.losses.begin() + end, 0.0) / static_cast<double>(w);
 }
 
+// 0 and at most ~6 round steps up to `steps`, so that the step axes start at step 0.
+std::vector<double> step_ticks(int64_t steps) {
+  int64_t every = 1;
+  for (int64_t c : {1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000})
+    if (every = c; steps / c <= 6) break;
+  std::vector<double> t;
+  for (int64_t s = 0; s <= steps; s += every) t.push_back(static_cast<double>(s));
+  return t;
+}
+
 void add_figure(Report& r, const Grid& g, int64_t every) {
   const char* colors[2][2] = {{"#1f77b4", "#2ca02c"}, {"#d62728", "#9467bd"}};  // [rate][arm]
-  Chart loss{"training loss (mean of the steps since the last record; band: seeds)", "step", "loss", false, true, {}, {}};
-  Chart least{"least head's entropy / log(keys) (band: seeds)", "step", "min over the heads", false, false, {}, {}};
-  Chart bound{"largest σ(W_q) σ(W_k) over the attentions (band: seeds)", "step", "spectral norm product", false, true, {}, {}};
+  const std::vector<double> ticks = step_ticks(g[0][0].front().at.back());
+  Chart loss{"training loss (mean of the steps since the last record; band: seeds)", "step", "loss", false, true, {}, ticks};
+  Chart least{"least head's entropy / log(keys) (band: seeds)", "step", "min over the heads", false, false, {}, ticks};
+  Chart bound{"largest σ(W_q) σ(W_k) over the attentions (band: seeds)", "step", "spectral norm product", false, true, {}, ticks};
   for (int rate : {1, 0})
     for (int arm : {kPlain, kReparam}) {
       const auto& runs = g[rate][arm];
@@ -388,8 +399,8 @@ Lab entropy_lab() {
   l.title = "attention entropy collapse at a high learning rate, and σReparam";
   l.reference = "Zhai et al. 2023, arXiv:2303.06296 (entropy collapse, σReparam)";
   l.question =
-      "Without warm-up, does a high learning rate drive some attention head to near-zero entropy and spoil training, and does σReparam on the "
-      "query and key weights keep that head's entropy up and the loss down at the same rate?";
+      "Without warm-up, does a high learning rate drive some attention head to near-zero entropy and spoil training, and does σReparam (each "
+      "weight divided by its spectral norm, times a learned scale) keep that head's entropy up and the loss down at the same rate?";
   l.control = "the safe learning rate in both arms";
   l.default_seeds = 5;
   l.options = {{"lr-safe", Option::Real, "1e-3", "the safe learning rate"},

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
@@ -100,8 +101,8 @@ void save_cache(const std::string& dir, const train::RunConfig& c, const IdData&
 
 }  // namespace
 
-std::vector<Option> trained_model_options(int64_t default_steps) {
-  return {{"model", Option::Text, "", "a run folder from `gradflow train` to study instead of training one here"},
+std::vector<Option> trained_model_options(int64_t default_steps, const std::map<std::string, std::string>& defaults) {
+  std::vector<Option> options = {{"model", Option::Text, "", "a run folder from `gradflow train` to study instead of training one here"},
           {"cache", Option::Text, "runs/lab/cache", "folder for the model trained here, reused by the next run (\"\": none)"},
           {"retrain", Option::Switch, "", "train the model even when the cache has it"},
           {"corpus", Option::Int, "8000", "pairs of the built-in English->Korean corpus (90% train, 5% test)"},
@@ -111,6 +112,12 @@ std::vector<Option> trained_model_options(int64_t default_steps) {
           {"train-steps", Option::Int, std::to_string(default_steps), "Adam steps of 2048-token batches"},
           {"lr", Option::Real, "0.002", "Adam learning rate after warm-up"},
           {"warmup", Option::Int, "100", "linear warm-up steps"}};
+  for (const auto& [name, value] : defaults) {
+    auto it = std::find_if(options.begin(), options.end(), [&](const Option& o) { return o.name == name; });
+    GF_CHECK_AS(std::logic_error, it != options.end(), "trained_model_options: no option '{}'", name);
+    it->default_value = value;
+  }
+  return options;
 }
 
 std::string cache_key(const Report& r, int seed_index, const Recipe& recipe) {

@@ -6,6 +6,7 @@
 // under --cache, in a folder named by every setting that shapes it, so the second lab (and a
 // re-run) loads it instead of training again; --retrain trains anyway. The key holds the settings,
 // not the code: after a change to the training code (lab::fit, the model), use --retrain.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,8 +46,9 @@ struct Recipe {
   ScheduledSampling sampling;
 };
 
-// The options every lab that uses trained_model() declares, with that lab's default step count.
-std::vector<Option> trained_model_options(int64_t default_steps);
+// The options every lab that uses trained_model() declares, with that lab's default step count
+// and any other defaults of its own (by option name, e.g. {"d-model", "32"}).
+std::vector<Option> trained_model_options(int64_t default_steps, const std::map<std::string, std::string>& defaults = {});
 
 // The model the options describe for the run r.seed(seed_index): loaded from --model (the same
 // model whatever the index), from the cache, or trained now (and cached). The seed draws the

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -106,6 +107,27 @@ void control_disagrees(const std::string& name, const std::string& args, const s
     CHECK_FALSE(c.at("holds").get<bool>());
   }
   CHECK(targets >= 1);
+}
+
+// A lab whose run disagrees with part of its paper, robustly (each failing claim's interval lies on
+// the wrong side of its threshold, well clear of it): exit 3, exactly the claims `fail` failing,
+// every other claim holding. The page of the lab says why; a claim that flips either way fails.
+void lab_disagrees_on(const std::string& name, const std::string& args, const std::string& short_args, const std::vector<std::string>& fail) {
+  const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, false);
+  INFO(r.log);
+  REQUIRE(r.exit_code == 3);
+  CHECK(r.log.find("check: DISAGREES with") != std::string::npos);
+  CHECK(r.svg);
+  REQUIRE(r.j.is_object());
+  CHECK(r.j.at("control") == false);
+  REQUIRE(r.j.at("claims").size() >= 2);
+  for (const auto& c : r.j.at("claims")) {
+    check_fields(c);
+    const std::string id = c.at("id").get<std::string>();
+    CAPTURE(id);
+    CHECK(c.at("holds").get<bool>() == (std::find(fail.begin(), fail.end(), id) == fail.end()));
+    if (c.at("kind") == "paper") CHECK(c.at("n").get<int>() >= 3);
+  }
 }
 
 // One lab: the lab must agree and its control disagree, at the same settings.
