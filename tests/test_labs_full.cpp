@@ -146,10 +146,33 @@ TEST_CASE("lab padding") { lab_and_control("padding"); }
 TEST_CASE("lab nan") { lab_and_control("nan"); }
 TEST_CASE("lab scale") { lab_and_control("scale", "--seeds 3", "--steps 100"); }
 TEST_CASE("lab depth") { lab_and_control("depth", "", "--depths 1,2,4,8,16"); }
-// Not yet converted to typed claims and a control (issue 27): the lab only.
-TEST_CASE("lab entropy") { lab_agrees("entropy", "", "--seeds 1 --lrs 3e-4,3e-3,3e-2 --steps 150"); }
-// The two labs that train a translator keep no cache here, so each trains from scratch as a fresh
-// build would.
-TEST_CASE("lab attribution") { lab_agrees("attribution", "--cache \"\"", "--seeds 1 --train-steps 200"); }
-TEST_CASE("lab exposure") { lab_agrees("exposure", "--cache \"\"", "--seeds 1 --train-steps 200"); }
+// entropy keeps its defaults even under the short budget: its collapse claim's interval (upper end
+// 0.097 against 0.1 at 5 seeds) survives neither fewer seeds nor fewer steps.
+TEST_CASE("lab entropy") { lab_and_control("entropy"); }
+// The two labs that train translators start from an empty cache, as a fresh build would; the
+// control then loads the lab's models (it changes what is measured, not the models).
+namespace {
+std::string fresh_cache(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("gradflow_lab_full_cache_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir.string();
+}
+}  // namespace
+// attribution disagrees with Jain and Wallace on the methods' agreement, each interval below 0
+// (docs/labs/attribution.md).
+TEST_CASE("lab attribution") {
+  const std::string cache = fresh_cache("attribution");
+  const std::string shorter = "--sentences 20 --ig-steps 16 --permutations 4";
+  lab_disagrees_on("attribution", "--cache " + cache, shorter, {"methods_agree_gxi", "methods_agree_loo", "methods_agree_ig"});
+  control_disagrees("attribution", "--cache " + cache, shorter);
+  fs::remove_all(cache);
+}
+// exposure, trained to convergence, disagrees on the gap's growth and on scheduled sampling
+// narrowing it (docs/labs/exposure.md); convergence leaves nothing to shorten.
+TEST_CASE("lab exposure") {
+  const std::string cache = fresh_cache("exposure");
+  lab_disagrees_on("exposure", "--cache " + cache, "", {"gap_grows", "ss_narrows_gap"});
+  control_disagrees("exposure", "--cache " + cache, "");
+  fs::remove_all(cache);
+}
 TEST_CASE("lab graph") { lab_and_control("graph"); }
