@@ -30,9 +30,9 @@ struct Decoded {
 Decoded decode_fixed(const nn::Seq2SeqTransformer& model, const Tensor& src, int64_t steps, bool cached,
                      const std::vector<std::vector<int64_t>>* follow = nullptr);
 
-// max |a - b| over every step's logits, divided by max |a|: the two decodings' largest difference
-// relative to the logits' size. Only rows [row, row + rows of b) of a are compared when b has fewer
-// rows (a sentence decoded alone against its row in a batch).
+// max |a - b| over every step's logits, divided by the largest |logit| of a among those compared:
+// the two decodings' largest difference relative to the logits' size. Rows [row, row + rows of b)
+// of a are compared with b's (a sentence decoded alone against its row in a batch).
 double relative_logit_difference(const Decoded& a, const Decoded& b, int64_t row = 0);
 // Steps whose token differs between a's row `row + i` and b's row i.
 int64_t differing_tokens(const Decoded& a, const Decoded& b, int64_t row = 0);
