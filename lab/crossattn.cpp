@@ -263,7 +263,7 @@ void add_figure(Report& r, const Settings& s, const std::vector<Run>& runs) {
     return spread_per_column(rows);
   };
   for (int training = 0; training < 2; ++training)
-    r.add_panel(Chart{training ? "gradient per layer, mean over training (band: seeds; a gap: exactly 0)" : "gradient per layer at initialisation (a gap: exactly 0)",
+    r.add_panel(Chart{training ? "gradient per layer, mean over training (band: seeds)" : "gradient per layer at initialisation (band: seeds)",
                       "layer", "|grad|", false, true,
                       {band_series("encoder", x, per_layer(false, training), kEncoderColor), band_series("decoder", x, per_layer(true, training), kDecoderColor)},
                       x, Chart::Corner::BottomLeft});
@@ -273,8 +273,10 @@ void add_figure(Report& r, const Settings& s, const std::vector<Run>& runs) {
     ratio.push_back({});
     for (const auto& p : run.probes) ratio.back().push_back(mean_of(p.encoder) / mean_of(p.decoder));
   }
+  std::vector<double> ticks;
+  for (int64_t k = 0; k <= s.steps; k += std::max<int64_t>(1, s.steps / 4)) ticks.push_back(static_cast<double>(k));
   r.add_panel(Chart{"encoder / decoder gradient during training (band: seeds)", "step", "ratio of mean layer norms", false, true,
-                    {band_series("encoder / decoder", runs[0].probe_steps, spread_per_column(ratio), "#9467bd")}, {}, Chart::Corner::BottomRight});
+                    {band_series("encoder / decoder", runs[0].probe_steps, spread_per_column(ratio), "#9467bd")}, ticks, Chart::Corner::BottomRight});
   std::vector<double> seeds;
   for (size_t i = 0; i < runs.size(); ++i) seeds.push_back(static_cast<double>(r.seed(static_cast<int>(i))));
   r.add_panel(Chart{"held-out teacher-forced accuracy per seed", "seed", "token accuracy", false, false,

@@ -253,7 +253,7 @@ Arm train_arm(const Settings& s, const IdData& data, int64_t kv, bool control, u
     model = pool_to_grouped(*start, a.kv_built);
     model->eval();
     a.converted = teacher_forced(*model, data.test);
-    fo.steps = s.uptrain, fo.warmup = s.uptrain / 10, fo.lr = s.uptrain_lr;
+    fo.steps = s.uptrain, fo.warmup = s.uptrain / 10, fo.lr = s.uptrain_lr, fo.divergence_factor = 0;
     fo.seed = seed + 1000003;  // batches in another order than the checkpoint's first ones
   } else {
     model = std::make_unique<nn::Seq2SeqTransformer>(options_for(s, data, a.kv_built), seed);
@@ -319,6 +319,10 @@ void report(Report& r, const Settings& s, const Runs& runs) {
            with_interval(per_seed(runs, k, [](const Arm& a) { return a.fr.exact; })), k ? with_interval(gap, "{:+.3f}") : std::string("-")});
   }
   r.print(q);
+  int64_t stopped = 0;
+  for (const auto& seed : runs)
+    for (const auto& a : seed) stopped += a.fit.diverged;
+  if (stopped) r.say(fmt::format("{} of the {} runs diverged (a non-finite loss) and stopped early.", stopped, runs.size() * s.kv.size()));
   if (!s.scratch)
     r.say(fmt::format("Each seed's multi-head checkpoint ({} steps) pooled to each arm's key/value heads (the mean of a group's heads), then "
                       "{} more steps for every arm (the multi-head arm continues as it is).", s.steps, s.uptrain));
@@ -392,7 +396,7 @@ void add_figure(Report& r, const Settings& s, const Runs& runs) {
   for (const auto& a : runs[0]) gx.push_back(static_cast<double>(s.heads / a.kv_built));
   ChartSeries sq{"sqrt(G): uncorrelated parts", gx, {}, {}, {}, true, "#7f7f7f"}, lin{"G: parts that agree", gx, gx, {}, {}, true, "#bbbbbb"};
   for (double g : gx) sq.y.push_back(std::sqrt(g));
-  r.add_panel(Chart{"|shared kv head's gradient| / mean |one query head's part| (band: seeds)", "G = heads / kv heads", "ratio", true, true,
+  r.add_panel(Chart{"shared kv head's gradient / one query head's part (band: seeds)", "G = heads / kv heads", "ratio", true, true,
                     {band_series("at initialisation", gx, column([](const Arm& a) { return a.init.ratio; }), "#9467bd"),
                      band_series("trained", gx, column([](const Arm& a) { return a.trained.ratio; }), "#8c564b"), sq, lin},
                     gx, Chart::Corner::TopLeft});

@@ -229,6 +229,7 @@ struct Bytes {
   int64_t library = 0;           // translate_batch's DecodeStats::self_bytes_per_token
   int64_t library_cross = 0;     // ... cross_bytes_per_src_token
   int64_t worst = 0;             // largest |measured - formula| in bytes, over every total compared
+  std::vector<int64_t> self_totals;  // the self-attention buffers' bytes at each capacity of the sweep (all rows)
 };
 
 Bytes measure_bytes(const nn::Seq2SeqTransformer& model, const Setup& u, const Settings& s, DType dtype) {
@@ -240,6 +241,7 @@ Bytes measure_bytes(const nn::Seq2SeqTransformer& model, const Setup& u, const S
   const Variable memory = model.encode(u.src, nn::make_pad_mask(u.src, train::Vocab::kPad));  // (R, S, D)
   for (int64_t capacity : s.lengths) {
     const CacheBytes c = cache_bytes(model.transformer->decoder->start_cache(memory, capacity));
+    b.self_totals.push_back(c.self);
     b.worst = std::max({b.worst, std::abs(c.self - R * capacity * b.formula), std::abs(c.cross - R * S * b.formula)});
     b.self = c.self / (R * capacity);
     b.cross = c.cross / (R * S);
@@ -389,11 +391,11 @@ void add_figure(Report& r, const std::vector<SeedResult>& res, const Settings& s
     }
   }
   const auto c = spread_per_column(cached), q = spread_per_column(recomputed), rt = spread_per_column(ratio);
-  ChartSeries lin{"~ t (slope 1)", x, {}, {}, {}, true, "#7f7f7f"};
-  for (double t : x) lin.y.push_back(q.front().mean * t / x.front());
+  ChartSeries lin{"~ t (slope 1)", x, {}, {}, {}, true, "#7f7f7f"}, sq{"~ t^2 (slope 2)", x, {}, {}, {}, true, "#bbbbbb"};
+  for (double t : x) lin.y.push_back(q.front().mean * t / x.front()), sq.y.push_back(q.front().mean * t * t / (x.front() * x.front()));
   r.add_panel(Chart{"one decoding step at position t (band: seeds min..max)", "position t", "ms", true, true,
                     {band_series(r.control() ? "\"cached\" (recomputes: control)" : "cached", x, c, kCachedColor),
-                     band_series("recomputed", x, q, kRecomputedColor), lin},
+                     band_series("recomputed", x, q, kRecomputedColor), lin, sq},
                     x, Chart::Corner::TopLeft});
   ChartSeries ideal{"t (one row against t)", x, x, {}, {}, true, "#7f7f7f"};
   r.add_panel(Chart{"recomputed / cached time per step", "position t", "ratio", true, true, {band_series("ratio", x, rt, "#2ca02c"), ideal}, x,
@@ -405,7 +407,7 @@ void add_figure(Report& r, const std::vector<SeedResult>& res, const Settings& s
     for (size_t t = 0; t < res[0].exact[k].per_step.size(); ++t) d.x.push_back(static_cast<double>(t + 1)), d.y.push_back(res[0].exact[k].per_step[t]);
     diffs.push_back(d);
   }
-  r.add_panel(Chart{"cached vs recomputed: largest |logit difference| per step (a gap: exactly 0)", "decoding step", "max |dlogit|", false, true, diffs,
+  r.add_panel(Chart{"largest |logit difference| per step, cached vs recomputed", "decoding step", "max |dlogit| (a gap: exactly 0)", false, true, diffs,
                     {}, Chart::Corner::BottomRight});
   // Bytes against positions: the formula's line through the measured totals.
   std::vector<ChartSeries> bytes;
@@ -413,8 +415,10 @@ void add_figure(Report& r, const std::vector<SeedResult>& res, const Settings& s
     const Bytes& b = res[0].bytes[k];
     ChartSeries m{fmt::format("measured, {}", dtype_label(b.dtype)), x, {}, {}, {}, false, k ? "#9467bd" : "#ff7f0e"};
     ChartSeries f{fmt::format("formula, {}", dtype_label(b.dtype)), x, {}, {}, {}, true, "#7f7f7f"};
-    for (double t : x) m.y.push_back(static_cast<double>(b.self) * static_cast<double>(s.rows) * t / 1024.0),
-        f.y.push_back(static_cast<double>(b.formula) * static_cast<double>(s.rows) * t / 1024.0);
+    for (size_t k = 0; k < x.size(); ++k) {
+      m.y.push_back(static_cast<double>(b.self_totals[k]) / 1024.0);
+      f.y.push_back(static_cast<double>(b.formula) * static_cast<double>(s.rows) * x[k] / 1024.0);
+    }
     bytes.push_back(m), bytes.push_back(f);
   }
   r.add_panel(Chart{fmt::format("self-attention cache of {} rows", s.rows), "positions held", "KiB", true, true, bytes, x, Chart::Corner::TopLeft});

@@ -390,8 +390,8 @@ void add_figure(Report& r, const Settings& s, const Runs& runs) {
     rel.push_back(c);
   }
   rel.push_back(ChartSeries{"calibrated", {0, 1}, {0, 1}, {}, {}, true, "#7f7f7f"});
-  r.add_panel(Chart{"reliability: held-out accuracy against confidence (15 bins, seeds pooled)", "confidence", "accuracy", false, false, rel, {},
-                    Chart::Corner::TopLeft});
+  r.add_panel(Chart{"reliability: held-out accuracy against confidence (seeds pooled)", "confidence (15 bins)", "accuracy", false, false, rel,
+                    {0, 0.2, 0.4, 0.6, 0.8, 1.0}, Chart::Corner::TopLeft});
   auto during = [&](bool over) {
     std::vector<ChartSeries> out;
     for (int k = 0; k < 2; ++k) {
