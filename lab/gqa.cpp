@@ -447,14 +447,23 @@ void run(Report& r) {
     r.say(fmt::format("Ainslie et al.'s recipe: a multi-head model trained {} steps (Adam, lr {}, 10% warm-up, {} tokens a batch), converted by "
                       "mean-pooling each group's key/value heads, then every arm uptrained {} steps on the same batches (a fresh Adam at lr {}, "
                       "10% warm-up).", s.steps, s.lr, s.max_tokens, s.uptrain, s.uptrain_lr));
-  if (r.control()) r.say("Here every arm is built with multi-head attention (no grouping), under the arm's name.");
+  if (r.control())
+    r.say("Here every arm is built with multi-head attention (no grouping), under the arm's name: the same model on the same batches, so "
+          "the arms are one run, computed once.");
   Runs runs;
   for (int i = 0; i < r.seeds(); ++i) {
     const IdData data = synthetic_task(s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, r.seed(i));
     runs.push_back({});
     FitResult pre;
     const auto start = s.scratch ? nullptr : checkpoint(s, data, r.seed(i), &pre);
-    for (int64_t kv : s.kv) runs.back().push_back(train_arm(s, data, kv, r.control(), r.seed(i), start.get()));
+    for (int64_t kv : s.kv) {
+      if (r.control() && !runs.back().empty()) {  // every arm is the same multi-head run: computed once
+        runs.back().push_back(runs.back().front());
+        runs.back().back().kv = kv;
+        continue;
+      }
+      runs.back().push_back(train_arm(s, data, kv, r.control(), r.seed(i), start.get()));
+    }
   }
   report(r, s, runs);
   add_figure(r, s, runs);
