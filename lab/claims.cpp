@@ -318,9 +318,147 @@ std::vector<ClaimSpec> table() {
        "the key third of in_proj_bias gets no gradient beyond float32 rounding: |grad b_k| / |grad b_q| below 1e-4", Below, 1e-4,
        "softmax's shift invariance (q . b_k is the same for every key of a row); Namazifar et al. 2023", false},
       // ---- kvcache
+      {"kvcache", "exponent_gap", Paper,
+       "a decoding step's time grows with its position t about one power of t faster recomputed than cached: the fitted exponent a "
+       "(time ~ t^a over the sweep of t) of the recomputed step minus the cached step's",
+       Above, 0.5,
+       "Shazeer 2019, Section 2.4: with the cache a step does Theta(d^2) work in the projections and Theta(t d) in attention; recomputing "
+       "redoes every earlier position, Theta(t d^2) + Theta(t^2 d). Exponents 0 against 1 where the projections dominate, 1 against 2 where "
+       "attention does: a gap of 1 either way; 0.5 leaves half of it to the fixed costs of a step",
+       true},
+      {"kvcache", "speedup_longest", Paper,
+       "at the longest position of the sweep a recomputed step takes more than 10 times as long as a cached one",
+       Above, 10,
+       "a recomputed step at position t runs every product on t rows, a cached one on one row (Shazeer 2019, Section 2.4): ideally about t "
+       "(512 at the default sweep's end); 10 leaves a factor of 50 for the cached step's fixed costs (dispatching some 40 small operations)",
+       true},
+      {"kvcache", "tokens_f64", Check,
+       "in float64 greedy decoding picks the same tokens cached as recomputed, alone as in a padded batch, and through translate_batch "
+       "with and without the cache (the count of tokens that differ)",
+       Below, 0.5,
+       "both ways compute the same function; float64 rounding (~1e-15 relative) could flip an argmax only where two logits are that close "
+       "(docs/testing.md, Results across OpenBLAS kernels)",
+       false},
+      {"kvcache", "logits_f64", Check,
+       "in float64 the logits agree to rounding: the largest difference, cached against recomputed and alone against in the batch, "
+       "over the largest logit",
+       Below, 1e-10,
+       "tests/rounding.h's bound: some 33 products in sequence, of length at most 256, each off by at most 2 x 256 x 2^-53 = 5.7e-14 of "
+       "its summed magnitudes: 1.9e-12, with room 50 for magnitudes above the logits'",
+       false},
+      {"kvcache", "logits_f32", Check,
+       "in float32 the logits agree to rounding (not to the bit: one row and t rows go through different BLAS calls): the same "
+       "relative difference",
+       Below, 1e-3,
+       "the same bound in float32: 33 x 2 x 256 x 2^-24 = 1.0e-3 of the summed magnitudes (tests/rounding.h)",
+       false},
+      {"kvcache", "cache_bytes", Check,
+       "the cache holds 2 x layers x kv_heads x d_k x (bytes per value) per token and row: the largest |measured - formula| in bytes, "
+       "over the cache's buffers and decoding's DecodeStats",
+       Below, 0.5,
+       "K and V are (rows, kv_heads, positions, d_k) in every layer (nn/multihead_attention.h); the size Pope et al. 2022 give for the "
+       "KV cache",
+       false},
       // ---- gqa
+      {"gqa", "gqa_near_mha", Paper,
+       "grouped-query attention with heads/2 key/value heads, converted from the multi-head checkpoint and uptrained as long as the "
+       "multi-head model trains on, stays near its quality: held-out teacher-forced token accuracy, grouped minus multi-head",
+       Above, -0.05,
+       "Ainslie et al. 2023, abstract and Table 1: uptrained GQA reaches quality close to multi-head attention (within a fraction of a "
+       "point of its average score), multi-query loses more. Here at a tiny size, so 5 accuracy points is a loose reading of 'close'",
+       false},
+      {"gqa", "shared_grad_g2", Paper,
+       "a key/value head shared by G = 2 query heads gets more gradient than one query head's part of it: |g_shared| / mean |g_part| at "
+       "initialisation",
+       Above, 1.2,
+       "the shared head's gradient is the sum of its G query heads' parts (the group_sum check); at initialisation the query heads' "
+       "weights are independent, so their parts add like uncorrelated vectors, to sqrt(2) = 1.41 times one of equal size; 1.2 allows "
+       "some anticorrelation",
+       true},
+      {"gqa", "shared_grad_mqa", Paper,
+       "with one key/value head for all heads (multi-query, G = heads = 4 by default) the same ratio",
+       Above, 1.6,
+       "as shared_grad_g2: sqrt(4) = 2 for uncorrelated parts of equal size; 1.6 allows some anticorrelation",
+       true},
+      {"gqa", "group_sum", Check,
+       "the grouped model and its multi-head expansion (each key/value head copied to its query heads) give the same loss, and a shared "
+       "head's gradient is the sum of its copies' (largest relative difference, float64)",
+       Below, 1e-10,
+       "the expansion computes the same function; the chain rule sums the copies' gradients; only float64 rounding (~1e-15) separates them",
+       false},
+      {"gqa", "cache_bytes", Check,
+       "decoding's KV cache per token (DecodeStats, self- and cross-attention) is 2 x layers x kv_heads x d_k x 4 bytes for every "
+       "arm: the largest |measured - formula| in bytes",
+       Below, 0.5,
+       "K and V are (rows, kv_heads, positions, d_k) in every layer: the cache shrinks by G = heads / kv_heads (Ainslie et al. 2023, "
+       "Section 2.2)",
+       false},
       // ---- smoothing
+      {"smoothing", "baseline_overconfident", Paper,
+       "without label smoothing the memorising model is overconfident on held-out tokens: its mean confidence minus its accuracy",
+       Above, 0.02,
+       "Guo et al. 2017 and Müller et al. 2019, Figure 2 (the reliability diagrams of networks trained without smoothing lie below the "
+       "diagonal): the regime in which the paper's calibration claim is made; 0.02 is a tenth of the task's noise rate",
+       false},
+      {"smoothing", "ece_lower", Paper,
+       "label smoothing (eps 0.1) lowers the held-out expected calibration error (15 bins): ECE with smoothing minus ECE without",
+       Below, -0.01,
+       "Müller et al. 2019, Section 3: training with label smoothing gives calibration close to temperature scaling's, far below the "
+       "unsmoothed network's ECE, on image classification and on translation; -0.01: at least one point of ECE",
+       true},
+      {"smoothing", "logit_gap_smaller", Paper,
+       "label smoothing bounds the logit gap on training tokens (the label's logit minus the mean of the others): the gap with "
+       "smoothing over the gap without",
+       Below, 0.9,
+       "Müller et al. 2019, Section 2: with smoothing the loss is least at a finite gap, log((1 - eps + eps/V) / (eps/V)) = 5.2 for eps 0.1 "
+       "and V 20; without it the gap grows while training fits the labels. 0.9: at least 10% smaller",
+       true},
+      {"smoothing", "tighter_clusters", Paper,
+       "label smoothing tightens the penultimate layer's clusters: the within-class over between-class squared distance of the decoder's "
+       "last states in the span of the class templates (the output layer's rows), on the training tokens whose label the noise left "
+       "alone, with smoothing over without",
+       Below, 1.0,
+       "Müller et al. 2019, Section 2 and Figure 1 (the penultimate layer projected onto the plane of three classes' templates): label "
+       "smoothing pulls the representations of a class's training examples into a tight cluster, equally distant from the other "
+       "classes' templates. The paper gives no size (its evidence is a picture), so the claim is the direction: tighter at all",
+       true},
+      {"smoothing", "smoothed_loss", Check,
+       "the loss trained on is label smoothing's definition, (1 - eps) (-log p_label) + eps x mean over the V classes of -log p: the "
+       "largest relative difference between train::batch_loss and the definition, float64",
+       Below, 1e-10,
+       "the same quantity computed two ways (the fused linear_cross_entropy and a direct sum); float64 rounding only",
+       false},
       // ---- crossattn
+      {"crossattn", "encoder_gradient_share", Paper,
+       "the encoder's layers get gradient of the same order as the decoder's, all of it through cross-attention: the mean encoder "
+       "layer's gradient norm over the mean decoder layer's, averaged over training",
+       Above, 0.1,
+       "Vaswani et al. 2017, Section 3.2.3: every decoder layer's cross-attention reads the encoder's output, so the loss's gradient "
+       "reaches the encoder through all of them and the two stacks train as one network; 0.1 is an order of magnitude below parity",
+       true},
+      {"crossattn", "encoder_learns", Paper,
+       "what the encoder learns carries the translation: the trained model's held-out teacher-forced token accuracy minus that of the "
+       "same model with its encoder and source embedding put back to their initial weights",
+       Above, 0.2,
+       "the decoder is trained on the representations the encoder learns; put back to its start, the encoder gives the decoder "
+       "representations it never saw. 0.2: a fifth of all tokens",
+       true},
+      {"crossattn", "translates", Paper,
+       "the trained model translates held-out sentences: its free-running greedy token accuracy",
+       Above, 0.5,
+       "a model that ignores the source guesses a symbol about 1 time in 10 (the default alphabet); 0.5 is far above that and below a model that has learnt the task",
+       false},
+      {"crossattn", "memory_paths_sum", Check,
+       "d loss / d memory is the sum of what each decoder layer's cross-attention sends back (each layer reading its own copy of the "
+       "memory): the relative difference, float64, at initialisation",
+       Below, 1e-10,
+       "the memory feeds the decoder only through cross-attention: the chain rule sums those paths exactly, up to float64 rounding",
+       false},
+      {"crossattn", "detached_encoder_zero", Check,
+       "with the memory detached (encoder_gradient = false) no encoder parameter gets any gradient: the largest one's norm, float64",
+       Below, 1e-300,
+       "detach() cuts the only path from the loss to the encoder, so backward never reaches it (its gradients stay undefined, read as 0)",
+       false},
   };
 }
 

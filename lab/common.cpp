@@ -333,7 +333,7 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
     adam.set_lr(o.warmup > 0 ? o.lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(o.warmup)) : o.lr);
     const double l = loss.item();
     r.losses.push_back(l);
-    const bool blew_up = !std::isfinite(l) || (step > 20 && l > 3 * r.losses.front());
+    const bool blew_up = !std::isfinite(l) || (o.divergence_factor > 0 && step > 20 && l > o.divergence_factor * r.losses.front());
     if (!blew_up) adam.step();
     if (on_step) on_step(step, l);
     if (blew_up) {

@@ -110,6 +110,10 @@ struct FitOptions {
   int64_t warmup = 0;       // linear warm-up steps, then constant (0: constant from step 1)
   double clip = 1.0;        // global gradient-norm clip (0: none)
   double label_smoothing = 0;
+  // A loss above this many times the first one, after 20 steps, counts as diverged and stops the
+  // run (0: only a non-finite loss does). A run that starts from a trained model starts at a loss
+  // so low that noise alone can triple it: it passes 0.
+  double divergence_factor = 3;
   int64_t max_tokens = 2048;  // tokens per batch (length-bucketed, as the trainer)
   uint64_t seed = 1;          // batch order, dropout and scheduled sampling's draws
   Convergence until;
@@ -118,7 +122,7 @@ struct FitOptions {
 
 struct FitResult {
   std::vector<double> losses;  // one per step run (the last may be non-finite when diverged)
-  bool diverged = false;       // a non-finite loss, or a loss above 3x the first one after 20 steps
+  bool diverged = false;       // a non-finite loss, or a loss above divergence_factor x the first one after 20 steps
   int64_t diverged_at = -1;    // 1-based step
   // With FitOptions::until: the held-out NLL at each measurement, and which one was kept.
   std::vector<int64_t> valid_steps;

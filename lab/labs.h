@@ -1,6 +1,6 @@
 #pragma once
 // One function per lab, each in its own file lab/<name>.cpp; registry.cpp lists them in this order
-// (issue 7's).
+// (issue 7's, then issue 27's new labs).
 #include "lab/lab.h"
 
 namespace gf::lab {
@@ -15,5 +15,9 @@ Lab entropy_lab();      // lab/entropy.cpp: attention entropy collapse
 Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
 Lab exposure_lab();     // lab/exposure.cpp: exposure bias
 Lab graph_lab();        // lab/graph.cpp: the autograd graph of a decoder layer
+Lab kvcache_lab();      // lab/kvcache.cpp: cached = recomputed decoding, its cost and its bytes
+Lab gqa_lab();          // lab/gqa.cpp: grouped-query attention (Ainslie et al. 2023)
+Lab smoothing_lab();    // lab/smoothing.cpp: label smoothing and calibration (Müller et al. 2019)
+Lab crossattn_lab();    // lab/crossattn.cpp: cross-attention, the encoder's only gradient path
 
 }  // namespace gf::lab

@@ -21,6 +21,10 @@ const std::vector<Lab>& labs() {
       attribution_lab(),
       exposure_lab(),
       graph_lab(),
+      kvcache_lab(),
+      gqa_lab(),
+      smoothing_lab(),
+      crossattn_lab(),
   };
   return all;
 }

@@ -68,6 +68,7 @@ DecoderOutput Seq2SeqTransformer::run(const Tensor& src, const Tensor& tgt_in, b
   Tensor tgt_pad = masks.target_padding ? make_pad_mask(tgt_in, options_.pad) : Tensor();  // (B, T)
   Tensor causal = masks.causal ? make_causal_mask(tgt_in.size(1)) : Tensor();            // (T, T)
   Variable memory = encode(src, src_pad);                // (B, S, D)
+  if (!encoder_gradient) memory = memory.detach();       // (B, S, D): the encoder gets no gradient
   DecoderOutput d = transformer->decoder->forward(embed_tgt(tgt_in), memory, causal, tgt_pad, src_pad, need_weights);
   if (project_output) d.output = project(d.output);  // (B, T, V); else the states (B, T, D)
   return d;

@@ -56,6 +56,10 @@ class Seq2SeqTransformer : public Module {
     bool source_padding = true;  // PAD source keys, in encoder self-attention and cross-attention
     bool target_padding = true;  // PAD target keys, in decoder self-attention
   } masks;
+  // Whether the loss's gradient reaches the encoder. Its only path is the decoder's cross-attention
+  // reading the memory; false gives the decoder memory.detach(): the same forward, and no gradient
+  // for any encoder parameter (the source embedding included). The crossattn lab's control.
+  bool encoder_gradient = true;
 
   std::shared_ptr<Embedding> src_emb, tgt_emb;
   std::shared_ptr<PositionalEncoding> pos;

@@ -289,6 +289,41 @@ TEST_CASE("batch invariance: a sentence alone and padded into a batch gives the 
   }
 }
 
+TEST_CASE("encoder_gradient = false: the same logits and decoder gradients, and no gradient for any encoder parameter") {
+  nn::Seq2SeqTransformer model(tiny_options(2, false), 70);
+  model.to(DType::Float64);
+  Tensor src = Tensor::of({3, 4, 5, 0, 1, 2, 3, 4}, {2, 4}, DType::Int64);
+  Tensor tgt = Tensor::of({2, 7, 8, 2, 5, 6}, {2, 3}, DType::Int64);
+  // Gradients of sum(logits^2) by parameter name, with the switch as given.
+  auto grads = [&](bool on, Tensor* logits) {
+    model.encoder_gradient = on;
+    model.zero_grad();
+    Variable y = model.forward(src, tgt);  // (2, 3, V)
+    *logits = y.data();
+    sum(y * y).backward();
+    std::map<std::string, Tensor> g;
+    for (const auto& [name, p] : model.named_parameters()) g[name] = p.grad().defined() ? p.grad().clone() : Tensor();
+    return g;
+  };
+  Tensor with, without;
+  const auto on = grads(true, &with), off = grads(false, &without);
+  CHECK(max_abs_diff(with, without) == 0.0);
+  int64_t encoder_params = 0;
+  for (const auto& [name, g] : off) {
+    CAPTURE(name);
+    const bool encoder = name.rfind("transformer.encoder.", 0) == 0 || name.rfind("src_emb.", 0) == 0;
+    if (encoder) {
+      ++encoder_params;
+      CHECK(!g.defined());                 // never reached by backward
+      CHECK(on.at(name).defined());        // ... which it is with the switch on
+    } else if (g.defined()) {
+      CHECK(max_abs_diff(g, on.at(name)) == 0.0);  // the decoder's gradients do not change
+    }
+  }
+  CHECK(encoder_params == 2 * 12 + 2 + 1);  // 2 layers of 12 tensors, the final norm's 2, src_emb
+  model.encoder_gradient = true;
+}
+
 TEST_CASE("cross-attention weights: (B, H, 3, 4) per layer, rows sum to 1, padded sources get 0") {
   // Through the decoder layer.
   Generator gen(70);

@@ -1,0 +1,34 @@
+#pragma once
+// The measurements behind lab `crossattn` (lab/crossattn.cpp), public so that tests can check them.
+#include <string>
+#include <vector>
+
+#include "nn/seq2seq.h"
+#include "train/loop/batch_loss.h"
+
+namespace gf::lab {
+
+// The gradient reaching the encoder's output (the memory) through each decoder layer's
+// cross-attention: Seq2SeqTransformer's forward (every mask as model.masks says, no smoothing)
+// written out with each decoder layer reading its own copy of the memory, so that each copy's
+// gradient is that layer's part. The model's gradients are cleared before and after.
+struct MemoryPaths {
+  double loss = 0;
+  std::vector<double> per_layer;  // |d loss / d memory| through decoder layer l's cross-attention, first layer first
+  double total = 0;               // |d loss / d memory|
+  double sum_difference = 0;      // |d loss / d memory - sum of the layers' parts| / |d loss / d memory|
+};
+MemoryPaths memory_gradient_paths(nn::Seq2SeqTransformer& model, const train::BatchTensors& batch);
+
+// The gradient norm (Frobenius over every parameter) of each encoder and decoder layer, and of the
+// source embedding, as the model's gradients stand (0 for a parameter without a gradient).
+struct LayerGradNorms {
+  std::vector<double> encoder, decoder;  // transformer.encoder.layers.l.*, transformer.decoder.layers.l.*
+  double source_embedding = 0;           // src_emb.weight
+};
+LayerGradNorms layer_grad_norms(const nn::Seq2SeqTransformer& model);
+
+// Whether a parameter name belongs to the encoder side: the source embedding or the encoder stack.
+bool is_encoder_parameter(const std::string& name);
+
+}  // namespace gf::lab

@@ -1,0 +1,39 @@
+#pragma once
+// The measurements behind lab `gqa` (lab/gqa.cpp), public so that tests can check them.
+#include <memory>
+#include <vector>
+
+#include "nn/seq2seq.h"
+#include "train/loop/batch_loss.h"
+
+namespace gf::lab {
+
+// The multi-head translator that computes what a grouped-query one computes: in every attention
+// module, key/value head j's weights copied to each query head of its group (heads j*G .. j*G+G-1,
+// G = heads / kv_heads, PyTorch's repeat_interleave order) in in_proj_weight/in_proj_bias, every
+// other weight as it is, the same dtype. Its key/value head h serves query head h alone, so its
+// gradient is query head h's part of the grouped model's shared-head gradient.
+std::unique_ptr<nn::Seq2SeqTransformer> expand_to_multihead(const nn::Seq2SeqTransformer& grouped);
+
+// Ainslie et al.'s conversion of a multi-head checkpoint: a translator with `kv_heads` key/value
+// heads whose key and value head j is the mean of the multi-head model's heads j*G .. j*G+G-1
+// (G = heads / kv_heads), the queries, outputs and every other weight copied, the same dtype. With
+// kv_heads = heads, an exact copy. Throws std::invalid_argument when kv_heads does not divide heads
+// or `multihead` is grouped already.
+std::unique_ptr<nn::Seq2SeqTransformer> pool_to_grouped(const nn::Seq2SeqTransformer& multihead, int64_t kv_heads);
+
+// The grouped model's key/value gradients against its expansion's, for one batch's teacher-forced
+// loss (no smoothing). Per key/value head j of every attention module: g_j, the gradient of head
+// j's rows of k_proj.weight and v_proj.weight (one vector), and the G vectors g_j,i of the rows of
+// the expansion's in_proj_weight that copy them (query head j*G + i's part). Gradients are cleared
+// before and after.
+struct SharedHeadGrads {
+  double loss_difference = 0;  // |loss(grouped) - loss(expansion)| / |loss(grouped)|
+  double sum_difference = 0;   // largest |g_j - sum_i g_j,i| / |g_j| over heads and modules
+  double ratio = 0;            // mean over heads and modules of |g_j| / mean_i |g_j,i| (1 when G = 1)
+  double cosine = 0;           // mean cosine between two query heads' parts g_j,i and g_j,k (NaN when G = 1)
+  int64_t heads = 0;           // key/value heads measured, over every module
+};
+SharedHeadGrads shared_head_grads(nn::Seq2SeqTransformer& grouped, const train::BatchTensors& batch);
+
+}  // namespace gf::lab
