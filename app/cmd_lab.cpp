@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "lab/lab.h"
 #include "lab/report.h"
@@ -22,8 +23,9 @@ void list_labs() {
              "check line computed from its own numbers: exit 0 when it agrees with the published claim, 3 when not.\n");
 }
 
-// Declares the lab's flags, parses them, and runs it. Returns the lab's exit code.
-int run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out) {
+}  // namespace
+
+Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
   Flags f("lab " + l.name, l.title + "\n" + l.reference + "\n" + l.question);
   f.add_string("out", default_out, "output folder for NAME.svg, NAME.json and any other files");
   f.add_int("seeds", l.default_seeds, "independent runs (seeds) where one would mislead");
@@ -37,9 +39,21 @@ int run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default
       case lab::Option::Switch: f.add_bool(o.name, o.help); break;
     }
   }
+  return f;
+}
+
+void check_lab_flags(const Flags& f) {
+  GF_CHECK_AS(UsageError, f.integer("seeds") >= 1, "{}: --seeds must be at least 1, got {}", f.command(), f.integer("seeds"));
+}
+
+namespace {
+
+// Declares the lab's flags, parses them, and runs it. Returns the lab's exit code.
+int run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out) {
+  Flags f = lab_flags(l, default_out);
   if (!f.parse(argc, argv)) return 0;
+  check_lab_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  GF_CHECK_AS(UsageError, f.integer("seeds") >= 1, "lab {}: --seeds must be at least 1, got {}", l.name, f.integer("seeds"));
   std::map<std::string, std::string> settings{
       {"out", f.str("out")}, {"seeds", std::to_string(f.integer("seeds"))}, {"seed", std::to_string(f.integer("seed"))}};
   for (const auto& o : l.options) {

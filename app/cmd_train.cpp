@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "app/recipe_flags.h"
 #include "app/train_args.h"
@@ -140,6 +141,12 @@ train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
     GF_FAIL_AS(UsageError, "train: {}", e.what());
   }
   return c;
+}
+
+void check_train_flags(const Flags& f) {
+  (void)train_options(f);
+  const train::RunConfig resumed;  // stands for the run folder's config.json, read only when running
+  (void)(f.str("resume").empty() ? train_config(f) : train_config(f, &resumed));
 }
 
 int cmd_train(int argc, char** argv) {

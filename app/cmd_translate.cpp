@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
@@ -102,7 +103,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int cmd_translate(int argc, char** argv) {
+Flags translate_flags() {
   Flags f("translate",
           "Translates sentences (one a line) from stdin or --input with a trained model, one output line per input line: raw\n"
           "text in and detokenised text out for a run trained with --subwords, whitespace-tokenised text otherwise.\n"
@@ -113,10 +114,19 @@ int cmd_translate(int argc, char** argv) {
   f.add_string("input", "", "input file (default: stdin)");
   add_decode_flags(f);
   f.add_bool("verbose", "report each sentence's source and output pieces, speed and KV-cache memory on stderr");
-  if (!f.parse(argc, argv)) return 0;
-  // Everything about the command is checked before a model is loaded or a line is read.
+  return f;
+}
+
+// Everything about the command is checked before a model is loaded or a line is read.
+void check_translate_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "translate: --model DIR is required");
   check_decode_flags(f);
+}
+
+int cmd_translate(int argc, char** argv) {
+  Flags f = translate_flags();
+  if (!f.parse(argc, argv)) return 0;
+  check_translate_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   Input input(f.str("input"));
   train::Translator t = train::Translator::load(f.str("model"));
@@ -159,7 +169,7 @@ int cmd_translate(int argc, char** argv) {
   return 0;
 }
 
-int cmd_eval(int argc, char** argv) {
+Flags eval_flags() {
   Flags f("eval",
           "Scores a trained model on a test split of its own data (or --data/--split): loss, perplexity, BLEU and exact match.");
   f.add_string("model", "", "run folder or weights file");
@@ -168,12 +178,22 @@ int cmd_eval(int argc, char** argv) {
   f.add_string("tokenize", "", "BLEU tokenizer: 13a (sacreBLEU's default, for detokenised text) or none (pre-tokenised text); default: 13a for a run with --subwords, none otherwise");
   f.add_string("output", "", "also write the translations to this file");
   add_decode_flags(f);
-  if (!f.parse(argc, argv)) return 0;
+  return f;
+}
+
+void check_eval_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "eval: --model DIR is required");
-  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   const std::string tok_flag = f.str("tokenize");
   GF_CHECK_AS(UsageError, tok_flag.empty() || tok_flag == "13a" || tok_flag == "none", "eval: --tokenize must be 13a or none, got '{}'", tok_flag);
   check_decode_flags(f);
+}
+
+int cmd_eval(int argc, char** argv) {
+  Flags f = eval_flags();
+  if (!f.parse(argc, argv)) return 0;
+  check_eval_flags(f);
+  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  const std::string tok_flag = f.str("tokenize");
   train::Translator t = train::Translator::load(f.str("model"));
   train::RunConfig c = t.config;
   if (!f.str("data").empty()) c.data = f.str("data");
@@ -199,14 +219,24 @@ int cmd_eval(int argc, char** argv) {
   return 0;
 }
 
-int cmd_bleu(int argc, char** argv) {
+Flags bleu_flags() {
   Flags f("bleu", "Corpus BLEU of HYP against REF (one sentence a line), computed as sacreBLEU's default.");
   f.add_positional("HYP", "hypotheses file");
   f.add_positional("REF", "references file");
   f.add_string("tokenize", "13a", "13a (sacreBLEU's default) or none (whitespace only)");
+  return f;
+}
+
+void check_bleu_flags(const Flags& f) {
+  const std::string tok = f.str("tokenize");
+  GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "bleu: --tokenize must be 13a or none, got '{}'", tok);
+}
+
+int cmd_bleu(int argc, char** argv) {
+  Flags f = bleu_flags();
   if (!f.parse(argc, argv)) return 0;
   std::string tok = f.str("tokenize");
-  GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "bleu: --tokenize must be 13a or none, got '{}'", tok);
+  check_bleu_flags(f);
   std::vector<std::string> hyps = train::read_text_lines(f.positional(0), "bleu");
   std::vector<std::string> refs = train::read_text_lines(f.positional(1), "bleu");
   GF_CHECK_AS(std::runtime_error, hyps.size() == refs.size(), "bleu: {} has {} lines but {} has {}", f.positional(0), hyps.size(),

@@ -8,8 +8,10 @@
 #include <exception>
 #include <string>
 
+#include "app/command_flags.h"
 #include "app/commands.h"
 #include "app/flags.h"
+#include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
 #include "train/distributed/comm.h"
@@ -44,40 +46,56 @@ int fail(const std::string& message, int code, bool together) {
 
 namespace gf::app {
 
-int run_program(int argc, char** argv) {
-  gf::init_runtime(argc, argv);
+GlobalFlags parse_global_flags(int argc, char** argv) {
+  GlobalFlags g;
   int i = 1;
-  int threads = 0;
   // Global flags come before the command; --threads may also appear among a command's flags.
   for (; i < argc && argv[i][0] == '-'; ++i) {
-    std::string a = argv[i];
+    const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      print_help();
-      return 0;
+      g.help = true;
+      break;
     }
     if (a == "--version") {
-      gf::set_num_threads(threads);
-      return gf::app::cmd_info(0, nullptr);
+      g.version = true;
+      break;
     }
-    if (a == "--threads" && i + 1 < argc) {
+    if (a == "--threads") {
+      GF_CHECK_AS(UsageError, i + 1 < argc, "--threads needs a value");
       const std::string v = argv[++i];
       char* end = nullptr;
       errno = 0;
       const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || errno != 0 || n <= 0 || n > 65536) {
-        fmt::print(stderr, "gradflow: --threads expects a positive integer, got '{}'\n", v);
-        return 2;
-      }
-      threads = static_cast<int>(n);
+      GF_CHECK_AS(UsageError, !v.empty() && *end == '\0' && errno == 0 && n > 0 && n <= 65536,
+                  "--threads expects a positive integer, got '{}'", v);
+      g.threads = static_cast<int>(n);
       continue;
     }
-    fmt::print(stderr, "gradflow: unknown flag {} (see gradflow --help)\n", a);
+    GF_FAIL_AS(UsageError, "unknown flag {} (see gradflow --help)", a);
+  }
+  g.command = i;
+  return g;
+}
+
+int run_program(int argc, char** argv) {
+  gf::init_runtime(argc, argv);
+  GlobalFlags g;
+  try {
+    g = parse_global_flags(argc, argv);
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "gradflow: {}\n", e.what());
     return 2;
   }
-  if (i >= argc) {
+  if (g.version) {
+    gf::set_num_threads(g.threads);
+    return cmd_info(0, nullptr);
+  }
+  if (g.help || g.command >= argc) {
     print_help();
-    return 2;
+    return g.help ? 0 : 2;  // no command at all is a usage error
   }
+  const int i = g.command;
+  const int threads = g.threads;
   gf::set_num_threads(threads);
   std::string name = argv[i];
   for (const auto& c : gf::app::commands()) {

@@ -341,8 +341,8 @@ TEST_CASE("processes that built different runs stop together, naming the rank an
     INFO(r.err);
     CHECK(r.exit_code() == 1);
     CHECK(r.err.find("the 2 processes did not build the same run") != std::string::npos);
-    CHECK(r.err.find("rank 1's source vocabulary differs from rank 0's (") != std::string::npos);
-    CHECK(r.err.find("rank 1's target vocabulary differs") != std::string::npos);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its source vocabulary (") != std::string::npos);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its target vocabulary (") != std::string::npos);
     CHECK(r.err.find("no process has trained") != std::string::npos);
     CHECK(r.err.find("MPI_ABORT") == std::string::npos);  // an agreed stop, not an abort
     CHECK(r.err.find("step 1 ") == std::string::npos);
@@ -353,9 +353,9 @@ TEST_CASE("processes that built different runs stop together, naming the rank an
     Ran r = run_child(mpirun(), under_mpirun_each(a, b), s.tmp.path / "plan", kTimeout, {.env = mpi_env({})});
     INFO(r.err);
     CHECK(r.exit_code() == 1);
-    CHECK(r.err.find("rank 1's batch plan differs from rank 0's (") != std::string::npos);
-    CHECK(r.err.find("rank 1's run config (config.json) differs") != std::string::npos);
-    CHECK(r.err.find("vocabulary differs") == std::string::npos);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its batch plan (") != std::string::npos);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its run config (config.json)") != std::string::npos);
+    CHECK(r.err.find("vocabulary") == std::string::npos);
   }
 }
 

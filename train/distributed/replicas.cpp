@@ -90,7 +90,7 @@ void agree_on_setup(const SetupDigest& mine) {
       const std::vector<uint64_t> dr = decode(digests[r]), cr = decode(all_counts[r]);
       for (size_t i = 0; i < mine.parts.size() && i < dr.size(); ++i)
         if (dr[i] != d0[i])
-          message += fmt::format("\n  rank {}'s {} differs from rank 0's ({} {} against {})", r, mine.parts[i].what, cr[i], mine.parts[i].unit,
+          message += fmt::format("\n  rank {} differs from rank 0 in its {} ({} {} against {})", r, mine.parts[i].what, cr[i], mine.parts[i].unit,
                                  c0[i]);
     }
   }

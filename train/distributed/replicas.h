@@ -38,8 +38,8 @@ struct SetupDigest {
 };
 
 // Compares every process's digest with rank 0's. On any difference every process throws
-// AgreedError; rank 0's message names each differing rank and part ("rank 1's source vocabulary
-// differs from rank 0's (812 tokens against 815)"). One process: nothing to compare.
+// AgreedError; rank 0's message names each differing rank and part ("rank 1 differs from rank 0
+// in its source vocabulary (812 tokens against 815)"). One process: nothing to compare.
 void agree_on_setup(const SetupDigest& mine);
 
 // Rank 0's weights (and optimizer state) to every process, bit for bit.
