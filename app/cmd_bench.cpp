@@ -15,6 +15,7 @@
 #include "app/commands.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
+#include "train/loop/memory_estimate.h"
 #include "app/recipe_flags.h"
 #include "autograd/grad_mode.h"
 #include "autograd/profile.h"
@@ -71,6 +72,7 @@ Setup make_setup(const train::RunConfig& c) {
   GF_CHECK_AS(std::runtime_error, !s.train_pairs.empty(), "bench: {}/train.{} has no sentence pairs", c.data, c.src);
   s.src_vocab = train::Vocab::build_source(s.train_pairs, c.min_freq);
   s.tgt_vocab = train::Vocab::build_target(s.train_pairs, c.min_freq);
+  train::check_training_memory(c, s.src_vocab.size(), s.tgt_vocab.size(), 1);  // before building: a model too large is refused with its estimate
   s.model = std::make_unique<nn::Seq2SeqTransformer>(c.model_options(s.src_vocab.size(), s.tgt_vocab.size()), c.seed);
   s.info = Json{{"impl", "gradflow"},
                 {"version", GRADFLOW_VERSION},

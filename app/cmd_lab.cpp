@@ -42,6 +42,12 @@ Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
   return f;
 }
 
+Flags lab_all_flags() {
+  Flags f("lab all", "Runs every lab with its defaults, one after another, each into DIR/NAME.");
+  f.add_string("out", "runs/lab", "parent folder");
+  return f;
+}
+
 void check_lab_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, f.integer("seeds") >= 1, "{}: --seeds must be at least 1, got {}", f.command(), f.integer("seeds"));
 }
@@ -78,8 +84,7 @@ int cmd_lab(int argc, char** argv) {
   }
   const std::string name = argv[0];
   if (name == "all") {
-    Flags f("lab all", "Runs every lab with its defaults, one after another, each into DIR/NAME.");
-    f.add_string("out", "runs/lab", "parent folder");
+    Flags f = lab_all_flags();
     if (!f.parse(argc - 1, argv + 1)) return 0;
     int worst = 0;
     std::vector<std::string> summary;

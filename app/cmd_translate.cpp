@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <exception>
 #include <memory>
 
 #include "app/commands.h"
@@ -87,13 +88,18 @@ struct Input {
 };
 
 // The next lines to translate: at least one (waiting for it), then whatever else has already
-// arrived, up to `most`. Empty at the end of the input.
-std::vector<std::string> arrived_lines(train::LineReader& in, size_t most) {
+// arrived, up to `most`. Empty at the end of the input. A bad line after the first (invalid UTF-8)
+// ends the group and is kept in `error`, so the lines before it are still translated first.
+std::vector<std::string> arrived_lines(train::LineReader& in, size_t most, std::exception_ptr& error) {
   std::vector<std::string> lines;
   std::string line;
   if (!in.next(line)) return lines;
   lines.push_back(std::move(line));
-  while (lines.size() < most && in.ready() && in.next(line)) lines.push_back(std::move(line));
+  try {
+    while (lines.size() < most && in.ready() && in.next(line)) lines.push_back(std::move(line));
+  } catch (const std::exception&) {
+    error = std::current_exception();
+  }
   return lines;
 }
 
@@ -138,7 +144,8 @@ int cmd_translate(int argc, char** argv) {
   train::DecodeStats stats;
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::vector<std::string> lines; !(lines = arrived_lines(*input.lines, group)).empty(); done += lines.size()) {
+  std::exception_ptr bad_line;
+  for (std::vector<std::string> lines; !bad_line && !(lines = arrived_lines(*input.lines, group, bad_line)).empty(); done += lines.size()) {
     train::Translator::Pieces pieces;
     const std::vector<std::string> out = t.translate(lines, options, f.integer("batch-size"), &stats, &pieces);
     warn_long_lines(t, pieces, done + 1);
@@ -149,6 +156,7 @@ int cmd_translate(int argc, char** argv) {
         fmt::print(stderr, "{}: source pieces: {}\n{}: output pieces: {}\n", done + i + 1, train::join_tokens(pieces.source[i]), done + i + 1,
                    train::join_tokens(pieces.output[i]));
   }
+  if (bad_line) std::rethrow_exception(bad_line);
   GF_CHECK_AS(UsageError, done > 0 || !f.str("input").empty(),
               "translate: no input on stdin (it was empty): pipe sentences in, one a line, or name a file with --input FILE");
   const double dt = seconds_since(t0);

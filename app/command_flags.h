@@ -22,7 +22,8 @@ struct CommandFlags {
 const std::vector<CommandFlags>& command_flags();
 
 Flags lab_flags(const lab::Lab& l, const std::string& default_out);
-void check_lab_flags(const Flags& f);
+void check_lab_flags(const Flags& f);  // a lab's
+Flags lab_all_flags();                 // `lab all`: no check beyond parsing
 
 // The flags before the command: `gradflow [--threads N] [--help] [--version] COMMAND ...`.
 struct GlobalFlags {

@@ -211,7 +211,11 @@ void run_commands(std::string_view input) {
   int first = g.command + 1;
   app::Flags f("", "");
   void (*check)(const app::Flags&) = nullptr;
-  if (name == "lab") {
+  if (name == "lab" && first < argc && args[static_cast<size_t>(first)] == "all") {
+    f = app::lab_all_flags();
+    check = [](const app::Flags&) {};
+    ++first;
+  } else if (name == "lab") {
     if (first >= argc) return;  // `gradflow lab` lists the labs
     const lab::Lab* l = nullptr;
     try {

@@ -173,4 +173,17 @@ TEST_CASE("an empty stdin, or a terminal, is 'no input on stdin'; bad UTF-8 name
     CHECK(exit_code(t.wait(60)) == 1);
     CHECK(slurp(tmp.path / "utf.err").find("stdin:2: invalid UTF-8 at byte 5 (0xc3)") != std::string::npos);
   }
+  {  // the same two lines in one write: line 1 is still answered before the error
+    int in[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // close-on-exec: the child holds only its stdin
+    Translate t({"--model", model}, in[0], tmp.path / "utf2.err");
+    ::close(in[0]);
+    write_all(in[1], "i read a book .\nbad \xC3\x28 byte\n");
+    ::close(in[1]);
+    const std::string first = t.line(60);
+    CHECK(first != "<timeout>");
+    CHECK(first != "<eof>");
+    CHECK(exit_code(t.wait(60)) == 1);
+    CHECK(slurp(tmp.path / "utf2.err").find("stdin:2: invalid UTF-8") != std::string::npos);
+  }
 }

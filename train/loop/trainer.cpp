@@ -74,7 +74,6 @@ void Run::setup() {
   // config_.max_tokens is the global batch's limit; validation batches are one process's share.
   valid_plan_ = std::make_unique<BatchPlan>(valid_pairs_, std::max<int64_t>(1, config_.max_tokens / world_.size), config_.max_len);
   agree_on_setup();  // before any weights are exchanged: every process built the same run
-  check_training_memory(config_, src_vocab_.size(), tgt_vocab_.size(), world_.size, opt_.max_memory);
   build_model();
   if (opt_.resume) resume_everywhere();
   else state_.epoch = 1;
@@ -103,6 +102,8 @@ void Run::prepare_run_folder() {
 
 // Whitespace vocabularies are counted from the training split; subword models are learnt from
 // it, and their pieces are the vocabularies. A resumed run reads back what the first one saved.
+// As soon as the vocabularies' sizes are known, the model is estimated (memory_estimate.h): one
+// too large for the memory is refused before it is built and before config.json is written.
 void Run::setup_vocabularies() {
   auto load = [&] {
     RunVocabularies v = load_run_vocabularies(config_, opt_.out);
@@ -110,13 +111,18 @@ void Run::setup_vocabularies() {
     src_vocab_ = std::move(v.src);
     tgt_vocab_ = std::move(v.tgt);
   };
-  if (opt_.resume) return load();
+  auto check_memory = [&] { check_training_memory(config_, src_vocab_.size(), tgt_vocab_.size(), world_.size, opt_.max_memory); };
+  if (opt_.resume) {
+    load();
+    return check_memory();
+  }
   if (config_.subwords > 0 && root_) {
     segmenters_ = train_run_subwords(config_, data_.train, opt_.out, max_threads());
     std::tie(src_vocab_, tgt_vocab_) = subword_vocabularies(segmenters_);
   } else if (config_.subwords == 0) {
     std::tie(src_vocab_, tgt_vocab_) = build_vocabularies(config_, data_.train);
   }
+  if (root_ || config_.subwords == 0) check_memory();  // with subwords the others learn the sizes below
   if (root_) {
     src_vocab_.save(run_file(opt_.out, "vocab.src.txt"));
     tgt_vocab_.save(run_file(opt_.out, "vocab.tgt.txt"));
@@ -126,7 +132,10 @@ void Run::setup_vocabularies() {
   // (the run folder must be the same on every machine: one machine, or a shared file system).
   if (config_.subwords > 0 && dist::several()) {
     dist::quiet_barrier();
-    if (!root_) load();
+    if (!root_) {
+      load();
+      check_memory();
+    }
   }
 }
 
