@@ -27,7 +27,7 @@ rm -rf "$REPORTS"
 mkdir -p "$REPORTS"
 # halt_on_error: the first race stops the process (and fails its test). second_deadlock_stack:
 # both stacks of a lock-order inversion. The suppressions file says why each entry is there.
-export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:log_path=$REPORTS/report:suppressions=$ROOT/scripts/tsan.supp"
+export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:history_size=7:log_path=$REPORTS/report:suppressions=$ROOT/scripts/tsan.supp"
 export GRADFLOW_TEST_SHORT=1
 
 status=0
