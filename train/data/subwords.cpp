@@ -79,7 +79,12 @@ Subwords Subwords::parse(std::string bytes, const std::string& name) {
   Subwords s;
   s.proto_ = std::move(bytes);
   s.sp_ = std::make_shared<sentencepiece::SentencePieceProcessor>();
-  const auto loaded = s.sp_->LoadFromSerializedProto(s.proto_);
+  sentencepiece::util::Status loaded;
+  try {
+    loaded = s.sp_->LoadFromSerializedProto(s.proto_);
+  } catch (const std::exception& e) {  // the library's own exceptions (darts-clone's, for an empty piece) name no file
+    GF_FAIL_AS(std::runtime_error, "Subwords::load: '{}' is not a SentencePiece model: {}", name, e.what());
+  }
   GF_CHECK_AS(std::runtime_error, loaded.ok(), "Subwords::load: '{}' is not a SentencePiece model: {}", name, loaded.message());
   s.where_ = name;
   return s;
