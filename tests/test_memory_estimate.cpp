@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "autograd/ops/arith.h"
+#include "nn/ffn.h"
 #include "tensor/tensor.h"
 #include "train/data/vocab.h"
 #include "train/loop/memory_estimate.h"
@@ -25,26 +27,55 @@ Vocab vocab_of(int64_t n, bool sep) {
   return Vocab(t);
 }
 
+// A feed-forward kind of the test's own, as a program built on the library registers one
+// (examples/custom_layer's SwiGLU has this shape): three linear maps, a bias on one.
+class GatedBlock : public nn::FeedForward {
+ public:
+  GatedBlock(const nn::TransformerLayerOptions& o, Generator& gen) {
+    gate = register_module("gate", std::make_shared<nn::Linear>(o.d_model, o.dim_feedforward, false, gen));
+    value = register_module("value", std::make_shared<nn::Linear>(o.d_model, o.dim_feedforward, true, gen));
+    out = register_module("out", std::make_shared<nn::Linear>(o.dim_feedforward, o.d_model, false, gen));
+  }
+  Variable forward(const Variable& x) const override { return out->forward(gate->forward(x) * value->forward(x)); }
+  std::shared_ptr<nn::Linear> gate, value, out;
+};
+
+void register_gated_block() {
+  static const bool done = [] {
+    nn::register_feedforward({"test_gated", "a gated block of the test's own",
+                              [](const nn::TransformerLayerOptions& o, Generator& gen) -> std::shared_ptr<nn::FeedForward> {
+                                return std::make_shared<GatedBlock>(o, gen);
+                              }});
+    return true;
+  }();
+  (void)done;
+}
+
 }  // namespace
 
 TEST_CASE("the parameter count from the shapes is the built model's, for every kind of model") {
+  register_gated_block();
   struct Variant {
     const char* arch;
     const char* norm;
     int64_t d, heads, kv, ff, layers;
     bool tie, pre;
+    const char* feedforward = "standard";
   };
   const Variant variants[] = {
       {"encoder-decoder", "layernorm", 32, 4, 0, 64, 2, false, false}, {"encoder-decoder", "rmsnorm", 48, 4, 2, 80, 1, true, true},
       {"encoder-decoder", "scalenorm", 24, 6, 1, 40, 3, false, false}, {"decoder-only", "layernorm", 32, 2, 0, 96, 2, false, true},
-      {"decoder-only", "rmsnorm", 40, 4, 1, 64, 1, true, false},
+      {"decoder-only", "rmsnorm", 40, 4, 1, 64, 1, true, false},       {"encoder-decoder", "layernorm", 36, 3, 0, 50, 2, false, false, "test_gated"},
+      {"decoder-only", "scalenorm", 20, 2, 1, 30, 2, true, true, "test_gated"},
   };
   for (const Variant& v : variants) {
     CAPTURE(v.arch);
     CAPTURE(v.norm);
     CAPTURE(v.kv);
     CAPTURE(v.tie);
+    CAPTURE(v.feedforward);
     RunConfig c;
+    c.layer.feedforward = v.feedforward;
     c.arch = v.arch;
     c.layer.norm = v.norm;
     c.layer.d_model = v.d;

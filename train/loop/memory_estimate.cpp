@@ -10,7 +10,9 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "nn/ffn.h"
 #include "nn/norm.h"
+#include "tensor/kernels/random.h"
 #include "tensor/check.h"
 
 namespace gf::train {
@@ -36,9 +38,24 @@ double attention_parameters(const nn::TransformerLayerOptions& l) {
   return in + d * d + d;
 }
 
+// The feed-forward block: the standard one is linear1 (d x ff) and linear2 (ff x d) with biases.
+// Other kinds are registered by name (nn/ffn.h), so their count is read from the kind itself:
+// built at four small sizes (a few hundred values) and taken as bilinear in d and ff, which any
+// block of linear maps with biases is (SwiGLU: 3 d ff).
 double feed_forward_parameters(const nn::TransformerLayerOptions& l) {
   const double d = static_cast<double>(l.d_model), ff = static_cast<double>(l.dim_feedforward);
-  return (d * ff + ff) + (ff * d + d);
+  const nn::FeedForwardKind& kind = nn::find_feedforward(l.feedforward);
+  if (!kind.make) return (d * ff + ff) + (ff * d + d);
+  auto count = [&](int64_t dd, int64_t ffs) {
+    nn::TransformerLayerOptions o = l;
+    o.d_model = dd, o.dim_feedforward = ffs, o.nhead = 1, o.kv_heads = 0;
+    Generator gen(1);
+    return static_cast<double>(kind.make(o, gen)->num_parameters());
+  };
+  const double c11 = count(4, 4), c21 = count(8, 4), c12 = count(4, 8), c22 = count(8, 8);
+  const double both = (c22 - c21 - c12 + c11) / 16, per_d = (c21 - c11) / 4 - 4 * both, per_ff = (c12 - c11) / 4 - 4 * both;
+  const double constant = c11 - 4 * per_d - 4 * per_ff - 16 * both;
+  return constant + per_d * d + per_ff * ff + both * d * ff;
 }
 
 bool decoder_only(const RunConfig& c) { return c.arch == "decoder-only"; }
