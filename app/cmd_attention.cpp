@@ -4,6 +4,7 @@
 
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "autograd/grad_mode.h"
 #include "lab/attribution_maps.h"
@@ -35,7 +36,7 @@ Heatmap gradient_panel(const nn::Seq2SeqTransformer& model, const std::vector<in
 
 }  // namespace
 
-int cmd_attention(int argc, char** argv) {
+Flags attention_flags() {
   Flags f("attention",
           "Translates one sentence and draws the cross-attention weights (target rows x source columns) of every decoder\n"
           "layer and head, and their average, as an SVG to open in a browser. With --grad, also the gradient-times-input\n"
@@ -44,11 +45,20 @@ int cmd_attention(int argc, char** argv) {
   f.add_string("src", "", "the source sentence (whitespace-tokenised, or raw text for a run with --subwords; the axes show its pieces)");
   f.add_string("out", "attention.svg", "SVG file to write");
   f.add_bool("grad", "add a panel: |d log p(y_t) / d x_s . x_s| per output token t and source token s, each row divided by its sum");
-  if (!f.parse(argc, argv)) return 0;
+  return f;
+}
+
+void check_attention_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "attention: --model DIR is required");
-  train::Translator t = train::Translator::load(f.str("model"));
   if (size_t bad = train::utf8::find_invalid(f.str("src")); bad != std::string::npos)
     GF_FAIL_AS(UsageError, "attention: --src is not valid UTF-8 (byte {})", bad);
+}
+
+int cmd_attention(int argc, char** argv) {
+  Flags f = attention_flags();
+  if (!f.parse(argc, argv)) return 0;
+  check_attention_flags(f);
+  train::Translator t = train::Translator::load(f.str("model"));
   std::vector<std::string> src_tokens = t.segmenters.src.split(f.str("src"));  // words, or the run's subword pieces
   GF_CHECK_AS(UsageError, !src_tokens.empty(), "attention: --src \"...\" must hold at least one token");
   GF_CHECK_AS(UsageError, static_cast<int64_t>(src_tokens.size()) <= t.config.max_len, "attention: --src has {} tokens; the model takes at most {}",

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "tensor/check.h"
 #include "tensor/io/safetensors.h"
@@ -12,7 +13,7 @@
 
 namespace gf::app {
 
-int cmd_average(int argc, char** argv) {
+Flags average_flags() {
   Flags f("average",
           "Writes the mean of several checkpoints' weights. With --model RUN, the last --last K of the run's kept epoch\n"
           "weights (epoch-NNNN.safetensors; `train --average-last K` keeps them) into RUN/average.safetensors; or any\n"
@@ -22,18 +23,30 @@ int cmd_average(int argc, char** argv) {
   f.add_int("last", 5, "how many of the run's last epochs");
   f.add_string("files", "", "comma-separated weight files instead of --model");
   f.add_string("out", "", "file to write (default with --model: RUN/average.safetensors)");
+  return f;
+}
+
+void check_average_flags(const Flags& f) {
+  if (!f.str("files").empty()) {
+    GF_CHECK_AS(UsageError, !f.str("out").empty(), "average: --files needs --out FILE");
+  } else {
+    GF_CHECK_AS(UsageError, !f.str("model").empty(), "average: give --model RUN or --files a,b,...");
+    GF_CHECK_AS(UsageError, f.integer("last") >= 1, "average: --last must be at least 1, got {}", f.integer("last"));
+  }
+}
+
+int cmd_average(int argc, char** argv) {
+  Flags f = average_flags();
   if (!f.parse(argc, argv)) return 0;
+  check_average_flags(f);
   std::vector<std::string> files;
   std::string out = f.str("out");
   if (!f.str("files").empty()) {
     std::istringstream in(f.str("files"));
     for (std::string file; std::getline(in, file, ',');)
       if (!file.empty()) files.push_back(file);
-    GF_CHECK_AS(UsageError, !out.empty(), "average: --files needs --out FILE");
   } else {
-    GF_CHECK_AS(UsageError, !f.str("model").empty(), "average: give --model RUN or --files a,b,...");
     GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("model")), "average: --model '{}' is not a run folder", f.str("model"));
-    GF_CHECK_AS(UsageError, f.integer("last") >= 1, "average: --last must be at least 1, got {}", f.integer("last"));
     files = train::epoch_weight_files(f.str("model"), static_cast<size_t>(f.integer("last")));
     GF_CHECK_AS(UsageError, !files.empty(), "average: '{}' keeps no epoch-NNNN.safetensors (train with --average-last K)", f.str("model"));
     if (out.empty()) out = (std::filesystem::path(f.str("model")) / "average.safetensors").string();

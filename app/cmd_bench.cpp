@@ -13,7 +13,9 @@
 #include <stdexcept>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
+#include "train/loop/memory_estimate.h"
 #include "app/recipe_flags.h"
 #include "autograd/grad_mode.h"
 #include "autograd/profile.h"
@@ -70,6 +72,7 @@ Setup make_setup(const train::RunConfig& c) {
   GF_CHECK_AS(std::runtime_error, !s.train_pairs.empty(), "bench: {}/train.{} has no sentence pairs", c.data, c.src);
   s.src_vocab = train::Vocab::build_source(s.train_pairs, c.min_freq);
   s.tgt_vocab = train::Vocab::build_target(s.train_pairs, c.min_freq);
+  train::check_training_memory(c, s.src_vocab.size(), s.tgt_vocab.size(), 1);  // before building: a model too large is refused with its estimate
   s.model = std::make_unique<nn::Seq2SeqTransformer>(c.model_options(s.src_vocab.size(), s.tgt_vocab.size()), c.seed);
   s.info = Json{{"impl", "gradflow"},
                 {"version", GRADFLOW_VERSION},
@@ -285,7 +288,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
 
 }  // namespace
 
-int cmd_bench(int argc, char** argv) {
+Flags bench_flags() {
   train::RunConfig d;  // the reference's defaults
   Flags f("bench",
           "Measures gradflow as the PyTorch reference (../shared/reference/torch_translator.py) measures itself and prints\n"
@@ -305,14 +308,11 @@ int cmd_bench(int argc, char** argv) {
   f.add_bool("profile", "train: time and bytes by op, forward and backward, per step (stderr table, and \"profile\" in the JSON)");
   f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search, each sentence to <eos> by the default stopping rule or its own source length + 20)");
   f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
-  if (!f.parse(argc, argv)) return 0;
+  return f;
+}
 
-  const std::string mode = f.positional(0);
-  GF_CHECK_AS(UsageError, mode == "train" || mode == "decode", "bench: MODE must be train or decode, got '{}'", mode);
-  GF_CHECK_AS(UsageError, !f.str("data").empty(), "bench: --data DIR is required");
-  GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("data")), "bench: --data '{}' is not a folder", f.str("data"));
-  for (const char* flag : {"threads", "steps", "decode-batch", "beam"})
-    GF_CHECK_AS(UsageError, f.integer(flag) >= 1, "bench: --{} must be at least 1, got {}", flag, f.integer(flag));
+// The run config the flags describe (UsageError for a bad one).
+train::RunConfig bench_config(const Flags& f) {
   train::RunConfig c;
   c.data = f.str("data");
   read_recipe_flags(f, c);
@@ -322,6 +322,25 @@ int cmd_bench(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     GF_FAIL_AS(UsageError, "bench: {}", e.what());
   }
+  return c;
+}
+
+void check_bench_flags(const Flags& f) {
+  const std::string mode = f.positional(0);
+  GF_CHECK_AS(UsageError, mode == "train" || mode == "decode", "bench: MODE must be train or decode, got '{}'", mode);
+  GF_CHECK_AS(UsageError, !f.str("data").empty(), "bench: --data DIR is required");
+  for (const char* flag : {"threads", "steps", "decode-batch", "beam"})
+    GF_CHECK_AS(UsageError, f.integer(flag) >= 1, "bench: --{} must be at least 1, got {}", flag, f.integer(flag));
+  (void)bench_config(f);
+}
+
+int cmd_bench(int argc, char** argv) {
+  Flags f = bench_flags();
+  if (!f.parse(argc, argv)) return 0;
+  check_bench_flags(f);
+  const std::string mode = f.positional(0);
+  GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("data")), "bench: --data '{}' is not a folder", f.str("data"));
+  const train::RunConfig c = bench_config(f);
   set_num_threads(static_cast<int>(f.integer("threads")));
 
   Setup s = make_setup(c);

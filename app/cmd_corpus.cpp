@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
@@ -22,7 +23,7 @@ void write_tsv(const std::filesystem::path& file, const std::vector<train::Sente
 
 }  // namespace
 
-int cmd_corpus(int argc, char** argv) {
+Flags corpus_flags() {
   Flags f("corpus",
           "Writes the built-in English->Korean corpus (the one `gradflow train` uses without --data) to --out DIR as\n"
           "DIR/{train,valid,test}.{en,ko}, or with --tsv as DIR/{train,valid,test}.tsv. --raw renders it as people write it\n"
@@ -34,9 +35,18 @@ int cmd_corpus(int argc, char** argv) {
   f.add_int("seed", 1, "corpus seed (the trainer's built-in corpus uses 1)");
   f.add_bool("raw", "capitals, attached punctuation and particles (default: tokenised, as the trainer reads it)");
   f.add_bool("tsv", "one TSV file per split instead of two text files");
-  if (!f.parse(argc, argv)) return 0;
+  return f;
+}
+
+void check_corpus_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("out").empty(), "corpus: --out DIR is required");
   GF_CHECK_AS(UsageError, f.integer("size") >= 20, "corpus: --size must be at least 20, got {}", f.integer("size"));
+}
+
+int cmd_corpus(int argc, char** argv) {
+  Flags f = corpus_flags();
+  if (!f.parse(argc, argv)) return 0;
+  check_corpus_flags(f);
   train::CorpusSplits c = train::make_korean_corpus(static_cast<uint64_t>(f.integer("seed")), static_cast<size_t>(f.integer("size")));
   if (f.on("raw")) c = train::render_raw(c);
   const std::filesystem::path dir(f.str("out"));

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "autograd/ops/arith.h"
 #include "autograd/ops/reduce.h"
@@ -16,13 +17,22 @@
 
 namespace gf::app {
 
-int cmd_demo(int argc, char** argv) {
+Flags demo_flags() {
   Flags flags("demo", "Trains a 1-32-32-1 tanh network on y = sin(3x) and prints the loss and per-layer gradient norms.");
   flags.add_int("steps", 300, "training steps");
   flags.add_int("seed", 1, "random seed");
+  return flags;
+}
+
+void check_demo_flags(const Flags& flags) {
+  GF_CHECK_AS(UsageError, flags.integer("steps") >= 1, "demo: --steps must be positive, got {}", flags.integer("steps"));
+}
+
+int cmd_demo(int argc, char** argv) {
+  Flags flags = demo_flags();
   if (!flags.parse(argc, argv)) return 0;
+  check_demo_flags(flags);
   const int64_t steps = flags.integer("steps");
-  GF_CHECK_AS(UsageError, steps >= 1, "demo: --steps must be positive, got {}", steps);
   Generator gen(static_cast<uint64_t>(flags.integer("seed")));
 
   const int64_t N = 256;

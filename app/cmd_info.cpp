@@ -3,6 +3,7 @@
 #include <tbb/version.h>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -10,8 +11,12 @@
 
 namespace gf::app {
 
+Flags info_flags() { return Flags("info", "Shows the OpenBLAS kernel in use (and the one this CPU should use) and the thread count."); }
+
+void check_info_flags(const Flags&) {}
+
 int cmd_info(int argc, char** argv) {
-  Flags flags("info", "Shows the OpenBLAS kernel in use (and the one this CPU should use) and the thread count.");
+  Flags flags = info_flags();
   if (!flags.parse(argc, argv)) return 0;
   std::string preferred = preferred_blas_core();
   fmt::print("gradflow {}\n", GRADFLOW_VERSION);

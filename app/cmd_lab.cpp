@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "app/command_flags.h"
 #include "app/commands.h"
 #include "app/flags.h"
 #include "lab/claims.h"
@@ -47,9 +48,9 @@ struct Outcome {
   bool targets_all_fail = false;  // a control: at least one targeted claim, and every one fails
 };
 
-// Declares the lab's flags, parses them, and runs it. `control_default`: --control on from the start
-// (lab all). Returns the lab's exit code and verdict.
-Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out, bool control_default = false) {
+}  // namespace
+
+Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
   Flags f("lab " + l.name, l.title + "\n" + l.reference + "\n" + l.question +
                                (l.control.empty() ? "" : "\n--control: " + l.control));
   f.add_string("out", default_out, "output folder for NAME.svg, NAME.json and any other files (with --control: default ...-control)");
@@ -66,15 +67,36 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
       case lab::Option::Switch: f.add_bool(o.name, o.help); break;
     }
   }
+  return f;
+}
+
+Flags lab_all_flags() {
+  Flags f("lab all", "Runs every lab with its defaults, then every lab's negative control, each into DIR/NAME or DIR/NAME-control,\n"
+                     "and prints a summary. Exit 0 when every lab agrees and every control disagrees, 3 otherwise.");
+  f.add_string("out", "runs/lab", "parent folder");
+  f.add_bool("claims", "print every lab's claims and exit");
+  return f;
+}
+
+void check_lab_flags(const Flags& f) {
+  GF_CHECK_AS(UsageError, f.integer("seeds") >= 1, "{}: --seeds must be at least 1, got {}", f.command(), f.integer("seeds"));
+}
+
+namespace {
+
+// Parses the lab's flags and runs it. `control_default`: --control on from the start (lab all).
+// Returns the lab's exit code and verdict.
+Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out, bool control_default = false) {
+  Flags f = lab_flags(l, default_out);
   if (!f.parse(argc, argv)) return {};
   if (f.on("claims")) {
     print_claims(l);
     return {};
   }
+  check_lab_flags(f);
   const bool control = control_default || f.on("control");
   GF_CHECK_AS(UsageError, !control || !l.control.empty(), "lab {}: this lab has no negative control (--control)", l.name);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  GF_CHECK_AS(UsageError, f.integer("seeds") >= 1, "lab {}: --seeds must be at least 1, got {}", l.name, f.integer("seeds"));
   const std::string out = f.given("out") || !control ? f.str("out") : f.str("out") + "-control";
   std::map<std::string, std::string> settings{{"out", out},
                                               {"seeds", std::to_string(f.integer("seeds"))},
@@ -104,10 +126,7 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
 // `gradflow lab all`: every lab, then every control, and a summary. Exit 0 when every lab agrees
 // and every control disagrees, 3 otherwise.
 int run_all(int argc, char** argv) {
-  Flags f("lab all", "Runs every lab with its defaults, then every lab's negative control, each into DIR/NAME or DIR/NAME-control,\n"
-                     "and prints a summary. Exit 0 when every lab agrees and every control disagrees, 3 otherwise.");
-  f.add_string("out", "runs/lab", "parent folder");
-  f.add_bool("claims", "print every lab's claims and exit");
+  Flags f = lab_all_flags();
   if (!f.parse(argc, argv)) return 0;
   if (f.on("claims")) {
     for (const auto& l : lab::labs()) print_claims(l), fmt::print("\n");

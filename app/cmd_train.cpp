@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "app/recipe_flags.h"
 #include "app/train_args.h"
@@ -12,6 +13,8 @@
 #include "tensor/runtime.h"
 #include "train/distributed/comm.h"
 #include "train/loop/checkpoint.h"
+#include "train/loop/memory_estimate.h"
+#include "train/loop/run_lock.h"
 #include "train/loop/trainer.h"
 #include "train/decode/translator.h"
 
@@ -69,6 +72,8 @@ Flags train_flags() {
   f.add_bool("skip-nonfinite",
              "skip a step whose loss or gradient is NaN or Inf (warning with the op anomaly mode names) instead of stopping; "
              "10 such batches in a row still stop the run");
+  f.add_string("max-memory", "", "refuse a model whose estimated weights, Adam state and activations exceed this (e.g. 8G; default: the memory "
+               "the machine has available)");
   f.add_int("grad-stats", 0,
             "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
             "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
@@ -85,6 +90,13 @@ train::TrainOptions train_options(const Flags& f) {
   GF_CHECK_AS(UsageError, f.integer("grad-stats") >= 0, "train: --grad-stats must be 0 (off) or a positive step interval, got {}",
               f.integer("grad-stats"));
   opt.grad_stats = f.integer("grad-stats");
+  if (f.given("max-memory")) {
+    try {
+      opt.max_memory = train::parse_memory_size(f.str("max-memory"));
+    } catch (const std::invalid_argument& e) {
+      GF_FAIL_AS(UsageError, "train: --max-memory: {}", e.what());
+    }
+  }
   opt.resume = !f.str("resume").empty();
   opt.out = opt.resume ? f.str("resume") : f.str("out");
   return opt;
@@ -131,6 +143,12 @@ train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
   return c;
 }
 
+void check_train_flags(const Flags& f) {
+  (void)train_options(f);
+  const train::RunConfig resumed;  // stands for the run folder's config.json, read only when running
+  (void)(f.str("resume").empty() ? train_config(f) : train_config(f, &resumed));
+}
+
 int cmd_train(int argc, char** argv) {
   Flags f = train_flags();
   if (!f.parse(argc, argv)) return 0;
@@ -140,17 +158,20 @@ int cmd_train(int argc, char** argv) {
   else if (dist::running() && !num_threads_set()) set_num_threads(dist::default_threads());  // processes on one machine share its cores
   const train::TrainOptions opt = train_options(f);
   train::RunConfig c;
+  std::shared_ptr<train::RunFolderLock> lock;  // rank 0 holds the folder from here to the end (the trainer shares it)
   if (opt.resume) {
     GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
+    if (dist::is_root()) lock = train::RunFolderLock::take(opt.out, "--resume");
     const std::string config_file = train::run_file(opt.out, "config.json");
     const train::RunConfig resumed = train::RunConfig::from_json(train::read_text_file(config_file), config_file);
     c = train_config(f, &resumed);
   } else {
     GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),
                 "train: --out '{}' is a file, not a folder; name a new or existing folder", opt.out);
+    c = train_config(f);
+    if (dist::is_root()) lock = train::RunFolderLock::take(opt.out, "--out");  // a run in progress is named before "already holds a run"
     GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
                 "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
-    c = train_config(f);
   }
   if (dist::several()) {
     if (dist::is_root())

@@ -1,17 +1,21 @@
 // gradflow translate / eval / bleu: using and scoring a trained translator.
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <iostream>
+#include <exception>
+#include <memory>
 
 #include "app/commands.h"
+#include "app/command_flags.h"
 #include "app/flags.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "train/eval/bleu.h"
 #include "train/loop/checkpoint.h"
+#include "train/data/line_reader.h"
 #include "train/data/parallel_text.h"
 #include "train/data/run_data.h"
 #include "train/decode/translator.h"
@@ -21,18 +25,6 @@
 namespace gf::app {
 
 namespace {
-
-std::vector<std::string> read_lines(const std::string& path) {
-  if (path.empty() || path == "-") {
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(std::cin, line);) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      lines.push_back(line);
-    }
-    return lines;
-  }
-  return train::read_text_lines(path, "translate");
-}
 
 void add_decode_flags(Flags& f) {
   f.add_int("beam", 1, "beam size (1 = greedy)");
@@ -45,24 +37,70 @@ void add_decode_flags(Flags& f) {
   f.add_int("threads", 0, "threads (default: the hardware's)");
 }
 
+// The decoding flags alone, checked before a model is loaded or a line read.
+void check_decode_flags(const Flags& f) {
+  const std::string stop = f.str("beam-stop");
+  GF_CHECK_AS(UsageError, stop == "heuristic" || stop == "exact", "{}: --beam-stop must be heuristic or exact, got '{}'", f.command(), stop);
+  GF_CHECK_AS(UsageError, f.integer("beam") >= 1, "{}: --beam must be at least 1, got {}", f.command(), f.integer("beam"));
+  GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
+}
+
 train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) {
+  check_decode_flags(f);
   train::DecodeOptions o = t.default_decode_options();
   o.beam = f.integer("beam");
   o.length_penalty = f.real("length-penalty");
-  const std::string stop = f.str("beam-stop");
-  GF_CHECK_AS(UsageError, stop == "heuristic" || stop == "exact", "{}: --beam-stop must be heuristic or exact, got '{}'", f.command(), stop);
-  o.beam_stop = stop == "exact" ? train::BeamStop::Exact : train::BeamStop::Heuristic;
-  GF_CHECK_AS(UsageError, o.beam >= 1, "{}: --beam must be at least 1, got {}", f.command(), o.beam);
-  GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
+  o.beam_stop = f.str("beam-stop") == "exact" ? train::BeamStop::Exact : train::BeamStop::Heuristic;
   return o;
 }
 
 // The model reads at most max_len source tokens; translate() cut longer lines to their head.
-void warn_long_lines(const train::Translator& t, const train::Translator::Pieces& pieces) {
+// `first` is the input line number of pieces' first sentence.
+void warn_long_lines(const train::Translator& t, const train::Translator::Pieces& pieces, size_t first) {
   for (size_t i = 0; i < pieces.source_length.size(); ++i)
     if (static_cast<int64_t>(pieces.source_length[i]) > t.config.max_len)
       fmt::print(stderr, "translate: warning: input line {} has {} tokens; the model reads at most {} (--max-len of its run), so only its first {} are translated\n",
-                 i + 1, pieces.source_length[i], t.config.max_len, t.config.max_len);
+                 first + i, pieces.source_length[i], t.config.max_len, t.config.max_len);
+}
+
+// The input, stdin or --input: stdin must be a pipe or a file, not a terminal.
+struct Input {
+  int fd = 0;
+  bool owned = false;
+  std::unique_ptr<train::LineReader> lines;
+  explicit Input(const std::string& path) {
+    if (path.empty() || path == "-") {
+      GF_CHECK_AS(UsageError, !::isatty(0),
+                  "translate: no input on stdin (it is a terminal): pipe sentences in, one a line (echo \"...\" | gradflow translate ...), "
+                  "or name a file with --input FILE");
+      lines = std::make_unique<train::LineReader>(0, "stdin");
+    } else {
+      fd = train::open_text_file(path, "translate");
+      owned = true;
+      lines = std::make_unique<train::LineReader>(fd, path);
+    }
+  }
+  ~Input() {
+    if (owned) ::close(fd);
+  }
+  Input(const Input&) = delete;
+  Input& operator=(const Input&) = delete;
+};
+
+// The next lines to translate: at least one (waiting for it), then whatever else has already
+// arrived, up to `most`. Empty at the end of the input. A bad line after the first (invalid UTF-8)
+// ends the group and is kept in `error`, so the lines before it are still translated first.
+std::vector<std::string> arrived_lines(train::LineReader& in, size_t most, std::exception_ptr& error) {
+  std::vector<std::string> lines;
+  std::string line;
+  if (!in.next(line)) return lines;
+  lines.push_back(std::move(line));
+  try {
+    while (lines.size() < most && in.ready() && in.next(line)) lines.push_back(std::move(line));
+  } catch (const std::exception&) {
+    error = std::current_exception();
+  }
+  return lines;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -71,33 +109,60 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int cmd_translate(int argc, char** argv) {
+Flags translate_flags() {
   Flags f("translate",
           "Translates sentences (one a line) from stdin or --input with a trained model, one output line per input line: raw\n"
           "text in and detokenised text out for a run trained with --subwords, whitespace-tokenised text otherwise.\n"
+          "Lines are translated as they arrive (a pipe's lines together as far as they have arrived), each output line\n"
+          "written at once.\n"
           "--model is a run folder (its best checkpoint) or one of its .safetensors files.");
   f.add_string("model", "", "run folder or weights file");
   f.add_string("input", "", "input file (default: stdin)");
   add_decode_flags(f);
   f.add_bool("verbose", "report each sentence's source and output pieces, speed and KV-cache memory on stderr");
-  if (!f.parse(argc, argv)) return 0;
+  return f;
+}
+
+// Everything about the command is checked before a model is loaded or a line is read.
+void check_translate_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "translate: --model DIR is required");
+  check_decode_flags(f);
+}
+
+int cmd_translate(int argc, char** argv) {
+  Flags f = translate_flags();
+  if (!f.parse(argc, argv)) return 0;
+  check_translate_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  Input input(f.str("input"));
   train::Translator t = train::Translator::load(f.str("model"));
-  std::vector<std::string> lines = read_lines(f.str("input"));
+  const train::DecodeOptions options = decode_options(f, t);
+  // Line by line as the input arrives: each group of lines that have arrived (up to 16 batches,
+  // which translate() sorts by length and decodes batch by batch) is translated and written, and
+  // stdout flushed, before the next is read. A file arrives whole, so it goes in full groups.
+  const size_t group = static_cast<size_t>(f.integer("batch-size")) * 16;
   train::DecodeStats stats;
-  auto t0 = std::chrono::steady_clock::now();
-  train::Translator::Pieces pieces;
-  std::vector<std::string> out = t.translate(lines, decode_options(f, t), f.integer("batch-size"), &stats, &pieces);
-  double dt = seconds_since(t0);
-  warn_long_lines(t, pieces);
-  for (const auto& s : out) fmt::print("{}\n", s);
+  size_t done = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::exception_ptr bad_line;
+  for (std::vector<std::string> lines; !bad_line && !(lines = arrived_lines(*input.lines, group, bad_line)).empty(); done += lines.size()) {
+    train::Translator::Pieces pieces;
+    const std::vector<std::string> out = t.translate(lines, options, f.integer("batch-size"), &stats, &pieces);
+    warn_long_lines(t, pieces, done + 1);
+    for (const auto& line : out) fmt::print("{}\n", line);
+    std::fflush(stdout);
+    if (f.on("verbose"))
+      for (size_t i = 0; i < lines.size(); ++i)
+        fmt::print(stderr, "{}: source pieces: {}\n{}: output pieces: {}\n", done + i + 1, train::join_tokens(pieces.source[i]), done + i + 1,
+                   train::join_tokens(pieces.output[i]));
+  }
+  if (bad_line) std::rethrow_exception(bad_line);
+  GF_CHECK_AS(UsageError, done > 0 || !f.str("input").empty(),
+              "translate: no input on stdin (it was empty): pipe sentences in, one a line, or name a file with --input FILE");
+  const double dt = seconds_since(t0);
   if (f.on("verbose")) {
-    for (size_t i = 0; i < lines.size(); ++i)
-      fmt::print(stderr, "{}: source pieces: {}\n{}: output pieces: {}\n", i + 1, train::join_tokens(pieces.source[i]), i + 1,
-                 train::join_tokens(pieces.output[i]));
-    fmt::print(stderr, "translated {} sentences in {:.2f}s ({:.1f} sentences/s), weights {}\n", lines.size(), dt,
-               dt > 0 ? static_cast<double>(lines.size()) / dt : 0.0, t.weights_file);
+    fmt::print(stderr, "translated {} sentences in {:.2f}s ({:.1f} sentences/s), weights {}\n", done, dt,
+               dt > 0 ? static_cast<double>(done) / dt : 0.0, t.weights_file);
     if (stats.self_bytes_per_token > 0) {
       const nn::TransformerLayerOptions& l = t.config.layer;
       fmt::print(stderr,
@@ -112,7 +177,7 @@ int cmd_translate(int argc, char** argv) {
   return 0;
 }
 
-int cmd_eval(int argc, char** argv) {
+Flags eval_flags() {
   Flags f("eval",
           "Scores a trained model on a test split of its own data (or --data/--split): loss, perplexity, BLEU and exact match.");
   f.add_string("model", "", "run folder or weights file");
@@ -121,11 +186,22 @@ int cmd_eval(int argc, char** argv) {
   f.add_string("tokenize", "", "BLEU tokenizer: 13a (sacreBLEU's default, for detokenised text) or none (pre-tokenised text); default: 13a for a run with --subwords, none otherwise");
   f.add_string("output", "", "also write the translations to this file");
   add_decode_flags(f);
-  if (!f.parse(argc, argv)) return 0;
+  return f;
+}
+
+void check_eval_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "eval: --model DIR is required");
-  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   const std::string tok_flag = f.str("tokenize");
   GF_CHECK_AS(UsageError, tok_flag.empty() || tok_flag == "13a" || tok_flag == "none", "eval: --tokenize must be 13a or none, got '{}'", tok_flag);
+  check_decode_flags(f);
+}
+
+int cmd_eval(int argc, char** argv) {
+  Flags f = eval_flags();
+  if (!f.parse(argc, argv)) return 0;
+  check_eval_flags(f);
+  if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  const std::string tok_flag = f.str("tokenize");
   train::Translator t = train::Translator::load(f.str("model"));
   train::RunConfig c = t.config;
   if (!f.str("data").empty()) c.data = f.str("data");
@@ -151,14 +227,24 @@ int cmd_eval(int argc, char** argv) {
   return 0;
 }
 
-int cmd_bleu(int argc, char** argv) {
+Flags bleu_flags() {
   Flags f("bleu", "Corpus BLEU of HYP against REF (one sentence a line), computed as sacreBLEU's default.");
   f.add_positional("HYP", "hypotheses file");
   f.add_positional("REF", "references file");
   f.add_string("tokenize", "13a", "13a (sacreBLEU's default) or none (whitespace only)");
+  return f;
+}
+
+void check_bleu_flags(const Flags& f) {
+  const std::string tok = f.str("tokenize");
+  GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "bleu: --tokenize must be 13a or none, got '{}'", tok);
+}
+
+int cmd_bleu(int argc, char** argv) {
+  Flags f = bleu_flags();
   if (!f.parse(argc, argv)) return 0;
   std::string tok = f.str("tokenize");
-  GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "bleu: --tokenize must be 13a or none, got '{}'", tok);
+  check_bleu_flags(f);
   std::vector<std::string> hyps = train::read_text_lines(f.positional(0), "bleu");
   std::vector<std::string> refs = train::read_text_lines(f.positional(1), "bleu");
   GF_CHECK_AS(std::runtime_error, hyps.size() == refs.size(), "bleu: {} has {} lines but {} has {}", f.positional(0), hyps.size(),

@@ -1,5 +1,6 @@
 #include "app/commands.h"
 
+#include "app/command_flags.h"
 #include "app/parity.h"
 
 namespace gf::app {
@@ -18,6 +19,18 @@ const std::vector<Command>& commands() {
       {"corpus", "write the built-in corpus to files, tokenised or as raw text (for --subwords)", cmd_corpus},
       {"demo", "train a tiny network for a few steps and print its gradients", cmd_demo},
       {"info", "show the version, the OpenBLAS kernel in use and the thread count", cmd_info},
+  };
+  return list;
+}
+
+const std::vector<CommandFlags>& command_flags() {
+  static const std::vector<CommandFlags> list = {
+      {"train", train_flags, check_train_flags},         {"translate", translate_flags, check_translate_flags},
+      {"eval", eval_flags, check_eval_flags},             {"average", average_flags, check_average_flags},
+      {"bleu", bleu_flags, check_bleu_flags},             {"attention", attention_flags, check_attention_flags},
+      {"bench", bench_flags, check_bench_flags},          {"parity", parity_flags, check_parity_flags},
+      {"corpus", corpus_flags, check_corpus_flags},       {"demo", demo_flags, check_demo_flags},
+      {"info", info_flags, check_info_flags},
   };
   return list;
 }

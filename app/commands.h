@@ -12,6 +12,9 @@ struct Command {
   int (*run)(int argc, char** argv);
 };
 
+// The whole program: global flags, then the command; returns the exit code (app/main.cpp's main).
+int run_program(int argc, char** argv);
+
 // All subcommands, in the order `gradflow --help` lists them.
 const std::vector<Command>& commands();
 

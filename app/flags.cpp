@@ -12,21 +12,21 @@ namespace gf::app {
 Flags::Flags(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
 
 void Flags::add_string(const std::string& name, const std::string& def, const std::string& help) {
-  flags_[name] = {Kind::String, def, help};
+  flags_[name] = {Kind::String, def, help, def};
   order_.push_back(name);
 }
 void Flags::add_int(const std::string& name, long long def, const std::string& help) {
-  flags_[name] = {Kind::Int, std::to_string(def), help};
+  flags_[name] = {Kind::Int, std::to_string(def), help, std::to_string(def)};
   order_.push_back(name);
 }
 void Flags::add_double(const std::string& name, double def, const std::string& help) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%g", def);
-  flags_[name] = {Kind::Double, buf, help};
+  flags_[name] = {Kind::Double, buf, help, buf};
   order_.push_back(name);
 }
 void Flags::add_bool(const std::string& name, const std::string& help) {
-  flags_[name] = {Kind::Bool, "false", help};
+  flags_[name] = {Kind::Bool, "false", help, "false"};
   order_.push_back(name);
 }
 void Flags::add_positional(const std::string& name, const std::string& help, bool required) {
@@ -129,7 +129,7 @@ std::string Flags::help() const {
     const Flag& f = flags_.at(name);
     std::string left = "  --" + name + (f.kind == Kind::Bool ? "" : " X");
     s += left + std::string(left.size() < 24 ? 24 - left.size() : 1, ' ') + f.help;
-    if (f.kind != Kind::Bool && !f.value.empty()) s += " (default " + f.value + ")";
+    if (f.kind != Kind::Bool && !f.default_value.empty()) s += " (default " + f.default_value + ")";
     s += "\n";
   }
   s += "  --help                print this help\n";

@@ -43,6 +43,7 @@ class Flags {
   struct Flag {
     Kind kind;
     std::string value, help;
+    std::string default_value;  // what --help shows, whatever the command line set
     bool given = false;
   };
   const Flag& get(const std::string& name, Kind kind) const;

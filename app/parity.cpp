@@ -1,5 +1,7 @@
 #include "app/parity.h"
 
+#include "app/command_flags.h"
+
 #include <fmt/core.h>
 #include <fmt/ostream.h>
 
@@ -470,14 +472,24 @@ int run_parity_dir(const std::string& dir, DType dtype, std::ostream& out) {
   return failed;
 }
 
-int cmd_parity(int argc, char** argv) {
+Flags parity_flags() {
   Flags flags("parity", "Runs PyTorch reference cases (*.safetensors, see ../shared/parity/README.md) and compares every output\n"
                         "and gradient. Exits non-zero on any failure, unknown kind or unreadable file.");
   flags.add_positional("DIR", "folder of cases");
   flags.add_string("dtype", "f64", "f32 or f64");
-  if (!flags.parse(argc, argv)) return 0;
-  std::string dt = flags.str("dtype");
+  return flags;
+}
+
+void check_parity_flags(const Flags& flags) {
+  const std::string dt = flags.str("dtype");
   GF_CHECK_AS(UsageError, dt == "f32" || dt == "f64", "parity: --dtype must be f32 or f64, got '{}'", dt);
+}
+
+int cmd_parity(int argc, char** argv) {
+  Flags flags = parity_flags();
+  if (!flags.parse(argc, argv)) return 0;
+  check_parity_flags(flags);
+  const std::string dt = flags.str("dtype");
   int failed = run_parity_dir(flags.positional(0), dt == "f64" ? DType::Float64 : DType::Float32, std::cout);
   return failed == 0 ? 0 : 1;
 }

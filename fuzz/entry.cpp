@@ -5,9 +5,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <unistd.h>
 #include <typeinfo>
 
+#include "app/command_flags.h"
 #include "app/train_args.h"
+#include "lab/lab.h"
+#include "tensor/io/atomic_file.h"
+#include "train/data/subwords.h"
+#include "train/decode/translator.h"
 #include "tensor/io/safetensors.h"
 #include "train/data/parallel_text.h"
 #include "train/data/utf8.h"
@@ -152,9 +159,8 @@ void run_utf8(std::string_view input) {
   }
 }
 
-// ---- the command line: `gradflow train ARGS` parsed and validated into RunConfig and TrainOptions,
-// nothing run. The input is the argument list, one argument per line or NUL-terminated.
-void run_cli(std::string_view input) {
+// An argument list, one argument per line or NUL-terminated.
+std::vector<std::string> split_args(std::string_view input) {
   std::vector<std::string> args;
   for (size_t start = 0; start <= input.size();) {
     size_t end = input.find_first_of(std::string_view("\0\n", 2), start);
@@ -162,9 +168,21 @@ void run_cli(std::string_view input) {
     if (end > start || end < input.size()) args.emplace_back(input.substr(start, end - start));
     start = end + 1;
   }
+  return args;
+}
+
+std::vector<char*> argv_of(std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  return argv;
+}
+
+// ---- the command line: `gradflow train ARGS` parsed and validated into RunConfig and TrainOptions,
+// nothing run. The input is the argument list, one argument per line or NUL-terminated.
+void run_cli(std::string_view input) {
+  std::vector<std::string> args = split_args(input);
+  std::vector<char*> argv = argv_of(args);
   app::Flags f = app::train_flags();
   if (!f.parse(static_cast<int>(args.size()), argv.data())) return;  // --help
   const train::TrainOptions opt = app::train_options(f);
@@ -174,6 +192,103 @@ void run_cli(std::string_view input) {
   const std::string written = read_back("cli", [&] { return c.to_json(); });
   require(read_back("cli", [&] { return train::RunConfig::from_json(written, "config.json of the parsed command line"); }).to_json() == written,
           "cli: the parsed config, written as config.json, reads back as another config");
+}
+
+// ---- every command's command line: `gradflow [global flags] COMMAND ARGS` (app/command_flags.h),
+// the global flags, then the command's flags parsed and checked, nothing run. The input is the
+// argument list after "gradflow", one argument per line or NUL-terminated; `lab NAME ...` takes
+// that lab's flags.
+void run_commands(std::string_view input) {
+  std::vector<std::string> args = split_args(input);
+  args.insert(args.begin(), "gradflow");
+  std::vector<char*> argv = argv_of(args);
+  const int argc = static_cast<int>(args.size());
+  const app::GlobalFlags g = app::parse_global_flags(argc, argv.data());
+  require(g.threads >= 0 && g.command >= 1 && g.command <= argc, "commands: global flags gave threads {} and command index {}", g.threads,
+          g.command);
+  if (g.help || g.version || g.command >= argc) return;
+  const std::string name = args[static_cast<size_t>(g.command)];
+  int first = g.command + 1;
+  app::Flags f("", "");
+  void (*check)(const app::Flags&) = nullptr;
+  if (name == "lab" && first < argc && args[static_cast<size_t>(first)] == "all") {
+    f = app::lab_all_flags();
+    check = [](const app::Flags&) {};
+    ++first;
+  } else if (name == "lab") {
+    if (first >= argc) return;  // `gradflow lab` lists the labs
+    const lab::Lab* l = nullptr;
+    try {
+      l = &lab::find_lab(args[static_cast<size_t>(first)]);
+    } catch (const std::invalid_argument& e) {
+      throw app::UsageError(e.what());  // as cmd_lab reports it
+    }
+    f = app::lab_flags(*l, "runs/lab/" + l->name);
+    check = app::check_lab_flags;
+    ++first;
+  } else {
+    for (const app::CommandFlags& c : app::command_flags())
+      if (name == c.name) f = c.flags(), check = c.check;
+    if (!check) throw app::UsageError(fmt::format("unknown command '{}'", shown(name)));
+  }
+  if (!f.parse(argc - first, argv.data() + first)) return;  // --help
+  check(f);
+  // What --help shows for a parsed command line is text a terminal can print.
+  require(train::utf8::is_valid(f.help()), "commands: {}'s --help is not valid UTF-8", name);
+}
+
+// ---- a run folder's config.json through Translator::load: a small run folder (vocabularies and a
+// checkpoint of a tiny model) is written once; each input becomes its config.json. The loader
+// must refuse a config that does not describe the checkpoint's model, or whose model would not
+// fit, before building anything; one it loads must translate.
+struct TranslatorFixture {
+  std::string dir;
+  TranslatorFixture() {
+    char tmpl[] = "/tmp/gf_fuzz_translator_XXXXXX";
+    if (!::mkdtemp(tmpl)) throw Finding{"translator_config: cannot create the fixture folder"};
+    dir = tmpl;
+    train::RunConfig c = fixture_config();
+    std::vector<std::string> src{"<pad>", "<unk>", "<bos>", "<eos>", "a", "b", "c", "d"}, tgt{"<pad>", "<unk>", "<bos>", "<eos>", "x", "y", "z"};
+    const train::Vocab vs(src), vt(tgt);
+    vs.save(dir + "/vocab.src.txt");
+    vt.save(dir + "/vocab.tgt.txt");
+    const std::unique_ptr<train::TranslationModel> m = train::make_translation_model(c, vs, vt, 1);
+    save_safetensors(dir + "/best.safetensors", m->module().state_dict());
+  }
+  static train::RunConfig fixture_config() {
+    train::RunConfig c;
+    c.layer.d_model = 8;
+    c.layer.nhead = 2;
+    c.layer.dim_feedforward = 16;
+    c.layers = 1;
+    return c;
+  }
+};
+
+void run_translator_config(std::string_view input) {
+  static const TranslatorFixture fixture;
+  write_file_atomic(fixture.dir + "/config.json", std::string(input));
+  const train::Translator t = train::Translator::load(fixture.dir);
+  train::DecodeOptions o = t.default_decode_options();
+  o.max_extra = 4;
+  const std::vector<std::string> out = read_back("translator_config", [&] { return t.translate({"a b c"}, o); });
+  require(out.size() == 1, "translator_config: one sentence in, {} out", out.size());
+}
+
+// ---- SentencePiece model files (spm.model): Subwords::parse (Subwords::load reads the file into
+// it), then what loading a run does with one: its pieces as a vocabulary, checked against that
+// vocabulary, and a sentence split and joined.
+void run_subwords(std::string_view input) {
+  const train::Subwords s = train::Subwords::parse(std::string(input), "spm.model");
+  const train::Vocab v = s.vocab();
+  train::check_vocab_matches(v, s, "vocab.src.txt");
+  for (const char* text : {"Ein Mann fährt Fahrrad.", "제 친구는 책을 읽습니다.", "a"}) {
+    const train::Tokens pieces = s.encode(text);
+    for (const std::string& p : pieces)
+      require(v.id(p) != train::Vocab::kUnk || p == v.token(train::Vocab::kUnk), "subwords: piece '{}' of '{}' is not in the model's vocabulary",
+              shown(p), text);
+    (void)s.decode(pieces);
+  }
 }
 
 }  // namespace
@@ -187,6 +302,9 @@ const std::vector<Target>& targets() {
       {"parallel_text", "gf::train::parse_parallel_tsv, parse_parallel_texts (train/data/parallel_text.h)", run_parallel_text},
       {"utf8", "gf::train::utf8::*, gf::split_whitespace, gf::bleu_tokenize, gf::xml_escape", run_utf8},
       {"cli", "gf::app::Flags::parse with train_flags, train_options, train_config (app/train_args.h)", run_cli},
+      {"commands", "gf::app::parse_global_flags, then every command's flags and checks (app/command_flags.h)", run_commands},
+      {"translator_config", "gf::train::Translator::load of a run folder with this config.json (train/decode/translator.h)", run_translator_config},
+      {"subwords", "gf::train::Subwords::parse, vocab, check_vocab_matches (train/data/subwords.h)", run_subwords},
   };
   return list;
 }

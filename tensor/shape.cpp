@@ -18,8 +18,13 @@ std::string shape_str(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  bool empty = false;  // a zero dimension: no elements, however large the others
+  for (int64_t d : shape) {
+    GF_CHECK(d >= 0, "shape {} has a negative dimension", shape_str(shape));
+    empty = empty || d == 0;
+    if (!empty) GF_CHECK_AS(std::length_error, !__builtin_mul_overflow(n, d, &n), "shape {} has more than 2^63 elements", shape_str(shape));
+  }
+  return empty ? 0 : n;
 }
 
 Shape contiguous_strides(const Shape& shape) {

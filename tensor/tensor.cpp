@@ -16,7 +16,10 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Sh
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   for (int64_t d : shape)
     GF_CHECK(d >= 0, "Tensor::empty: negative size in {}", shape_str(shape));
-  auto st = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  int64_t bytes = 0;
+  GF_CHECK_AS(std::length_error, !__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes),
+              "Tensor::empty: {} of {} has more than 2^63 bytes", shape_str(shape), dtype_name(dtype));
+  auto st = std::make_shared<Storage>(static_cast<size_t>(bytes));
   return Tensor(std::move(st), 0, shape, contiguous_strides(shape), dtype);
 }
 

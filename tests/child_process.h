@@ -89,6 +89,16 @@ inline int wait_child(const Child& c, double seconds) {
   return status;
 }
 
+// Waits until `file` holds `text` (at most `seconds`).
+inline bool wait_for_text(const std::filesystem::path& file, const std::string& text, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (slurp(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 struct Ran {
   int status = 0;
   std::string out, err;

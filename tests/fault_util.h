@@ -23,6 +23,7 @@
 #include "tests/temp_dir.h"
 #include "train/decode/translator.h"
 #include "train/loop/checkpoint.h"
+#include "train/loop/run_lock.h"
 
 namespace gf::test {
 
@@ -32,6 +33,8 @@ using train::load_state;
 using train::Translator;
 
 inline std::string gradflow_binary() { return std::string(GRADFLOW_BINARY_DIR) + "/gradflow"; }
+// The same program with the test seam installed from GRADFLOW_TEST_* variables (tests/fault_seam.cpp).
+inline std::string faults_binary() { return std::string(GRADFLOW_BINARY_DIR) + "/gradflow_faults"; }
 
 // The fault tests' children: two minutes at most each.
 inline Child start(const std::string& binary, const std::vector<std::string>& args, const fs::path& logs, const ChildOptions& o = {}) {
@@ -66,10 +69,12 @@ struct Setup {
   }
 };
 
-// Every file of a folder, name -> bytes.
+// Every file of a folder, name -> bytes; not the lock file, which holds the pid of whichever run
+// last held the folder (train/loop/run_lock.h) and is no part of the run's output.
 inline std::map<std::string, std::string> snapshot(const fs::path& dir) {
   std::map<std::string, std::string> m;
-  for (const auto& e : fs::directory_iterator(dir)) m[e.path().filename().string()] = slurp(e.path());
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != train::RunFolderLock::kFileName) m[e.path().filename().string()] = slurp(e.path());
   return m;
 }
 

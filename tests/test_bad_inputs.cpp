@@ -15,12 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "app/commands.h"
 #include "autograd/ops/cross_entropy.h"
 #include "temp_dir.h"
 #include "autograd/ops/matmul.h"
 #include "nn/multihead_attention.h"
 #include "tensor/io/safetensors.h"
 #include "train/loop/trainer.h"
+#include <nlohmann/json.hpp>
 
 using namespace gf;
 namespace fs = std::filesystem;
@@ -102,14 +104,20 @@ const char* const kErrorsIntro = R"(# Errors: bad input, tried on purpose
 
 Every row below is what the command printed when `tests/test_bad_inputs.cpp` ran it on
 purpose-made bad input. CI runs that test and checks, for each row, a fragment of the message, the
-exit code (2: a usage error, fix the command; 1: bad data or files), that nothing crashed or hung,
-and that the good run folder the table breaks copies of is left unchanged (its checkpoint and
-state byte for byte). The file is that test's own output; regenerate it with
+exit code (2: a usage error, fix the command; 1: bad data or files), that the message is one line
+starting with the command (`gradflow train: ...`) and naming the flag, value or file (with its line)
+at fault, that nothing crashed or hung, that a refused run left no checkpoint in its `--out`, and
+that the good run folder the table breaks copies of is left unchanged (its checkpoint and state
+byte for byte). The file is that test's own output; regenerate it with
 
     GRADFLOW_ERRORS_MD=docs/errors.md ./build/tests/test_bad_inputs
 
 "good" is a small run folder the test trains; "missing", "extra", "misshaped", "wrongdtype",
-"truncated", "vocab", "badconfig" and "badstate" are copies of it with one thing broken. A float64
+"truncated", "vocab", "badconfig", "badstate" and "bigconfig" (d_model 100000 in its config.json)
+are copies of it with one thing broken. Sizes are checked before anything of that size is
+allocated: a model's weights, gradients, Adam state and activations are estimated from its shapes
+(`train/loop/memory_estimate.h`) against the memory available or `--max-memory`, and a checkpoint's
+header against its config.json. A float64
 checkpoint loads into a float32 model (converted, as PyTorch's `load_state_dict` does); integer
 weights do not. A line longer than the model's `--max-len` is not an error for `translate`: its
 head is translated and a warning names the line (tested separately). Subword runs' own errors
@@ -125,7 +133,26 @@ struct BadInput {
   std::string args;     // gradflow arguments, run in the scratch folder
   int exit_code;        // 2 usage, 1 data or file
   std::string message;  // a fragment of the message that must appear
+  std::string names;    // what the message must name: the flag, value, file or file:line at fault
 };
+
+// The command a row runs ("train", "translate", ...), or "" for a global flag or an unknown command.
+std::string command_of(const std::string& args) {
+  const std::string first = args.substr(0, args.find(' '));
+  for (const app::Command& c : app::commands())
+    if (first == c.name) return first;
+  return "";
+}
+
+// The folder a row's --out or --resume names, or "".
+std::string run_folder_of(const std::string& args) {
+  for (const char* flag : {"--out ", "--resume "})
+    if (const size_t at = args.find(flag); at != std::string::npos) {
+      const size_t begin = at + std::string(flag).size();
+      return args.substr(begin, args.find(' ', begin) - begin);
+    }
+  return "";
+}
 
 // Data files for the table, written once into the scratch folder.
 void write_fixtures(const Scratch& s) {
@@ -157,7 +184,7 @@ void write_fixtures(const Scratch& s) {
 
 }  // namespace
 
-TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero exit") {
+TEST_CASE("bad inputs: each a clear one-line message naming what and where, the right exit code, and no trace left") {
   Scratch s;
   write_fixtures(s);
   const fs::path good = trained_run(s);
@@ -174,76 +201,98 @@ TEST_CASE("30+ bad inputs: a clear message naming what and where, and a non-zero
   s.write("badconfig/config.json", "{ \"d_model\": ");
   fs::copy(good, s.path / "badstate", fs::copy_options::recursive);
   s.write("badstate/state.json", "{\"step\": 3}");
+  fs::copy(good, s.path / "bigconfig", fs::copy_options::recursive);
+  nlohmann::json big = nlohmann::json::parse(slurp(s.path / "bigconfig" / "config.json"));
+  big["layer"]["d_model"] = 100000;
+  big["layer"]["nhead"] = 2;
+  s.write("bigconfig/config.json", big.dump(1));
+  s.write("in.txt", "i read a book .\n");
 
   const std::vector<BadInput> table = {
       // ---- command line
-      {"--beam 0", "translate --model good --beam 0", 2, "--beam must be at least 1, got 0"},
-      {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be at least 1, got -3"},
-      {"an unknown --beam-stop", "translate --model good --beam 2 --beam-stop never", 2, "--beam-stop must be heuristic or exact, got 'never'"},
-      {"--batch-size 0", "translate --model good --batch-size 0", 2, "--batch-size must be at least 1"},
-      {"a negative learning rate", "train --lr -1", 2, "--lr must be positive, got -1"},
-      {"a learning rate that is not a number", "train --lr fast", 2, "--lr expects a number, got 'fast'"},
-      {"--max-tokens 0", "train --max-tokens 0", 2, "--max-tokens must be positive"},
-      {"dropout above 1", "train --dropout 1.5", 2, "dropout must be in [0, 1), got 1.5"},
-      {"a width the heads do not divide", "train --d-model 30 --heads 4", 2, "d_model 30 is not divisible by nhead 4"},
-      {"kv heads that do not divide the heads", "train --kv-heads 3", 2, "kv_heads must divide nhead 4"},
-      {"an integer flag given a word", "train --epochs two", 2, "--epochs expects an integer, got 'two'"},
-      {"a negative time budget", "train --minutes -5", 2, "cannot be negative"},
-      {"an absurd --max-len", "train --max-len 100000", 2, "--max-len must be at most 510"},
-      {"label smoothing of 1", "train --label-smoothing 1", 2, "--label-smoothing must be in [0, 1)"},
-      {"--warmup 0", "train --warmup 0", 2, "--warmup must be at least 1"},
-      {"--log-every 0", "train --log-every 0", 2, "--log-every must be at least 1, got 0"},  // was a SIGFPE in the trainer
-      {"a negative --subwords", "train --subwords -1", 2, "--subwords cannot be negative"},
-      {"an unknown subword model type", "train --subwords 100 --subword-type word", 2, "--subword-type must be unigram or bpe"},
-      {"an unknown flag", "train --frobnicate", 2, "unknown flag --frobnicate"},
-      {"an unknown command", "frobnicate", 2, "unknown command 'frobnicate'"},
-      {"an output folder that is a file", "train --out afile", 2, "--out 'afile' is a file, not a folder"},
-      {"an output folder that holds a run", "train --out good", 2, "'good' already holds a run; use --resume good"},
-      {"--resume of a file", "train --resume afile", 2, "--resume 'afile' is not a run folder"},
-      {"an unknown BLEU tokeniser", "eval --model good --tokenize intl", 2, "--tokenize must be 13a or none, got 'intl'"},
-      {"average without kept epochs", "average --model good", 2, "keeps no epoch-NNNN.safetensors"},
+      {"--beam 0", "translate --model good --beam 0", 2, "--beam must be at least 1, got 0", "--beam"},
+      {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be at least 1, got -3", "--beam"},
+      {"an unknown --beam-stop", "translate --model good --beam 2 --beam-stop never", 2, "--beam-stop must be heuristic or exact, got 'never'", "--beam-stop"},
+      {"--batch-size 0", "translate --model good --batch-size 0", 2, "--batch-size must be at least 1", "--batch-size"},
+      {"a negative learning rate", "train --lr -1", 2, "--lr must be positive, got -1", "--lr"},
+      {"a learning rate that is not a number", "train --lr fast", 2, "--lr expects a number, got 'fast'", "'fast'"},
+      {"--max-tokens 0", "train --max-tokens 0", 2, "--max-tokens must be positive", "--max-tokens"},
+      {"dropout above 1", "train --dropout 1.5", 2, "dropout must be in [0, 1), got 1.5", "1.5"},
+      {"a width the heads do not divide", "train --d-model 30 --heads 4", 2, "d_model 30 is not divisible by nhead 4", "d_model 30"},
+      {"kv heads that do not divide the heads", "train --kv-heads 3", 2, "kv_heads must divide nhead 4", "kv_heads"},
+      {"an integer flag given a word", "train --epochs two", 2, "--epochs expects an integer, got 'two'", "--epochs"},
+      {"a negative time budget", "train --minutes -5", 2, "cannot be negative", "--minutes"},
+      {"an absurd --max-len", "train --max-len 100000", 2, "--max-len must be at most 510", "--max-len"},
+      {"label smoothing of 1", "train --label-smoothing 1", 2, "--label-smoothing must be in [0, 1)", "--label-smoothing"},
+      {"--warmup 0", "train --warmup 0", 2, "--warmup must be at least 1", "--warmup"},
+      {"--log-every 0", "train --log-every 0", 2, "--log-every must be at least 1, got 0", "--log-every"},  // was a SIGFPE in the trainer
+      {"a negative --subwords", "train --subwords -1", 2, "--subwords cannot be negative", "--subwords"},
+      {"an unknown subword model type", "train --subwords 100 --subword-type word", 2, "--subword-type must be unigram or bpe", "--subword-type"},
+      {"an unknown flag", "train --frobnicate", 2, "unknown flag --frobnicate", "--frobnicate"},
+      {"an unknown command", "frobnicate", 2, "unknown command 'frobnicate'", "'frobnicate'"},
+      {"an output folder that is a file", "train --out afile", 2, "--out 'afile' is a file, not a folder", "'afile'"},
+      {"an output folder that holds a run", "train --out good", 2, "'good' already holds a run; use --resume good", "'good'"},
+      {"--resume of a file", "train --resume afile", 2, "--resume 'afile' is not a run folder", "'afile'"},
+      {"an unknown BLEU tokeniser", "eval --model good --tokenize intl", 2, "--tokenize must be 13a or none, got 'intl'", "--tokenize"},
+      {"average without kept epochs", "average --model good", 2, "keeps no epoch-NNNN.safetensors", "'good'"},
       // ---- data files
-      {"an empty corpus", "train --data empty --out r1", 1, "the training split (empty/train.de) is empty"},
-      {"a source side with only empty lines", "train --data emptysrc --out r2", 1, "2 pairs with an empty side were skipped"},
-      {"files of different line counts", "train --data lines --out r3", 1, "'lines/train.de' has 2 lines but 'lines/train.en' has 1 lines"},
-      {"invalid UTF-8", "train --data utf --out r4", 1, "utf/train.de:2: invalid UTF-8 at byte 1 (0xff)"},
-      {"binary garbage as text", "train --data bin --out r5", 1, "bin/train.de:1: invalid UTF-8"},
-      {"a TSV line without a tab", "train --data notab.tsv --out r6", 1, "notab.tsv:1: no tab between source and target"},
-      {"a TSV line with two tabs", "train --data twotabs.tsv --out r7", 1, "twotabs.tsv:1: more than one tab"},
-      {"a data folder that does not exist", "train --data nowhere --out r8", 1, "--data 'nowhere' does not exist"},
-      {"a data folder without a validation split", "train --data noval --out r9", 1, "has no validation split"},
-      {"invalid UTF-8 to translate", "translate --model good --input bad_utf8.txt", 1, "bad_utf8.txt:1: invalid UTF-8 at byte 7 (0xc3)"},
-      {"BLEU of files with different line counts", "bleu hyp.txt ref3.txt", 1, "hyp.txt has 2 lines but ref3.txt has 3"},
+      {"an empty corpus", "train --data empty --out r1", 1, "the training split (empty/train.de) is empty", "empty/train.de"},
+      {"a source side with only empty lines", "train --data emptysrc --out r2", 1, "2 pairs with an empty side were skipped", "emptysrc/train.de"},
+      {"files of different line counts", "train --data lines --out r3", 1, "'lines/train.de' has 2 lines but 'lines/train.en' has 1 lines", "'lines/train.de'"},
+      {"invalid UTF-8", "train --data utf --out r4", 1, "utf/train.de:2: invalid UTF-8 at byte 1 (0xff)", "utf/train.de:2"},
+      {"binary garbage as text", "train --data bin --out r5", 1, "bin/train.de:1: invalid UTF-8", "bin/train.de:1"},
+      {"a TSV line without a tab", "train --data notab.tsv --out r6", 1, "notab.tsv:1: no tab between source and target", "notab.tsv:1"},
+      {"a TSV line with two tabs", "train --data twotabs.tsv --out r7", 1, "twotabs.tsv:1: more than one tab", "twotabs.tsv:1"},
+      {"a data folder that does not exist", "train --data nowhere --out r8", 1, "--data 'nowhere' does not exist", "'nowhere'"},
+      {"a data folder without a validation split", "train --data noval --out r9", 1, "has no validation split", "'noval'"},
+      {"invalid UTF-8 to translate", "translate --model good --input bad_utf8.txt", 1, "bad_utf8.txt:1: invalid UTF-8 at byte 7 (0xc3)", "bad_utf8.txt:1"},
+      {"BLEU of files with different line counts", "bleu hyp.txt ref3.txt", 1, "hyp.txt has 2 lines but ref3.txt has 3", "hyp.txt"},
       // ---- checkpoints and run folders
-      {"a model that does not exist", "translate --model nowhere", 1, "--model 'nowhere' does not exist"},
-      {"a checkpoint missing a tensor", "translate --model missing", 1, "missing key '" + kNorm + "'"},
-      {"a checkpoint with an extra tensor", "translate --model extra", 1, "unexpected key 'extra.weight'"},
-      {"a mis-shaped tensor", "translate --model misshaped", 1, "'" + kNorm + "' has shape (16,) in the checkpoint but (32,) in the model"},
-      {"a tensor of the wrong dtype", "translate --model wrongdtype", 1, "'" + kNorm + "' is int64 in the checkpoint but float32 in the model"},
-      {"a truncated checkpoint", "translate --model truncated", 1, "truncated/best.safetensors"},
-      {"a vocabulary that does not match the checkpoint", "translate --model vocab", 1, "vocab/best.safetensors' does not fit the model"},
-      {"a malformed config.json", "translate --model badconfig", 1, "badconfig/config.json: malformed run config"},
-      {"a malformed state.json", "train --resume badstate --steps 1", 1, "badstate/state.json: malformed run state"},
+      {"a model that does not exist", "translate --model nowhere", 1, "--model 'nowhere' does not exist", "'nowhere'"},
+      {"a checkpoint missing a tensor", "translate --model missing", 1, "missing key '" + kNorm + "'", "missing/best.safetensors"},
+      {"a checkpoint with an extra tensor", "translate --model extra", 1, "unexpected key 'extra.weight'", "extra/best.safetensors"},
+      {"a mis-shaped tensor", "translate --model misshaped", 1, "'" + kNorm + "' has shape (16,) in the checkpoint but (32,) in the model", "misshaped/best.safetensors"},
+      {"a tensor of the wrong dtype", "translate --model wrongdtype", 1, "'" + kNorm + "' is int64 in the checkpoint but float32 in the model", "wrongdtype/best.safetensors"},
+      {"a truncated checkpoint", "translate --model truncated", 1, "truncated/best.safetensors", "truncated/best.safetensors"},
+      {"a vocabulary that does not match the checkpoint", "translate --model vocab", 1, "vocab/best.safetensors' does not fit the model", "vocab/best.safetensors"},
+      {"a malformed config.json", "translate --model badconfig", 1, "badconfig/config.json: malformed run config", "badconfig/config.json"},
+      {"a malformed state.json", "train --resume badstate --steps 1", 1, "badstate/state.json: malformed run state", "badstate/state.json"},
+      // ---- sizes: refused before anything of that size is allocated
+      {"a model too large for the memory", "train --d-model 200000 --out r10", 1, "the model needs", "--d-model 200000"},
+      {"a model over --max-memory", "train --max-memory 1M --out r11", 1, "--max-memory allows 1.0 MiB", "--max-memory"},
+      {"a malformed --max-memory", "train --max-memory lots", 2, "a memory size must be a positive number", "'lots'"},
+      {"a config.json far larger than its checkpoint", "translate --model bigconfig --input in.txt", 1, "and that config (d_model 100000",
+       "bigconfig/config.json"},
+      {"--threads that is not a number", "--threads 3x train", 2, "--threads expects a positive integer, got '3x'", "'3x'"},
+      // ---- stdin
+      {"translate with nothing on stdin", "translate --model good", 2, "no input on stdin (it was empty)", "stdin"},
   };
-  CHECK(table.size() >= 30);
   std::string doc;  // docs/errors.md's table, from these very runs
   for (const BadInput& b : table) {
     CAPTURE(b.what);
     CAPTURE(b.args);
+    const std::string folder = run_folder_of(b.args);
+    const std::string state_before = folder.empty() ? "" : slurp(s.path / folder / "state.json");
     const Outcome r = gradflow(s.path, b.args);
     CAPTURE(r.out);
     CHECK(r.exit_code == b.exit_code);
+    const std::string line = message_line(r.out, b.message);
     CHECK(r.out.find(b.message) != std::string::npos);
+    // One line says it all: the program and command first, then what and where.
+    const std::string command = command_of(b.args);
+    CHECK(line.starts_with(command.empty() ? "gradflow:" : "gradflow " + command + ":"));
+    CHECK(line.find(b.names) != std::string::npos);
     CHECK(r.out.find("terminate called") == std::string::npos);
     CHECK(r.out.find("Segmentation") == std::string::npos);
-    doc += "| " + b.what + " | `gradflow " + b.args + "` | " + std::to_string(r.exit_code) + " | `` " + message_line(r.out, b.message) + " `` |\n";
+    // A refused run leaves no checkpoint behind: none in a new --out, the same one in a --resume.
+    if (!folder.empty()) CHECK(slurp(s.path / folder / "state.json") == state_before);
+    doc += "| " + b.what + " | `gradflow " + b.args + "` | " + std::to_string(r.exit_code) + " | `` " + line + " `` |\n";
   }
   // GRADFLOW_ERRORS_MD=docs/errors.md ./build/tests/test_bad_inputs rewrites docs/errors.md from these runs.
   if (const char* md = std::getenv("GRADFLOW_ERRORS_MD")) std::ofstream(md) << kErrorsIntro << doc;
   // Nothing above touched the good run, the one refused for --out included.
   CHECK(slurp(good / "best.safetensors") == good_best);
   CHECK(slurp(good / "state.json") == good_state);
-  for (const char* r : {"r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"}) CHECK_FALSE(fs::exists(s.path / r / "state.json"));
 }
 
 TEST_CASE("a 10,000-token line is translated from its head, with a warning naming the line") {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <string>
@@ -33,6 +34,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string gradflow_binary() { return std::string(GRADFLOW_BINARY_DIR) + "/gradflow"; }
+// The same program with the test seam installed from GRADFLOW_TEST_* variables (tests/fault_seam.cpp).
+std::string faults_binary() { return std::string(GRADFLOW_BINARY_DIR) + "/gradflow_faults"; }
 
 std::string mpirun() {
   const std::string path = GRADFLOW_MPIEXEC;
@@ -44,10 +47,17 @@ std::string mpirun() {
 
 // `mpirun -np N gradflow --threads 1 args...`: root is allowed (CI runs as root), more ranks than
 // cores too, and every rank may use every core (not bound to one).
-std::vector<std::string> under_mpirun(int n, const std::vector<std::string>& args) {
-  std::vector<std::string> a{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(n), gradflow_binary(),
-                             "--threads", "1"};
+std::vector<std::string> under_mpirun(int n, const std::vector<std::string>& args, const std::string& binary = gradflow_binary()) {
+  std::vector<std::string> a{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(n), binary, "--threads", "1"};
   a.insert(a.end(), args.begin(), args.end());
+  return a;
+}
+
+// Two processes of one job with different arguments (Open MPI's MPMD form: "-np 1 A : -np 1 B").
+std::vector<std::string> under_mpirun_each(const std::vector<std::string>& rank0, const std::vector<std::string>& rank1) {
+  std::vector<std::string> a = under_mpirun(1, rank0);
+  a.insert(a.end(), {":", "-np", "1", gradflow_binary(), "--threads", "1"});
+  a.insert(a.end(), rank1.begin(), rank1.end());
   return a;
 }
 
@@ -82,18 +92,50 @@ struct Setup {
   Ran one(const std::vector<std::string>& args, const std::string& log, const std::vector<std::string>& env = {}) {
     return run_child(gradflow_binary(), args, tmp.path / log, kTimeout, {.env = env});
   }
+  // With GRADFLOW_TEST_* variables in `env`, the processes are build/gradflow_faults.
   Ran two(const std::vector<std::string>& args, const std::string& log, const std::vector<std::string>& env = {}) {
-    return run_child(mpirun(), under_mpirun(2, args), tmp.path / log, kTimeout, {.env = mpi_env(env)});
+    return several(2, args, log, env);
+  }
+  Ran several(int n, const std::vector<std::string>& args, const std::string& log, const std::vector<std::string>& env = {}) {
+    return run_child(mpirun(), under_mpirun(n, args, env.empty() ? gradflow_binary() : faults_binary()), tmp.path / log, kTimeout,
+                     {.env = mpi_env(env)});
   }
 };
 
-// step -> loss from the progress lines ("epoch 1 batch 3/24 step 3 loss 6.1234 ...").
-std::map<int, double> step_losses(const std::string& log) {
-  std::map<int, double> m;
-  static const std::regex line(R"(step (\d+) loss ([0-9.]+))");
+// Float32 sums in another order (each process sums its part, then the parts are added) differ in
+// the last bits; over 30 steps the weights measured 1.4e-6 apart at most.
+constexpr double kLossTolerance = 1.5e-4;  // the progress lines print 4 decimals
+constexpr double kWeightTolerance = 2e-5;
+constexpr double kNormTolerance = 1e-4;    // relative; printed with 6 significant digits
+
+// step -> (loss, gradient norm before clipping) from the progress lines ("epoch 1 batch 3/24
+// step 3 loss 6.1234 grad norm 1.06735 lr ...").
+struct StepLog {
+  double loss, grad_norm;
+};
+std::map<int, StepLog> step_logs(const std::string& log) {
+  std::map<int, StepLog> m;
+  static const std::regex line(R"(step (\d+) loss ([0-9.]+) grad norm ([0-9.e+-]+))");
   for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator(); ++it)
-    m[std::stoi((*it)[1])] = std::stod((*it)[2]);
+    m[std::stoi((*it)[1])] = {std::stod((*it)[2]), std::stod((*it)[3])};
   return m;
+}
+
+// Every step of two runs: the same losses and gradient norms. The norm is taken before clipping,
+// after the sum across processes: gradients averaged instead of summed would halve it with 2
+// processes, which the loss and (through clipping and Adam's normalisation) the weights would hide.
+void check_same_steps(const std::string& one, const std::string& several, size_t steps) {
+  const std::map<int, StepLog> a = step_logs(one), b = step_logs(several);
+  REQUIRE(a.size() == steps);
+  REQUIRE(b.size() == steps);
+  double worst_norm = 0;
+  for (const auto& [step, s] : a) {
+    CAPTURE(step);
+    CHECK(std::abs(s.loss - b.at(step).loss) <= kLossTolerance);
+    worst_norm = std::max(worst_norm, std::abs(s.grad_norm - b.at(step).grad_norm) / s.grad_norm);
+  }
+  MESSAGE("largest relative difference of a step's gradient norm: ", worst_norm);
+  CHECK(worst_norm <= kNormTolerance);
 }
 
 // The largest |a - b| over the latest checkpoint's weights of two run folders, but for the key
@@ -119,15 +161,10 @@ double weight_difference(const fs::path& a, const fs::path& b) {
   return worst;
 }
 
-// Float32 sums in another order (each process sums its part, then the parts are added) differ in
-// the last bits; over 30 steps the weights measured 1.4e-6 apart at most.
-constexpr double kLossTolerance = 1.5e-4;  // the progress lines print 4 decimals
-constexpr double kWeightTolerance = 2e-5;
-
 // The pids of the gradflow processes mpirun started (its children running build/gradflow; their
 // name may be "exe" after gradflow re-executed itself for another OpenBLAS kernel).
 std::vector<pid_t> ranks_of(pid_t launcher) {
-  const fs::path binary = fs::canonical(gradflow_binary());
+  const fs::path binary = fs::canonical(gradflow_binary());  // the tests below that look for ranks run build/gradflow
   std::vector<pid_t> pids;
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
@@ -148,16 +185,6 @@ bool gone_within(pid_t pid, double seconds) {
     const std::string stat = slurp(fs::path("/proc") / std::to_string(pid) / "stat");
     const size_t close = stat.rfind(')');
     if (close == std::string::npos || stat[close + 2] == 'Z') return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
-// Waits until `file` holds `text` (at most `seconds`).
-bool wait_for_text(const fs::path& file, const std::string& text, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (slurp(file).find(text) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
@@ -221,14 +248,8 @@ TEST_CASE("two processes train as one does on the same global batches, and check
   CHECK(two.out.find("4 bucket(s), 0.2 MB") != std::string::npos);  // and its share of the step time
   CHECK(std::count(two.out.begin(), two.out.end(), '\n') == std::count(ref.out.begin(), ref.out.end(), '\n') + 1);  // rank 0 alone logs
 
-  {  // the loss of every step and the final weights
-    const std::map<int, double> a = step_losses(ref.err), b = step_losses(two.err);
-    REQUIRE(a.size() == kSteps);
-    REQUIRE(b.size() == kSteps);
-    for (const auto& [step, loss] : a) {
-      CAPTURE(step);
-      CHECK(std::abs(loss - b.at(step)) <= kLossTolerance);
-    }
+  {  // the loss and gradient norm of every step, and the final weights
+    check_same_steps(ref.err, two.err, kSteps);
     const double d = weight_difference(s.tmp.path / "one", s.tmp.path / "two");
     MESSAGE("largest weight difference after ", kSteps, " steps, 1 vs 2 processes: ", d);
     CHECK(d <= kWeightTolerance);
@@ -248,6 +269,93 @@ TEST_CASE("two processes train as one does on the same global batches, and check
     const double d = weight_difference(s.tmp.path / "one", moved);
     MESSAGE("largest weight difference, 2 -> 1 -> 2 processes vs 1 throughout: ", d);
     CHECK(d <= kWeightTolerance);
+  }
+}
+
+TEST_CASE("the replica check: a NaN in one rank's weights is found, rank 0's are sent, and training goes on unchanged") {
+  Setup s;
+  constexpr int kSteps = 30;  // past epoch 1's end, where the check runs
+  const std::vector<std::string> buckets{"GRADFLOW_TEST_BUCKET_BYTES=65536"};
+  Ran plain = s.two(s.train_args(s.tmp.path / "plain", 512, kSteps), "plain", buckets);
+  REQUIRE(plain.exit_code() == 0);
+  CHECK(plain.err.find("weights or optimizer state differ") == std::string::npos);
+  // Just before epoch 1's check, rank 1's first weight becomes NaN (build/gradflow_faults). Rank 1
+  // alone sees a NaN digest; every rank must still take the same branch (none waits alone in a
+  // broadcast), and rank 0's weights replace rank 1's before anything else uses them.
+  std::vector<std::string> env = buckets;
+  env.insert(env.end(), {"GRADFLOW_TEST_NAN_WEIGHTS_AT_EPOCH=1", "GRADFLOW_TEST_RANK=1"});
+  Ran hit = s.two(s.train_args(s.tmp.path / "hit", 512, kSteps), "hit", env);
+  INFO(hit.err);
+  REQUIRE(hit.exit_code() == 0);
+  CHECK(hit.err.find("warning: the processes' weights or optimizer state differ after step") != std::string::npos);
+  CHECK(hit.err.find("(rank 1 from rank 0's); rank 0's were sent to all") != std::string::npos);
+  check_same_steps(plain.err, hit.err, kSteps);
+  const double d = weight_difference(s.tmp.path / "plain", s.tmp.path / "hit");
+  MESSAGE("largest weight difference after the repaired replica: ", d);
+  CHECK(d == 0);  // the same run, bit for bit
+}
+
+TEST_CASE("three processes where some batches have fewer rows than processes train as one does") {
+  Setup s;
+  // Ten pairs of 60-token sentences beside the short ones: at --max-tokens 100 per process (300 in
+  // all) a batch of them holds 2 rows (each row 60 + 62 padded tokens), so rank 2 gets none.
+  std::string en, ko;
+  for (int i = 0; i < 12; ++i) en += "i read a book . ", ko += "저 는 책 을 읽습니다 ";
+  std::string long_en, long_ko;
+  for (int i = 0; i < 10; ++i) long_en += en + "\n", long_ko += ko + "\n";
+  for (const char* split : {"train"}) {
+    std::ofstream(s.data / fmt::format("{}.en", split), std::ios::app) << long_en;
+    std::ofstream(s.data / fmt::format("{}.ko", split), std::ios::app) << long_ko;
+  }
+  // One whole epoch, so that every batch, the long ones included, is a step of both runs.
+  auto epoch = [&](const fs::path& out, int max_tokens) {
+    std::vector<std::string> a = s.train_args(out, max_tokens, 100000);
+    a.insert(a.end(), {"--epochs", "1"});
+    return a;
+  };
+  Ran one = s.one(epoch(s.tmp.path / "one", 300), "one");
+  INFO(one.err);
+  REQUIRE(one.exit_code() == 0);
+  Ran three = s.several(3, epoch(s.tmp.path / "three", 100), "three");
+  INFO(three.out, three.err);
+  REQUIRE(three.exit_code() == 0);
+  std::smatch m;
+  const std::string out = three.out;
+  REQUIRE(std::regex_search(out, m, std::regex(R"(\((\d+) batches of <= 300 tokens, each split over 3 processes \(train/distributed/batch_split.h\); (\d+) of them have fewer rows than processes)")));
+  CHECK(std::stoi(m[2]) >= 5);  // the long pairs' batches
+  check_same_steps(one.err, three.err, std::stoul(m[1]));
+  const double d = weight_difference(s.tmp.path / "one", s.tmp.path / "three");
+  MESSAGE("largest weight difference, 1 vs 3 processes: ", d);
+  CHECK(d <= kWeightTolerance);
+}
+
+TEST_CASE("processes that built different runs stop together, naming the rank and what differs") {
+  Setup s;
+  const fs::path other = s.tmp.path / "other-data";
+  Ran corpus = run_child(gradflow_binary(), {"corpus", "--size", "1200", "--seed", "2", "--out", other.string()}, s.tmp.path / "corpus2", kTimeout);
+  REQUIRE(corpus.exit_code() == 0);
+  {  // other data on rank 1: its vocabularies, pairs and plan all differ
+    std::vector<std::string> a = s.train_args(s.tmp.path / "vocab", 512, 10), b = a;
+    b[2] = other.string();  // --data
+    Ran r = run_child(mpirun(), under_mpirun_each(a, b), s.tmp.path / "vocab", kTimeout, {.env = mpi_env({})});
+    INFO(r.err);
+    CHECK(r.exit_code() == 1);
+    CHECK(r.err.find("the 2 processes did not build the same run") != std::string::npos);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its source vocabulary (") != std::string::npos);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its target vocabulary (") != std::string::npos);
+    CHECK(r.err.find("no process has trained") != std::string::npos);
+    CHECK(r.err.find("MPI_ABORT") == std::string::npos);  // an agreed stop, not an abort
+    CHECK(r.err.find("step 1 ") == std::string::npos);
+  }
+  {  // another --max-len on rank 1: the same vocabularies, another batch plan
+    std::vector<std::string> a = s.train_args(s.tmp.path / "plan", 512, 10), b = a;
+    b.insert(b.end(), {"--max-len", "8"});
+    Ran r = run_child(mpirun(), under_mpirun_each(a, b), s.tmp.path / "plan", kTimeout, {.env = mpi_env({})});
+    INFO(r.err);
+    CHECK(r.exit_code() == 1);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its batch plan (") != std::string::npos);
+    CHECK(r.err.find("rank 1 differs from rank 0 in its run config (config.json)") != std::string::npos);
+    CHECK(r.err.find("vocabulary") == std::string::npos);
   }
 }
 

@@ -1,11 +1,14 @@
-// A real full disk: a tmpfs too small for the second epoch's files. Mounting needs root with
-// CAP_SYS_ADMIN; where that is refused the program exits 77, which CTest reports as skipped (not
-// passed). tests/test_faults.cpp gives the same failed write everywhere through the file-size limit.
+// A full disk at every kind of file a run writes, on every machine: build/gradflow_faults
+// (tests/fault_seam.cpp) makes the file writer fail with ENOSPC once a given number of bytes went
+// to files, in the middle of whichever file that byte falls in, as write(2) fails on a full file
+// system. Each time the run stops with exit 1 and "No space left on device", naming the file; the
+// folder is as it was (nothing replaced, no temporary file left); and once there is room again
+// (the same command without the fault) --resume continues. tests/test_full_disk_tmpfs.cpp does
+// the same on a real, small tmpfs where the machine allows mounting one.
 #include <doctest/doctest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
+#include <string>
 
 #include "tests/fault_util.h"
 
@@ -14,50 +17,60 @@ using namespace gf::train;
 using namespace gf::test;
 namespace fs = std::filesystem;
 
-namespace {
-
-bool can_mount_tmpfs() {
-  TempDir probe("gf_mount_probe");
-  if (std::system(("mount -t tmpfs -o size=64k tmpfs " + probe.path.string() + " 2>/dev/null").c_str()) != 0) return false;
-  return std::system(("umount " + probe.path.string()).c_str()) == 0;
+TEST_CASE("no space left on device while writing each kind of file: named, nothing lost, resumable") {
+  Setup s;
+  const fs::path ref = s.trained("reference", 2);
+  const RunState rs = load_state(ref.string());
+  const long long model = static_cast<long long>(fs::file_size(ref / rs.model_file));
+  const long long optim = static_cast<long long>(fs::file_size(ref / rs.optim_file));
+  // A resumed run's writes in order: the write check (0 bytes), then epoch 2's best.safetensors,
+  // model, optimizer, state.prev.json, state.json, loss.svg. The offsets fall inside each.
+  struct Point {
+    const char* file;
+    long long at;
+  };
+  const Point points[] = {{"best.safetensors", model / 2},
+                          {"model-", model + model / 2},
+                          {"optim-", 2 * model + optim / 2},
+                          {"state", 2 * model + optim + 10}};
+  for (const Point& p : points) {
+    CAPTURE(p.file);
+    const fs::path out = s.tmp.path / fmt::format("full-{}", p.at);
+    fs::copy(s.tmp.path / "reference", out, fs::copy_options::recursive);
+    fs::remove(out / "state.json");  // back to the epoch-1 checkpoint, which state.prev.json names
+    fs::rename(out / "state.prev.json", out / "state.json");
+    const auto before = snapshot(out);
+    Ran r = run(faults_binary(), Setup::resume_args(out, 2), s.tmp.path / "full", {{fmt::format("GRADFLOW_TEST_ENOSPC_AFTER_BYTES={}", p.at)}});
+    INFO(r.err);
+    CHECK(r.exit_code() == 1);
+    CHECK(r.err.find("No space left on device") != std::string::npos);
+    CHECK(r.err.find(out.string() + "/" + p.file) != std::string::npos);  // names the file it was writing
+    CHECK(r.err.find("terminate called") == std::string::npos);
+    const auto after = snapshot(out);
+    if (std::string(p.file) == "state") {
+      // The checkpoint's own files were complete: state.json still names the old checkpoint (or,
+      // once written, the new one), and whichever it names loads.
+      CHECK(temp_files(out) == 0);
+    } else {
+      CHECK(after == before);  // nothing replaced, no temporary file left
+    }
+    check_loadable(out);
+    Ran again = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "full-again");
+    INFO(again.err);
+    CHECK(again.exit_code() == 0);
+    CHECK(load_state(out.string()).epoch == 3);
+  }
 }
 
-}  // namespace
-
-TEST_CASE("a full tmpfs: No space left on device, nothing lost, resume after space is freed") {
-  if (!can_mount_tmpfs()) {
-    std::fprintf(stderr, "skipped: this machine does not allow mounting a tmpfs (needs root with CAP_SYS_ADMIN)\n");
-    std::exit(77);
-  }
+TEST_CASE("no space for a new run's first files: refused before training, naming the file") {
   Setup s;
-  const fs::path mnt = s.tmp.path / "small-disk";
-  fs::create_directories(mnt);
-  const fs::path ref = s.trained("size-reference", 1);
-  const RunState rs = load_state(ref.string());
-  // Room for one epoch's files (best, model, optimizer, small files) but not the next best's copy.
-  const uintmax_t room = 2 * fs::file_size(ref / rs.model_file) + fs::file_size(ref / rs.optim_file) + 64 * 1024;
-  const std::string mount = fmt::format("mount -t tmpfs -o size={} tmpfs {} 2>/dev/null", room, mnt.string());
-  REQUIRE(std::system(mount.c_str()) == 0);
-  struct Unmount {
-    fs::path at;
-    ~Unmount() { [[maybe_unused]] int rc = std::system(("umount " + at.string()).c_str()); }
-  } unmount{mnt};
-  const fs::path out = mnt / "run";
-  Ran first = run(gradflow_binary(), s.train_args(out, 1), s.tmp.path / "disk-1");
-  INFO(first.err);
-  REQUIRE(first.exit_code() == 0);
-  const auto before = snapshot(out);
-  Ran r = run(gradflow_binary(), Setup::resume_args(out, 3), s.tmp.path / "disk-2");
+  const fs::path out = s.tmp.path / "new";
+  Ran r = run(faults_binary(), s.train_args(out, 1), s.tmp.path / "new", {{"GRADFLOW_TEST_ENOSPC_AFTER_BYTES=100"}});
   INFO(r.err);
   CHECK(r.exit_code() == 1);
   CHECK(r.err.find("No space left on device") != std::string::npos);
-  CHECK(r.err.find(out.string() + "/") != std::string::npos);
-  CHECK(snapshot(out) == before);
-  check_loadable(out);
-  const std::string grow = fmt::format("mount -o remount,size={} {}", 4 * room, mnt.string());
-  REQUIRE(std::system(grow.c_str()) == 0);
-  Ran again = run(gradflow_binary(), Setup::resume_args(out, 3), s.tmp.path / "disk-3");
-  CHECK(again.exit_code() == 0);
-  CHECK(load_state(out.string()).epoch == 4);
+  CHECK(r.err.find(out.string() + "/vocab.src.txt") != std::string::npos);  // the first file past 100 bytes
+  CHECK(r.out.find("epoch 1 done") == std::string::npos);
+  CHECK(!fs::exists(out / "state.json"));
+  CHECK(temp_files(out) == 0);
 }
-

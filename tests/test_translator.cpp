@@ -91,7 +91,8 @@ TEST_CASE("resuming gives the same losses as an uninterrupted run with the same 
 TEST_CASE("a run killed while writing a checkpoint leaves the last good one loadable and resumable") {
   fs::path dir = fresh_dir("killed");
   // The built-in corpus (24,000 pairs) at 1024 tokens a batch; the second save (end of epoch 2)
-  // dies after its weights are written and before state.json names them. The short budget trains
+  // dies after epoch 2's best.safetensors and before its checkpoint files (build/gradflow_faults,
+  // tests/fault_seam.cpp). The short budget trains
   // on a 3000-pair copy of it written by `gradflow corpus`: the same epochs, an eighth of the steps.
   std::string data;
   if (test::short_budget()) {
@@ -99,7 +100,7 @@ TEST_CASE("a run killed while writing a checkpoint leaves the last good one load
     REQUIRE(std::system((gradflow() + " corpus --size 3000 --out " + corpus.string() + " > /dev/null 2>&1").c_str()) == 0);
     data = " --data " + corpus.string() + " --src en --tgt ko";
   }
-  std::string cmd = "GRADFLOW_TEST_KILL_IN_SAVE=2 " + gradflow() + " train --quiet --out " + dir.string() + data +
+  std::string cmd = "GRADFLOW_TEST_KILL_IN_SAVE=2 " + std::string(GRADFLOW_BINARY_DIR) + "/gradflow_faults train --quiet --out " + dir.string() + data +
                     " --d-model 32 --heads 2 --layers 1 --ff 64 --max-tokens 1024 --epochs 3 --samples 0 > /dev/null 2>&1";
   int status = std::system(cmd.c_str());
   // Killed by the planned SIGKILL (directly, or as the shell's 128 + 9), not by any failure: a

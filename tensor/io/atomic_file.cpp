@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <algorithm>
@@ -72,37 +71,27 @@ class TempFile {
   bool committed_ = false;
 };
 
-// For the crash tests: GRADFLOW_TEST_KILL_AFTER_BYTES=K kills the process with SIGKILL once it has
-// written K bytes through this file's writers, in the middle of whatever file that byte falls in.
-// Returns how many of the next n bytes may still be written (n when the hook is off).
-size_t bytes_before_kill(size_t n) {
-  static const long long limit = [] {
-    const char* k = std::getenv("GRADFLOW_TEST_KILL_AFTER_BYTES");
-    return k ? std::atoll(k) : -1LL;
-  }();
-  static std::atomic<long long> written{0};
-  if (limit < 0) return n;
-  const long long before = written.fetch_add(static_cast<long long>(n));
-  if (before + static_cast<long long>(n) <= limit) return n;
-  return static_cast<size_t>(std::max(0LL, limit - before));
-}
+std::atomic<WriteFaults*> g_write_faults{nullptr};
 
-// write(2) may write less than asked or be interrupted; loop until everything is out.
+// write(2) may write less than asked or be interrupted; loop until everything is out. A test's
+// WriteFaults may cut the write short: a kill leaves the partial file a real crash leaves, and
+// ENOSPC fails as a full disk does, after the bytes that still fitted.
 void write_all(int fd, const char* p, size_t n, const std::string& target, const std::string& tmp) {
-  const size_t allowed = bytes_before_kill(n);
-  if (allowed < n) {
-    [[maybe_unused]] const ssize_t w = ::write(fd, p, allowed);  // the partial file a real crash leaves
-    std::raise(SIGKILL);
-  }
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
+  WriteFaults::Verdict v{n, WriteFaults::Then::Write};
+  if (WriteFaults* faults = g_write_faults.load()) v = faults->before_write(n);
+  const bool cut = v.then != WriteFaults::Then::Write;
+  size_t left = cut ? std::min(v.allowed, n) : n;
+  while (left > 0) {
+    ssize_t w = ::write(fd, p, left);
     if (w < 0) {
       if (errno == EINTR) continue;
       fail(target, errno, "cannot write temporary file '{}'", tmp);
     }
     p += w;
-    n -= static_cast<size_t>(w);
+    left -= static_cast<size_t>(w);
   }
+  if (v.then == WriteFaults::Then::Kill) std::raise(SIGKILL);
+  if (v.then == WriteFaults::Then::NoSpace) fail(target, ENOSPC, "cannot write temporary file '{}'", tmp);
 }
 
 void fsync_directory(const std::string& target) {
@@ -154,6 +143,8 @@ void write_file_atomic_with(const std::string& path, const std::function<void(co
   tmp.committed();
   fsync_directory(path);
 }
+
+void set_write_faults(WriteFaults* faults) { g_write_faults.store(faults); }
 
 size_t remove_abandoned_temp_files(const std::string& dir) {
   namespace fs = std::filesystem;

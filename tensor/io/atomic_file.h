@@ -25,6 +25,23 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // is removed, the old file stays as it was, and the exception propagates unchanged.
 void write_file_atomic_with(const std::string& path, const std::function<void(const ByteSink& sink)>& produce);
 
+// Where a test makes the writers above fail on purpose (a kill mid-file, a full disk). The shipped
+// program installs nothing, so every write goes through; tests install one through the training
+// run's test seam (train/loop/test_seam.h), which is the only implementation.
+class WriteFaults {
+ public:
+  virtual ~WriteFaults() = default;
+  enum class Then { Write, Kill, NoSpace };
+  struct Verdict {
+    size_t allowed;  // of the next n bytes, how many are written first
+    Then then;       // Write: all n were allowed; Kill: SIGKILL after `allowed`; NoSpace: fail with ENOSPC after them
+  };
+  // Called before n more bytes go to a file.
+  virtual Verdict before_write(size_t n) = 0;
+};
+// Installs `faults` for every writer of this process (nullptr: none, the default). Not owned.
+void set_write_faults(WriteFaults* faults);
+
 // Deletes the temporary files that writers killed mid-write left in `dir` (hidden ".<name>.tmp-<pid>-<n>"
 // files whose process no longer exists); returns how many. A live writer's file is left alone.
 size_t remove_abandoned_temp_files(const std::string& dir);

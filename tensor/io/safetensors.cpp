@@ -223,7 +223,8 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
 // checked against `file_size` already.
 using ReadFn = std::function<void(uint64_t offset, void* dst, size_t n)>;
 
-SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string& what) {
+// The header of a file (checked, entries bounded by the file size) and where its data starts.
+Header read_header(uint64_t file_size, const ReadFn& read, const std::string& what, uint64_t& data_start) {
   if (file_size < 8)
     bad(what, "file is {} bytes, too short for the 8-byte header length", file_size);
   unsigned char len_bytes[8];
@@ -235,9 +236,13 @@ SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string
     bad(what, "header length {} runs past the end of the file (only {} bytes follow the length)", n, file_size - 8);
   std::string text(n, '\0');
   read(8, text.data(), n);
-  const uint64_t data_start = 8 + n, data_size = file_size - data_start;
-  Header h = parse_header(text, data_size, what);
+  data_start = 8 + n;
+  return parse_header(text, file_size - data_start, what);
+}
 
+SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string& what) {
+  uint64_t data_start = 0;
+  Header h = read_header(file_size, read, what, data_start);
   SafetensorsFile out;
   out.metadata = std::move(h.metadata);
   for (const Entry& e : h.entries) {
@@ -315,13 +320,17 @@ SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std:
   return decode(bytes.size(), read, what);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+namespace {
+
+// Reads `path` through `use(file_size, read)`, the file open for its duration.
+template <class F>
+auto with_file(const std::string& path, F&& use) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) bad(path, "cannot open: {}", std::strerror(errno));
   struct stat st;
   if (::fstat(f.fd, &st) != 0) bad(path, "cannot stat: {}", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
-  auto read = [&](uint64_t offset, void* dst, size_t n) {
+  ReadFn read = [&](uint64_t offset, void* dst, size_t n) {
     char* p = static_cast<char*>(dst);
     while (n > 0) {
       ssize_t r = ::pread(f.fd, p, n, static_cast<off_t>(offset));
@@ -335,7 +344,22 @@ SafetensorsFile load_safetensors(const std::string& path) {
       offset += static_cast<uint64_t>(r);
     }
   };
-  return decode(static_cast<uint64_t>(st.st_size), read, path);
+  return use(static_cast<uint64_t>(st.st_size), read);
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  return with_file(path, [&](uint64_t size, const ReadFn& read) { return decode(size, read, path); });
+}
+
+std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
+  return with_file(path, [&](uint64_t size, const ReadFn& read) {
+    uint64_t data_start = 0;
+    std::vector<SafetensorsEntry> entries;
+    for (const Entry& e : read_header(size, read, path, data_start).entries) entries.push_back({e.name, e.dtype, e.shape});
+    return entries;
+  });
 }
 
 std::string safetensors_to_bytes(const std::map<std::string, Tensor>& tensors,

@@ -11,6 +11,7 @@
 // the file itself.
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -26,6 +27,15 @@ constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
 
 // Reads a file. Errors read "safetensors: '<path>': <problem>".
 SafetensorsFile load_safetensors(const std::string& path);
+// What a file holds, from its header alone (checked as load_safetensors checks it, against the
+// file's size): no tensor data is read or allocated. For checking a checkpoint before building the
+// model it is meant for.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path);
 // Parses a whole file held in memory; `what` names it in error messages.
 SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std::string& what = "<bytes>");
 

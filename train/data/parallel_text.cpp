@@ -4,11 +4,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <unistd.h>
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "train/data/line_reader.h"
 #include "train/data/utf8.h"
 
 namespace gf::train {
@@ -27,56 +27,90 @@ bool add_pair(ParallelText& out, std::string_view src, std::string_view tgt) {
   return true;
 }
 
+// The two sides line by line; line i of one translates to line i of the other.
+ParallelText parse_parallel(LineReader& src, LineReader& tgt) {
+  ParallelText out;
+  std::string a, b;
+  for (;;) {
+    const bool more_a = src.next(a), more_b = tgt.next(b);
+    if (!more_a || !more_b) {
+      // Count what is left of the longer side, for the message.
+      for (std::string rest; more_a && src.next(rest);) {}
+      for (std::string rest; more_b && tgt.next(rest);) {}
+      GF_CHECK(more_a == more_b, "read_parallel: '{}' has {} lines but '{}' has {} lines", src.name(), src.lines(), tgt.name(), tgt.lines());
+      return out;
+    }
+    add_pair(out, a, b);
+  }
+}
+
+ParallelText parse_tsv(LineReader& in) {
+  ParallelText out;
+  for (std::string line; in.next(line);) {
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos) {
+      if (utf8::split_whitespace(line).empty()) {  // a blank line: nothing to translate
+        ++out.stats.lines;
+        ++out.stats.skipped_empty;
+        continue;
+      }
+      GF_FAIL("{}:{}: no tab between source and target", in.name(), in.lines());
+    }
+    GF_CHECK(line.find('\t', tab + 1) == std::string::npos, "{}:{}: more than one tab; expected `source<TAB>target`", in.name(), in.lines());
+    add_pair(out, std::string_view(line).substr(0, tab), std::string_view(line).substr(tab + 1));
+  }
+  return out;
+}
+
+// Closes a file descriptor on every exit path.
+struct OpenFile {
+  int fd;
+  OpenFile(const std::filesystem::path& file, std::string_view op) : fd(open_text_file(file.string(), op)) {}
+  ~OpenFile() { ::close(fd); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+};
+
 }  // namespace
 
 std::string read_file_bytes(const std::filesystem::path& file, std::string_view op) {
-  std::error_code ec;
-  GF_CHECK_AS(std::runtime_error, std::filesystem::exists(file, ec), "{}: '{}' does not exist", op, file.string());
-  GF_CHECK_AS(std::runtime_error, !std::filesystem::is_directory(file, ec), "{}: '{}' is a directory, not a text file", op,
-              file.string());
-  std::ifstream in(file, std::ios::binary);
-  GF_CHECK_AS(std::runtime_error, in, "{}: cannot open '{}': {}", op, file.string(), std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  GF_CHECK_AS(std::runtime_error, !in.bad(), "{}: error reading '{}'", op, file.string());
-  return std::move(buf).str();
+  OpenFile f(file, op);
+  std::string bytes;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(f.fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    GF_CHECK_AS(std::runtime_error, r >= 0, "{}: error reading '{}': {}", op, file.string(), std::strerror(errno));
+    if (r == 0) return bytes;
+    bytes.append(buf, static_cast<size_t>(r));
+  }
 }
 
 std::vector<std::string> split_text_lines(std::string_view text, std::string_view name) {
-  std::string_view rest(text);
-  if (rest.starts_with("\xEF\xBB\xBF")) rest.remove_prefix(3);  // UTF-8 byte-order mark
+  LineReader in(text, std::string(name));
   std::vector<std::string> lines;
-  while (!rest.empty()) {
-    const size_t nl = rest.find('\n');
-    std::string_view line = rest.substr(0, nl);
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-    if (line.ends_with('\r')) line.remove_suffix(1);
-    const size_t bad = utf8::find_invalid(line);
-    GF_CHECK(bad == std::string_view::npos, "{}:{}: invalid UTF-8 at byte {} (0x{:02x})", name, lines.size() + 1, bad + 1,
-             static_cast<unsigned char>(line[bad]));
-    lines.emplace_back(line);
-  }
+  for (std::string line; in.next(line);) lines.push_back(std::move(line));
   return lines;
 }
 
 std::vector<std::string> read_text_lines(const std::filesystem::path& file, std::string_view op) {
-  return split_text_lines(read_file_bytes(file, op), file.string());
+  OpenFile f(file, op);
+  LineReader in(f.fd, file.string());
+  std::vector<std::string> lines;
+  for (std::string line; in.next(line);) lines.push_back(std::move(line));
+  return lines;
 }
 
 ParallelText parse_parallel_texts(std::string_view src_text, std::string_view src_name, std::string_view tgt_text,
                                   std::string_view tgt_name) {
-  const std::vector<std::string> src = split_text_lines(src_text, src_name), tgt = split_text_lines(tgt_text, tgt_name);
-  GF_CHECK(src.size() == tgt.size(), "read_parallel: '{}' has {} lines but '{}' has {} lines", src_name, src.size(), tgt_name,
-           tgt.size());
-  ParallelText out;
-  out.pairs.reserve(src.size());
-  for (size_t i = 0; i < src.size(); ++i) add_pair(out, src[i], tgt[i]);
-  return out;
+  LineReader src(src_text, std::string(src_name)), tgt(tgt_text, std::string(tgt_name));
+  return parse_parallel(src, tgt);
 }
 
 ParallelText read_parallel_files(const std::filesystem::path& src_file, const std::filesystem::path& tgt_file) {
-  return parse_parallel_texts(read_file_bytes(src_file, "read_parallel"), src_file.string(), read_file_bytes(tgt_file, "read_parallel"),
-                              tgt_file.string());
+  OpenFile a(src_file, "read_parallel"), b(tgt_file, "read_parallel");
+  LineReader src(a.fd, src_file.string()), tgt(b.fd, tgt_file.string());
+  return parse_parallel(src, tgt);
 }
 
 std::string join_tokens(const Tokens& tokens) {
@@ -94,28 +128,14 @@ ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_vie
 }
 
 ParallelText parse_parallel_tsv(std::string_view text, std::string_view name) {
-  const std::vector<std::string> lines = split_text_lines(text, name);
-  ParallelText out;
-  out.pairs.reserve(lines.size());
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::string_view line = lines[i];
-    const size_t tab = line.find('\t');
-    if (tab == std::string_view::npos) {
-      if (utf8::split_whitespace(line).empty()) {  // a blank line: nothing to translate
-        ++out.stats.lines;
-        ++out.stats.skipped_empty;
-        continue;
-      }
-      GF_FAIL("{}:{}: no tab between source and target", name, i + 1);
-    }
-    GF_CHECK(line.find('\t', tab + 1) == std::string_view::npos, "{}:{}: more than one tab; expected `source<TAB>target`", name, i + 1);
-    add_pair(out, line.substr(0, tab), line.substr(tab + 1));
-  }
-  return out;
+  LineReader in(text, std::string(name));
+  return parse_tsv(in);
 }
 
 ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file) {
-  return parse_parallel_tsv(read_file_bytes(tsv_file, "read_parallel_tsv"), tsv_file.string());
+  OpenFile f(tsv_file, "read_parallel_tsv");
+  LineReader in(f.fd, tsv_file.string());
+  return parse_tsv(in);
 }
 
 }  // namespace gf::train

@@ -45,14 +45,15 @@ ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_vie
 // One file, each line `source<TAB>target`.
 ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file);
 
-// The same two readers on text held in memory (the file readers read the bytes and call these);
-// the names stand for the files in error messages ("name:line: ...").
+// The same two readers on text held in memory; the names stand for the files in error messages
+// ("name:line: ..."). The file readers read line by line (train/data/line_reader.h), never a whole
+// file at once, through the same parsers.
 ParallelText parse_parallel_texts(std::string_view src_text, std::string_view src_name, std::string_view tgt_text,
                                   std::string_view tgt_name);
 ParallelText parse_parallel_tsv(std::string_view text, std::string_view name);
 
-// The whole file as bytes. Throws std::runtime_error naming `op` and the file when it is missing,
-// a directory or unreadable.
+// The whole file as bytes, for the small files read whole (vocabularies, subword models). Throws
+// std::runtime_error naming `op` and the file when it is missing, a directory or unreadable.
 std::string read_file_bytes(const std::filesystem::path& file, std::string_view op);
 
 // The lines of a text file without their '\n' (and '\r' before it), the BOM removed, each checked

@@ -73,13 +73,20 @@ Subwords Subwords::train(const std::vector<std::string>& sentences, const Subwor
   return s;
 }
 
-Subwords Subwords::load(const std::filesystem::path& file) {
+Subwords Subwords::load(const std::filesystem::path& file) { return parse(read_file_bytes(file, "Subwords::load"), file.string()); }
+
+Subwords Subwords::parse(std::string bytes, const std::string& name) {
   Subwords s;
-  s.proto_ = read_file_bytes(file, "Subwords::load");
+  s.proto_ = std::move(bytes);
   s.sp_ = std::make_shared<sentencepiece::SentencePieceProcessor>();
-  const auto loaded = s.sp_->LoadFromSerializedProto(s.proto_);
-  GF_CHECK_AS(std::runtime_error, loaded.ok(), "Subwords::load: '{}' is not a SentencePiece model: {}", file.string(), loaded.message());
-  s.where_ = file.string();
+  sentencepiece::util::Status loaded;
+  try {
+    loaded = s.sp_->LoadFromSerializedProto(s.proto_);
+  } catch (const std::exception& e) {  // the library's own exceptions (darts-clone's, for an empty piece) name no file
+    GF_FAIL_AS(std::runtime_error, "Subwords::load: '{}' is not a SentencePiece model: {}", name, e.what());
+  }
+  GF_CHECK_AS(std::runtime_error, loaded.ok(), "Subwords::load: '{}' is not a SentencePiece model: {}", name, loaded.message());
+  s.where_ = name;
   return s;
 }
 

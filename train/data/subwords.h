@@ -40,6 +40,8 @@ class Subwords {
   static Subwords train(const std::vector<std::string>& sentences, const SubwordOptions& o, const std::string& what);
   // Throws std::runtime_error naming the file when it is missing or not a SentencePiece model.
   static Subwords load(const std::filesystem::path& file);
+  // What load does with the file's bytes; `name` stands for the file in errors.
+  static Subwords parse(std::string bytes, const std::string& name);
   void save(const std::filesystem::path& file) const;  // atomically (temp file + rename)
 
   Tokens encode(std::string_view text) const;     // raw text -> pieces

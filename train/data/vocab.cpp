@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "tensor/io/atomic_file.h"
 #include "train/data/utf8.h"
 
 namespace gf::train {
@@ -115,26 +116,13 @@ std::string Vocab::decode_text(std::span<const int64_t> ids) const {
 }
 
 void Vocab::save(const std::filesystem::path& file) const {
-  // Written beside the target and renamed over it, so a reader never sees half a file.
-  const std::filesystem::path tmp = file.string() + fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    GF_CHECK_AS(std::runtime_error, out, "Vocab::save: cannot write '{}'", tmp.string());
-    for (const std::string& w : tokens_) out << w << '\n';
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      GF_FAIL_AS(std::runtime_error, "Vocab::save: error writing '{}'", tmp.string());
+  // Atomically (temporary file, fsync, rename), as every file of a run folder.
+  write_file_atomic_with(file.string(), [&](const ByteSink& sink) {
+    for (const std::string& w : tokens_) {
+      sink(w.data(), w.size());
+      sink("\n", 1);
     }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    std::filesystem::remove(tmp, ec);
-    GF_FAIL_AS(std::runtime_error, "Vocab::save: cannot rename '{}' to '{}': {}", tmp.string(), file.string(), why);
-  }
+  });
 }
 
 Vocab Vocab::load(const std::filesystem::path& file) { return parse(read_file_bytes(file, "Vocab::load"), file.string()); }

@@ -10,6 +10,7 @@
 #include "tensor/io/safetensors.h"
 #include "train/loop/batch_loss.h"
 #include "train/loop/checkpoint.h"
+#include "train/loop/memory_estimate.h"
 #include "train/data/utf8.h"
 
 namespace gf::train {
@@ -17,11 +18,50 @@ namespace fs = std::filesystem;
 
 std::string run_file(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
+namespace {
+
+// A damaged best.safetensors: the latest checkpoint may still serve.
+std::string latest_instead(const std::string& run_dir) {
+  if (run_dir.empty() || !fs::exists(run_file(run_dir, "state.json"))) return "";
+  return fmt::format(" (the run's latest checkpoint can be used instead: --model {})", run_file(run_dir, load_state(run_dir).model_file));
+}
+
+// The weights file's header (no tensor data read) against the config, before the model is built:
+// a config whose model holds more than twice the checkpoint's values (a corrupt or foreign
+// config.json, d_model 100000 beside a small checkpoint) is refused here, naming both files and
+// both sizes, so nothing of its size is allocated. A smaller difference (a tensor missing, extra
+// or mis-shaped) is left to load_state_dict, which names the tensor, after building a model no
+// larger than twice the checkpoint.
+void check_checkpoint_fits(const Translator& t, const std::string& cfg, const std::string& run_dir) {
+  std::vector<SafetensorsEntry> entries;
+  try {
+    entries = read_safetensors_header(t.weights_file);
+  } catch (const std::exception& e) {
+    const std::string instead = latest_instead(run_dir);
+    if (instead.empty()) throw;
+    GF_FAIL_AS(std::runtime_error, "{}{}", e.what(), instead);
+  }
+  double values = 0;
+  for (const SafetensorsEntry& e : entries) {
+    double n = 1;
+    for (int64_t d : e.shape) n *= static_cast<double>(d);
+    values += n;
+  }
+  const double expected = checkpoint_values(t.config, t.src_vocab.size(), t.tgt_vocab.size());
+  GF_CHECK_AS(std::runtime_error, expected <= 2 * values,
+              "'{}' does not fit the model of {}: it holds {:.0f} values, and that config (d_model {}, {} layers, ff {}, vocabularies of {} "
+              "and {} tokens) describes {:.0f}",
+              t.weights_file, cfg, values, t.config.layer.d_model, t.config.layers, t.config.layer.dim_feedforward, t.src_vocab.size(),
+              t.tgt_vocab.size(), expected);
+}
+
+}  // namespace
+
 Translator Translator::load(const std::string& path) {
   fs::path p(path);
   GF_CHECK_AS(std::runtime_error, fs::exists(p), "--model '{}' does not exist", path);
   std::string dir = fs::is_directory(p) ? p.string() : p.parent_path().string();
-  if (dir.empty()) dir = ".";
+  if (dir.empty()) dir.assign(1, '.');  // (not = ".": GCC 12 warns falsely, -Wrestrict)
   Translator t;
   std::string cfg = run_file(dir, "config.json");
   GF_CHECK_AS(std::runtime_error, fs::exists(cfg), "'{}' has no config.json: not a gradflow run folder", dir);
@@ -39,15 +79,17 @@ Translator Translator::load(const std::string& path) {
   } else {
     t.weights_file = p.string();
   }
+  // Before anything is built: the checkpoint must be this config's model, and the model must fit.
+  check_checkpoint_fits(t, cfg, fs::is_directory(p) ? dir : "");
+  check_decoding_memory(t.config, t.src_vocab.size(), t.tgt_vocab.size(), cfg);
   t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
   SafetensorsFile f;
   try {
     f = load_safetensors(t.weights_file);
-  } catch (const std::exception& e) {  // a damaged best.safetensors: the latest checkpoint may still serve
-    const bool best = fs::is_directory(p) && fs::exists(run_file(dir, "state.json"));
-    if (!best) throw;
-    GF_FAIL_AS(std::runtime_error, "{} (the run's latest checkpoint can be used instead: --model {})", e.what(),
-               run_file(dir, load_state(dir).model_file));
+  } catch (const std::exception& e) {
+    const std::string instead = latest_instead(fs::is_directory(p) ? dir : "");
+    if (instead.empty()) throw;
+    GF_FAIL_AS(std::runtime_error, "{}{}", e.what(), instead);
   }
   try {
     t.net->module().load_state_dict(f.tensors, true);

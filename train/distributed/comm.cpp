@@ -117,15 +117,62 @@ void allreduce_sum(std::span<float> v) {
 #endif
 }
 
-void allreduce_sum(std::span<double> v) {
+namespace {
+
+// One agreement's message: [tag, -tag, combine, values...]. Reduced with max on the first three
+// (so every process learns the largest and the smallest tag) and `combine` on the values.
+constexpr int kAgreementMessage = 3 + static_cast<int>(kAgreementValues);
+
 #ifdef GRADFLOW_HAVE_MPI
-  allreduce(v, MPI_DOUBLE, MPI_SUM);
-#endif
+void combine_agreements(void* in, void* inout, int* len, MPI_Datatype*) {
+  const double* a = static_cast<const double*>(in);
+  double* b = static_cast<double*>(inout);
+  for (int m = 0; m + kAgreementMessage <= *len; m += kAgreementMessage) {
+    const bool sum = a[m + 2] == static_cast<double>(Combine::Sum) && b[m + 2] == static_cast<double>(Combine::Sum);
+    for (int i = m; i < m + 3; ++i) b[i] = std::max(a[i], b[i]);
+    for (int i = m + 3; i < m + kAgreementMessage; ++i) b[i] = sum ? a[i] + b[i] : std::max(a[i], b[i]);
+  }
 }
 
-void allreduce_max(std::span<double> v) {
+MPI_Op agreement_op() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(combine_agreements, 1, &o);  // commutative, as sum and max are
+    return o;
+  }();
+  return op;
+}
+#endif
+
+}  // namespace
+
+std::string agreement_name(Agreement tag) {
+  switch (tag) {
+    case Agreement::StopVote: return "the stop vote";
+    case Agreement::StepLoss: return "the step's loss";
+    case Agreement::Validation: return "the validation sums";
+    case Agreement::SetupDigest: return "the setup digest";
+    case Agreement::Replicas: return "the replica check";
+    case Agreement::Anomaly: return "the anomaly reports";
+  }
+  return fmt::format("agreement {}", static_cast<int>(tag));
+}
+
+void agree(Agreement tag, Combine how, std::span<double> values) {
+  GF_CHECK_AS(std::logic_error, values.size() <= kAgreementValues, "agree({}): {} values, at most {}", agreement_name(tag), values.size(),
+              kAgreementValues);
 #ifdef GRADFLOW_HAVE_MPI
-  allreduce(v, MPI_DOUBLE, MPI_MAX);
+  if (!g_started || g_world.size == 1) return;
+  double m[kAgreementMessage] = {};
+  m[0] = static_cast<double>(tag);
+  m[1] = -static_cast<double>(tag);
+  m[2] = static_cast<double>(how);
+  std::copy(values.begin(), values.end(), m + 3);
+  MPI_Allreduce(MPI_IN_PLACE, m, kAgreementMessage, MPI_DOUBLE, agreement_op(), MPI_COMM_WORLD);
+  const int highest = static_cast<int>(m[0]), lowest = static_cast<int>(-m[1]);
+  GF_CHECK_AS(std::logic_error, highest == lowest, "rank {}: two different agreements met in one collective: {} and {} (a process is out of step)",
+              g_world.rank, agreement_name(static_cast<Agreement>(lowest)), agreement_name(static_cast<Agreement>(highest)));
+  std::copy(m + 3, m + 3 + values.size(), values.begin());
 #endif
 }
 

@@ -43,10 +43,32 @@ inline bool several() { return world().size > 1; }
 // with the other processes on its machine unless the launcher already bound each to its own cores.
 int default_threads();
 
-// Element-wise over every process, in place; every process gets the same result.
+// The small agreements of a run: a few numbers every process contributes, combined element-wise
+// (summed, or the maximum taken), the result on every process. Each carries a tag naming the
+// agreement, in the same message as its values: should two processes ever call different
+// agreements at the same point (a bug: one process skipped or added a collective), they would
+// pair up in one MPI_Allreduce, and that call itself finds the two tags and throws std::logic_error
+// naming both, on every process, instead of mixing a signal vote with a loss. Every message has the
+// same fixed size, so two different agreements never make MPI's counts disagree either.
+enum class Agreement : int {
+  StopVote = 1,     // before each step: a signal, the time budget
+  StepLoss = 2,     // after each step's backward: the global batch's loss
+  Validation = 3,   // each epoch: the validation NLL and token sums
+  SetupDigest = 4,  // at the start: what every process built (train/distributed/replicas.h)
+  Replicas = 5,     // each epoch: a digest of the weights and optimizer state
+  Anomaly = 6,      // a NaN step: whether any process has an anomaly report
+};
+enum class Combine : int { Sum = 0, Max = 1 };
+constexpr size_t kAgreementValues = 24;  // at most this many values in one agreement
+// In place; values.size() <= kAgreementValues (std::logic_error otherwise). One process: unchanged.
+void agree(Agreement tag, Combine how, std::span<double> values);
+std::string agreement_name(Agreement tag);
+
+// The large transfers below pair up by their fixed order: every process makes the same calls in
+// the same sequence between two agreements (the gradient buckets after each backward, the
+// weights and optimizer state after setup and after a replica check finds a difference).
+// Element-wise sum over every process, in place; every process gets the same result.
 void allreduce_sum(std::span<float> values);
-void allreduce_sum(std::span<double> values);
-void allreduce_max(std::span<double> values);
 // Rank 0's bytes to every process (sizes must match on every process).
 void broadcast_bytes(void* data, size_t bytes);
 // Rank 0's string to every process.

@@ -40,8 +40,8 @@ void Progress::update(const ProgressInfo& p) {
     return;
   }
   if (p.step % every_ != 0) return;
-  fmt::print(out_, "epoch {} batch {}/{} step {} loss {:.4f} lr {:.2e} {:.0f} tok/s ETA {}\n", p.epoch, p.batch, p.batches, p.step, p.loss,
-             p.lr, p.tokens_per_s, format_duration(p.eta_seconds));
+  fmt::print(out_, "epoch {} batch {}/{} step {} loss {:.4f}{} lr {:.2e} {:.0f} tok/s ETA {}\n", p.epoch, p.batch, p.batches, p.step, p.loss,
+             p.grad_norm >= 0 ? fmt::format(" grad norm {:.6g}", p.grad_norm) : "", p.lr, p.tokens_per_s, format_duration(p.eta_seconds));
   std::fflush(out_);
 }
 

@@ -11,6 +11,7 @@ struct ProgressInfo {
   int64_t epoch = 0, step = 0;
   int64_t batch = 0, batches = 0;  // within the epoch
   double loss = 0;                 // recent average
+  double grad_norm = -1;           // the last step's, before clipping; < 0: not shown
   double tokens_per_s = 0;         // target tokens
   double eta_seconds = -1;         // < 0: unknown
   double lr = 0;

@@ -19,6 +19,7 @@ struct TrainOptions {
   int64_t grad_stats = 0;   // > 0: gradient statistics at step 1 and every this many steps (train/loop/grad_stats.h)
   bool skip_nonfinite = false;  // skip a step whose loss or gradient is NaN/Inf instead of stopping
   bool handle_signals = false;  // SIGINT/SIGTERM save a checkpoint and end the run (train/loop/interrupt.h)
+  double max_memory = 0;        // bytes the model may need (train/loop/memory_estimate.h); 0: what the machine has available
 };
 
 struct TrainResult {
@@ -30,8 +31,9 @@ struct TrainResult {
   double tokens_per_second = 0;                         // target tokens, this call
 };
 
-// Throws std::runtime_error on bad data, an unwritable run folder, or a NaN/Inf loss or gradient
-// (naming the step and the op); with options.handle_signals, throws Interrupted (interrupt.h) after
+// Throws std::runtime_error on bad data, an unwritable run folder, a run folder another run holds
+// (RunFolderInUse, train/loop/run_lock.h), a model too large for the memory (before building it),
+// or a NaN/Inf loss or gradient (naming the step and the op); with options.handle_signals, throws Interrupted (interrupt.h) after
 // saving a checkpoint on SIGINT/SIGTERM.
 TrainResult train_translator(const RunConfig& config, const TrainOptions& options);
 

@@ -1,0 +1,189 @@
+// gradflow translate as a stream (app/cmd_translate.cpp): each line is translated and written as
+// soon as it has arrived, without waiting for the end of the input; its flags are checked before
+// anything is read; a UTF-8 byte-order mark on stdin is dropped; and an empty stdin, or a terminal,
+// is an error that says so. Each case runs the real program with its stdin and stdout on pipes.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/child_process.h"
+#include "tests/temp_dir.h"
+#include "train/loop/trainer.h"
+
+using namespace gf;
+using namespace gf::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small trained model of the built-in corpus.
+fs::path trained(const TempDir& tmp) {
+  train::RunConfig c;
+  c.corpus_size = 600;
+  c.min_freq = 1;
+  c.src = "en";
+  c.tgt = "ko";
+  c.layer.d_model = 32;
+  c.layer.nhead = 2;
+  c.layer.dim_feedforward = 64;
+  c.layers = 1;
+  c.steps = 4;
+  train::TrainOptions o;
+  o.out = (tmp.path / "model").string();
+  o.quiet = true;
+  o.final_eval = false;
+  train::train_translator(c, o);
+  return o.out;
+}
+
+// `gradflow translate ARGS` with stdin from `in_fd` (given to the child) and stdout on a pipe.
+// Every other descriptor of the test is close-on-exec, so the child holds no write end of its own
+// stdin and sees its end when the test closes it.
+struct Translate {
+  pid_t pid = -1;
+  int out = -1;  // the child's stdout, read end
+  fs::path err;
+  Translate(const std::vector<std::string>& args, int in_fd, const fs::path& err_file) : err(err_file) {
+    int p[2];
+    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int e = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+      ::dup2(in_fd, 0), ::dup2(p[1], 1), ::dup2(e, 2);
+      ::close(p[0]);
+      ::signal(SIGPIPE, SIG_DFL);
+      std::vector<std::string> all{std::string(GRADFLOW_BINARY_DIR) + "/gradflow", "translate"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (std::string& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(124);
+    }
+    ::close(p[1]);
+    out = p[0];
+  }
+  ~Translate() {
+    if (out >= 0) ::close(out);
+  }
+  // One line of output, waiting at most `seconds`; "<timeout>" or "<eof>" otherwise.
+  std::string line(double seconds) {
+    std::string s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (char c;;) {
+      const int left = static_cast<int>(std::chrono::duration<double, std::milli>(deadline - std::chrono::steady_clock::now()).count());
+      pollfd pfd{out, POLLIN, 0};
+      if (left <= 0 || ::poll(&pfd, 1, left) <= 0) return "<timeout>";
+      if (::read(out, &c, 1) != 1) return "<eof>";
+      if (c == '\n') return s;
+      s += c;
+    }
+  }
+  // The exit status, waiting at most `seconds` (then killed: the test fails).
+  int wait(double seconds) { return wait_child(Child{pid, {}, {}}, seconds); }
+};
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+void write_all(int fd, const std::string& s) { REQUIRE(::write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size())); }
+
+}  // namespace
+
+TEST_CASE("translate answers each line of a pipe before the pipe closes; a BOM on stdin is dropped") {
+  TempDir tmp("gf_translate_stream");
+  const std::string model = trained(tmp).string();
+  // The reference: the same sentences from a file, read whole.
+  tmp.write("in.txt", "i read a book .\nthe teacher will not drink coffee tomorrow .\n");
+  Ran ref = run_child(std::string(GRADFLOW_BINARY_DIR) + "/gradflow", {"translate", "--model", model, "--input", tmp.file("in.txt")},
+                      tmp.path / "ref", 120);
+  REQUIRE(ref.exit_code() == 0);
+  const std::string first = ref.out.substr(0, ref.out.find('\n')), second = ref.out.substr(ref.out.find('\n') + 1);
+
+  int in[2];
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // close-on-exec: the child holds only its stdin
+  Translate t({"--model", model}, in[0], tmp.path / "stream.err");
+  ::close(in[0]);
+  write_all(in[1], "\xEF\xBB\xBFi read a book .\n");  // the write end stays open
+  CHECK(t.line(60) == first);
+  write_all(in[1], "the teacher will not drink coffee tomorrow .\n");
+  CHECK(t.line(60) + "\n" == second);
+  ::close(in[1]);
+  CHECK(t.line(60) == "<eof>");
+  CHECK(exit_code(t.wait(60)) == 0);
+}
+
+TEST_CASE("translate checks its flags before reading anything") {
+  TempDir tmp("gf_translate_stream");
+  const std::string model = trained(tmp).string();
+  int in[2];
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // close-on-exec: the child holds only its stdin
+  Translate t({"--model", model, "--beam", "0"}, in[0], tmp.path / "beam.err");
+  ::close(in[0]);
+  const int status = t.wait(30);  // the write end is still open: nothing was read, nothing awaited
+  ::close(in[1]);
+  CHECK(exit_code(status) == 2);
+  CHECK(slurp(tmp.path / "beam.err").find("--beam must be at least 1, got 0") != std::string::npos);
+}
+
+TEST_CASE("an empty stdin, or a terminal, is 'no input on stdin'; bad UTF-8 names stdin and the line") {
+  TempDir tmp("gf_translate_stream");
+  const std::string model = trained(tmp).string();
+  {  // empty
+    int in[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // close-on-exec: the child holds only its stdin
+    ::close(in[1]);
+    Translate t({"--model", model}, in[0], tmp.path / "empty.err");
+    ::close(in[0]);
+    CHECK(exit_code(t.wait(60)) == 2);
+    CHECK(slurp(tmp.path / "empty.err").find("no input on stdin (it was empty)") != std::string::npos);
+  }
+  {  // a terminal: a pseudo-terminal's slave side as stdin
+    const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+    REQUIRE(master >= 0);
+    ::fcntl(master, F_SETFD, FD_CLOEXEC);
+    REQUIRE(::grantpt(master) == 0);
+    REQUIRE(::unlockpt(master) == 0);
+    const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    REQUIRE(slave >= 0);
+    Translate t({"--model", model}, slave, tmp.path / "tty.err");
+    ::close(slave);
+    CHECK(exit_code(t.wait(60)) == 2);
+    ::close(master);
+    CHECK(slurp(tmp.path / "tty.err").find("no input on stdin (it is a terminal)") != std::string::npos);
+  }
+  {  // invalid UTF-8 on line 2: line 1 is answered first
+    int in[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // close-on-exec: the child holds only its stdin
+    Translate t({"--model", model}, in[0], tmp.path / "utf.err");
+    ::close(in[0]);
+    write_all(in[1], "i read a book .\n");
+    CHECK(t.line(60) != "<timeout>");
+    write_all(in[1], "bad \xC3\x28 byte\n");
+    ::close(in[1]);
+    CHECK(exit_code(t.wait(60)) == 1);
+    CHECK(slurp(tmp.path / "utf.err").find("stdin:2: invalid UTF-8 at byte 5 (0xc3)") != std::string::npos);
+  }
+  {  // the same two lines in one write: line 1 is still answered before the error
+    int in[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // close-on-exec: the child holds only its stdin
+    Translate t({"--model", model}, in[0], tmp.path / "utf2.err");
+    ::close(in[0]);
+    write_all(in[1], "i read a book .\nbad \xC3\x28 byte\n");
+    ::close(in[1]);
+    const std::string first = t.line(60);
+    CHECK(first != "<timeout>");
+    CHECK(first != "<eof>");
+    CHECK(exit_code(t.wait(60)) == 1);
+    CHECK(slurp(tmp.path / "utf2.err").find("stdin:2: invalid UTF-8") != std::string::npos);
+  }
+}
