@@ -384,6 +384,14 @@ TrainResult warmup_runs(Report& r, const IdData& data, const Settings& s) {
                     c.enc_alpha, c.enc_beta, c.dec_alpha, c.dec_beta));
   r.add_panel(Chart{fmt::format("training loss at lr {}", s.lr), "step", fmt::format("loss ({}-step average, mean of seeds)", window), false,
                     false, curves, {}, Chart::Corner::TopRight});
+  // The intervention's own panel: its statistic, seed by seed (arms 0, 1 and 4 of train_arms()).
+  std::vector<double> seeds;
+  for (int i = 0; i < r.seeds(); ++i) seeds.push_back(static_cast<double>(r.seed(i)));
+  r.add_panel(Chart{"intervention: DeepNorm without warm-up", "seed", "held-out NLL after training", false, false,
+                    {{"Post-LN, no warm-up", seeds, res.nll[0], {}, {}, true, kPostColor},
+                     {"Post-LN, warm-up", seeds, res.nll[1], {}, {}, false, kPostColor},
+                     {"DeepNorm, no warm-up", seeds, res.nll[4], {}, {}, false, kDeepColor}},
+                    seeds, Chart::Corner::TopRight});
   auto& d = r.data()["warmup"];
   for (size_t k = 0; k < train_arms().size(); ++k) d[train_arms()[k].name] = {{"test_nll", res.nll[k]}, {"diverged", res.diverged[k]}};
   return res;
