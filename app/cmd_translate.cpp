@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/flags.h"
+#include "app/recipe_flags.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "train/eval/bleu.h"
@@ -43,6 +44,7 @@ void add_decode_flags(Flags& f) {
                "(slower, may find a higher score)");
   f.add_int("batch-size", 64, "sentences decoded together");
   f.add_int("threads", 0, "threads (default: the hardware's)");
+  add_precision_flag(f, "fp32", " (default fp32 whatever the run trained in: a bf16 run's weights are float32)");
 }
 
 train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) {
@@ -83,6 +85,7 @@ int cmd_translate(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "translate: --model DIR is required");
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  apply_precision(f.str("precision"), "translate");
   train::Translator t = train::Translator::load(f.str("model"));
   std::vector<std::string> lines = read_lines(f.str("input"));
   train::DecodeStats stats;
@@ -124,6 +127,7 @@ int cmd_eval(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "eval: --model DIR is required");
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  apply_precision(f.str("precision"), "eval");
   const std::string tok_flag = f.str("tokenize");
   GF_CHECK_AS(UsageError, tok_flag.empty() || tok_flag == "13a" || tok_flag == "none", "eval: --tokenize must be 13a or none, got '{}'", tok_flag);
   train::Translator t = train::Translator::load(f.str("model"));

@@ -16,6 +16,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/indexing.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
@@ -562,6 +563,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
   check_request(src, opt);
   NoGradGuard ng;
   kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
+  kernels::Bf16WeightCache bf16_weights;  // under bf16: each weight rounded once for the batch, not at every step
   if (src.size(0) == 0) return {};
   MakeSteps make = [&](const Tensor& rows, int64_t steps) { return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps); };
   return decode(src, make, opt, stats);
@@ -572,6 +574,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
   check_request(src, opt);
   NoGradGuard ng;
   kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
+  kernels::Bf16WeightCache bf16_weights;  // under bf16: each weight rounded once for the batch, not at every step
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(src.size(0)));
   // Rows grouped by source length: each group's prompts have no padding.
   std::map<int64_t, std::vector<int64_t>> groups;
