@@ -240,6 +240,33 @@ void backward_tile(const Ctx<T, In>& c, const Rows<In>& g, const T* lse, const T
   gemm(false, false, n, dk, nk, c.scale, w.dp.data(), wk, c.k.at(b, s0, kvh), c.k.sl, T(1), dq.at(b, l0, h), dq.sl, w.tiles);
 }
 
+// Under bf16, D = rowsum(P * dP) (dP with dropout's factor) from the very tiles the backward
+// multiplies: P recomputed, dP from the bfloat16 dO and V. The identity rowsum(P * dP) =
+// rowsum(dO * O) that lets FlashAttention-2 take D from O holds only when O and dP come from the
+// same operands; O came from rounded P and V, so the two differ by about u |dO| |O|. dS = P (dP - D)
+// subtracts nearly equal numbers, which turns that difference into a large error in dS (measured:
+// 4x PyTorch autocast's error in a decoder's gradients) and gives the key bias, whose gradient the
+// softmax makes exactly 0, one of that size. Costs the tiles' Q K^T and dO V^T once more (not
+// counted in gemm_flops(), as the scores' recomputation is not).
+template <class T, class In>
+void row_sums_of_p_dp(const Ctx<T, In>& c, const Rows<In>& g, const T* lse, int64_t b, int64_t h, T* D, Scratch<T>& w) {
+  std::fill(D, D + c.L, T(0));
+  const int64_t kvh = h / c.G;
+  for (int64_t l0 = 0; l0 < c.L; l0 += c.bq)
+    for (int64_t s0 = 0; s0 < c.S; s0 += c.bk) {  // key tiles in order: the sums' order is fixed
+      const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), wk = width(nk);
+      if (!tile_mask(c, b, l0, n, s0, nk, wk, w.live.data())) continue;
+      gemm<false>(false, true, n, nk, c.dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk, w.tiles);
+      recompute_probs(n, wk, lse + (b * c.H + h) * c.L + l0, w);
+      gemm<false>(false, true, n, nk, c.dk, T(1), g.at(b, l0, h), g.sl, c.v.at(b, s0, kvh), c.v.sl, T(0), w.dp.data(), wk, w.tiles);
+      if (c.p > 0) drop_tile(c, b, h, l0, n, s0, wk, w.keep.data(), w.dp.data());
+      for (int64_t r = 0; r < n; ++r) {
+        const T *pr = w.s.data() + r * wk, *dpr = w.dp.data() + r * wk;
+        D[l0 + r] += static_cast<T>(lane_sum(nk, [&](int64_t j) { return pr[j] * dpr[j]; }));
+      }
+    }
+}
+
 // All gradients of batch b's key/value head kvh and its G query heads, in a fixed order: the
 // task owns its slices of dQ, dK and dV, so results do not depend on the thread count. g is dO
 // (T: D = rowsum(dO * O) stays in T), gp the same as the products read it (In).
@@ -248,6 +275,10 @@ void backward_task(const Ctx<T, In>& c, const Rows<T>& g, const Rows<In>& gp, co
                    const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w, std::vector<T>& D) {
   for (int64_t gi = 0; gi < c.G; ++gi) {
     const int64_t h = kvh * c.G + gi;
+    if constexpr (!std::is_same_v<In, T>) {
+      row_sums_of_p_dp(c, gp, lse, b, h, D.data() + gi * c.L, w);
+      continue;
+    }
     for (int64_t l = 0; l < c.L; ++l) {  // D = rowsum(dO * O)
       const T *gr = g.at(b, l, h), *orow = o.at(b, l, h);
       D[gi * c.L + l] = static_cast<T>(lane_sum(c.dk, [&](int64_t d) { return gr[d] * orow[d]; }));
