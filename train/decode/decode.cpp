@@ -143,12 +143,12 @@ class DecoderOnlySteps : public StepModel {
     if (opt_.use_cache) {
       // First step: the whole prompt; later ones: the newest token at the next position.
       Tensor fresh = t == 1 ? prompt(prefix) : prefix.narrow(1, t - 1, 1).contiguous();  // (R, S+1) or (R, 1)
-      return last_logits(model_.forward_cached(fresh, caches_));
+      return last_logits(model_.forward_cached(fresh, caches_, true));  // the projection at the newest position only
     }
     Tensor seq = Tensor::empty({R, S + t}, DType::Int64);  // (R, S+t): source, <sep>, output so far
     seq.narrow(1, 0, S).copy_(src_);
     seq.narrow(1, S, t).copy_(prefix);
-    return last_logits(model_.forward(seq));
+    return last_logits(model_.forward(seq, true));
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
