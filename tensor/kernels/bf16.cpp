@@ -204,6 +204,9 @@ void to_bf16_reference(const float* src, bfloat16* dst, int64_t n) {
 
 Tensor to_bf16(const Tensor& x) {
   check_dtype(x, DType::Float32, "to_bf16");
+  // A column-major matrix (decoding's weights, nn/decode_layout.h) keeps its layout: its storage
+  // is converted in order and the result is the same transposed view, without a float32 copy.
+  if (x.ndim() == 2 && !x.is_contiguous() && x.transpose(0, 1).is_contiguous()) return to_bf16(x.transpose(0, 1)).transpose(0, 1);
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), DType::BFloat16);  // (x's shape)
   const float* s = xc.data<float>();
@@ -272,10 +275,10 @@ const bfloat16* base_of(const Tensor& t) { return static_cast<const bfloat16*>(t
 
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_dtype(x, DType::BFloat16, "linear_bf16");
-  check_dtype(weight, DType::BFloat16, "linear_bf16");
-  GF_CHECK(x.is_contiguous() && weight.is_contiguous() && x.ndim() >= 1 && weight.ndim() == 2 && x.shape().back() == weight.shape()[1],
+  GF_CHECK(x.is_contiguous() && x.ndim() >= 1 && weight.ndim() == 2 && x.shape().back() == weight.shape()[1],
            "linear_bf16: input {} and weight {}: need contiguous input (..., in) and weight (out, in)", shape_str(x.shape()),
            shape_str(weight.shape()));
+  const auto [w_trans, ldw] = layout_2d(weight, "linear_bf16");  // row-major, or column-major (decoding's layout)
   const int64_t in = weight.shape()[1], out_f = weight.shape()[0];
   const int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   Tensor bc;
@@ -287,7 +290,8 @@ Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out_f;
   Tensor out = Tensor::empty(out_shape, DType::Float32);  // (..., out)
-  gemm_bf16(false, true, rows, out_f, in, x.data<bfloat16>(), in, weight.data<bfloat16>(), in, 0.0f, out.data<float>(), out_f,
+  // x @ W^T: W (out, in) row-major is read transposed; a column-major W is W^T row-major.
+  gemm_bf16(false, !w_trans, rows, out_f, in, x.data<bfloat16>(), in, base_of(weight), ldw, 0.0f, out.data<float>(), out_f,
             bc.defined() ? bc.data<float>() : nullptr);
   return out;
 }

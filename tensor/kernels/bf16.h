@@ -63,7 +63,8 @@ void to_bf16_reference(const float* src, bfloat16* dst, int64_t n);
 // 16 floats are read before their 32 bytes of result are written, which never reach a float not
 // yet read).
 void to_bf16_in_place(float* x, int64_t n);
-// A float32 tensor (any layout) as a contiguous bfloat16 tensor of the same shape, on the threads.
+// A float32 tensor as a bfloat16 tensor of the same shape, on the threads: contiguous, or for a
+// column-major matrix (a transposed view of a contiguous one) the same column-major layout.
 Tensor to_bf16(const Tensor& x);
 
 // ---- products: bfloat16 operands, float32 accumulation and result ----
@@ -74,8 +75,9 @@ Tensor to_bf16(const Tensor& x);
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
                float beta, float* c, int64_t ldc, const float* bias = nullptr);
 
-// x (..., in) bfloat16, contiguous, @ weight (out, in)^T bfloat16 + bias (out) float32 or
-// undefined -> (..., out) float32: linear's forward under bf16.
+// x (..., in) bfloat16, contiguous, @ weight (out, in)^T bfloat16 (row-major, or column-major as
+// decoding lays weights out) + bias (out) float32 or undefined -> (..., out) float32: linear's
+// forward under bf16.
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // a (m, k) @ b (k, n) -> (m, n) float32, for bfloat16 a and b each row-major or a transposed view
