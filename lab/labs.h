@@ -15,5 +15,6 @@ Lab entropy_lab();      // lab/entropy.cpp: attention entropy collapse
 Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
 Lab exposure_lab();     // lab/exposure.cpp: exposure bias
 Lab graph_lab();        // lab/graph.cpp: the autograd graph of a decoder layer
+Lab precision_lab();    // lab/precision.cpp: what bfloat16 does to gradient flow
 
 }  // namespace gf::lab

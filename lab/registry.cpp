@@ -21,6 +21,7 @@ const std::vector<Lab>& labs() {
       attribution_lab(),
       exposure_lab(),
       graph_lab(),
+      precision_lab(),
   };
   return all;
 }
