@@ -22,6 +22,7 @@
 #include "nn/decode_layout.h"
 #include "optim/adam.h"
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/storage.h"
 #include "tensor/kernels/random.h"
@@ -86,11 +87,13 @@ Setup make_setup(const train::RunConfig& c) {
                 {"kv_heads", c.layer.key_value_heads()},
                 {"layers", c.layers},
                 {"ff", c.layer.dim_feedforward},
-                {"max_tokens", c.max_tokens}};
+                {"max_tokens", c.max_tokens},
+                {"precision", c.precision}};
   return s;
 }
 
 double sgemm_peak_gflops();
+double bf16_peak_gflops();
 Json profile_table(double seconds, double update_seconds, int64_t steps);
 
 // The reference's bench: batches shuffled with the seed, 3 warm-up steps, then `steps` timed
@@ -142,6 +145,8 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
   for (int64_t i = 0; i < steps; ++i) train_step(tgt_tokens, src_tokens);
   const double dt = seconds_since(t0);
   profile::stop();
+  // The training's peak, taken before the peak products below allocate their own matrices.
+  const double rss_mib = peak_rss_mib();
   const double model_gflops = static_cast<double>(kernels::gemm_flops() - flops0) / dt / 1e9;
   const double peak_gflops = sgemm_peak_gflops();
   Json info = s.info;
@@ -149,13 +154,22 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
   info["seconds"] = round_to(dt, 6);  // microseconds: a tiny model's steps take less than a millisecond
   info["tgt_tokens_per_s"] = round_to(static_cast<double>(tgt_tokens) / dt, 1);
   info["src_tokens_per_s"] = round_to(static_cast<double>(src_tokens) / dt, 1);
-  info["peak_rss_mib"] = peak_rss_mib();
+  info["peak_rss_mib"] = rss_mib;
   // The tensors' share of it: the most bytes held by tensor storages at once (weights, Adam's
   // moments, gradients, activations); the rest is code, the data set, and the allocator's slack.
   info["tensor_peak_mib"] = round_to(static_cast<double>(memory_stats().peak_bytes) / (1 << 20), 1);
   info["model_gflops_per_s"] = round_to(model_gflops, 2);  // forward + backward GEMM FLOPs, from the shapes
   info["sgemm_peak_gflops_per_s"] = round_to(peak_gflops, 2);
-  info["mfu"] = round_to(model_gflops / peak_gflops, 3);
+  if (kernels::precision() == Precision::BFloat16) {
+    // The products ran in bfloat16: mfu against bf16's own peak, measured the same way.
+    const double bf16_peak = bf16_peak_gflops();
+    info["bf16_peak_gflops_per_s"] = round_to(bf16_peak, 2);
+    info["bf16_isa"] = kernels::bf16_isa();
+    info["mfu"] = round_to(model_gflops / bf16_peak, 3);
+    info["mfu_vs_sgemm_peak"] = round_to(model_gflops / peak_gflops, 3);
+  } else {
+    info["mfu"] = round_to(model_gflops / peak_gflops, 3);
+  }
   if (profile_ops) info["profile"] = profile_table(dt, update_seconds, steps);
   return info;
 }
@@ -208,6 +222,20 @@ double sgemm_peak_gflops() {
   for (int rep = 0; rep < 8; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     Tensor c = kernels::matmul(a, b);  // (n, n)
+    if (rep > 0) best = std::max(best, 2.0 * n * n * n / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+// The same for bfloat16 products: the fastest of 7 bfloat16 GEMMs of 2048 x 2048 x 2048 through
+// the kernel the step's products use (oneDNN, cut across the threads as they are).
+double bf16_peak_gflops() {
+  constexpr int64_t n = 2048;
+  const Tensor a = Tensor::full({n, n}, 0.5, DType::BFloat16), b = Tensor::full({n, n}, 0.25, DType::BFloat16);  // (n, n)
+  double best = 0;
+  for (int rep = 0; rep < 8; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor c = kernels::matmul_bf16(a, b);  // (n, n)
     if (rep > 0) best = std::max(best, 2.0 * n * n * n / seconds_since(t0) / 1e9);
   }
   return best;
@@ -342,6 +370,7 @@ int cmd_bench(int argc, char** argv) {
   GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("data")), "bench: --data '{}' is not a folder", f.str("data"));
   const train::RunConfig c = bench_config(f);
   set_num_threads(static_cast<int>(f.integer("threads")));
+  apply_precision(c.precision, "bench");
 
   Setup s = make_setup(c);
   Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), f.integer("beam"), s);

@@ -5,6 +5,7 @@
 #include "app/commands.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
 #include "train/distributed/comm.h"
@@ -23,6 +24,9 @@ int cmd_info(int argc, char** argv) {
   fmt::print("openblas core: {} (this CPU suits: {})\n", blas_core_in_use(), preferred.empty() ? "OpenBLAS's own choice" : preferred);
   fmt::print("openblas config: {}\n", blas_config());
   fmt::print("threads: {} (oneTBB {}.{} and OpenBLAS share this count)\n", max_threads(), TBB_VERSION_MAJOR, TBB_VERSION_MINOR);
+  fmt::print("bfloat16 products (--precision bf16): {}\n",
+             kernels::bf16_supported() ? fmt::format("supported; oneDNN runs them with {}", kernels::bf16_isa())
+                                       : "not supported: " + kernels::bf16_unsupported_reason());
   namespace dist = train::distributed;
   fmt::print("data-parallel training: {}\n", dist::built_with_mpi() ? fmt::format("MPI ({}): mpirun -np N gradflow train ... (docs/distributed.md)",
                                                                                     dist::mpi_library())

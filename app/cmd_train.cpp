@@ -65,7 +65,7 @@ Flags train_flags() {
   f.add_int("seed", 1, "random seed (data order, initial weights, dropout)");
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
   f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
-  f.add_string("resume", "", "continue the run in this folder (budget flags may be given again)");
+  f.add_string("resume", "", "continue the run in this folder (budget flags and --precision may be given again)");
   f.add_int("threads", 0, "threads (default: the hardware's)");
   f.add_int("samples", 5, "sample translations printed at the end");
   f.add_bool("quiet", "no progress bar or lines");
@@ -110,6 +110,7 @@ train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
     fixed.insert(fixed.end(), {"data", "src", "tgt", "min-freq", "subwords", "subword-type", "joint-vocab"});
     for (const std::string& flag : fixed)
       GF_CHECK_AS(UsageError, !f.given(flag), "train: --{} cannot change when resuming (the run folder fixes it)", flag);
+    if (f.given("precision")) c.precision = f.str("precision");
     if (f.given("epochs") || f.given("steps") || f.given("minutes")) {
       c.epochs = f.integer("epochs");
       c.steps = f.integer("steps");
@@ -173,6 +174,7 @@ int cmd_train(int argc, char** argv) {
     GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
                 "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
   }
+  apply_precision(c.precision, "train");
   if (dist::several()) {
     if (dist::is_root())
       fmt::print("gradflow train: {} processes ({}), {} thread{} each, {} processes on this machine\n", dist::world().size,

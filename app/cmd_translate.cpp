@@ -11,6 +11,7 @@
 #include "app/commands.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
+#include "app/recipe_flags.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "train/eval/bleu.h"
@@ -35,6 +36,7 @@ void add_decode_flags(Flags& f) {
                "(slower, may find a higher score)");
   f.add_int("batch-size", 64, "sentences decoded together");
   f.add_int("threads", 0, "threads (default: the hardware's)");
+  add_precision_flag(f, "fp32", " (default fp32 whatever the run trained in: a bf16 run's weights are float32)");
 }
 
 // The decoding flags alone, checked before a model is loaded or a line read.
@@ -134,6 +136,7 @@ int cmd_translate(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   check_translate_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  apply_precision(f.str("precision"), "translate");
   Input input(f.str("input"));
   train::Translator t = train::Translator::load(f.str("model"));
   const train::DecodeOptions options = decode_options(f, t);
@@ -201,6 +204,7 @@ int cmd_eval(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   check_eval_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  apply_precision(f.str("precision"), "eval");
   const std::string tok_flag = f.str("tokenize");
   train::Translator t = train::Translator::load(f.str("model"));
   train::RunConfig c = t.config;

@@ -2,12 +2,29 @@
 
 #include "nn/activation.h"
 #include "nn/norm.h"
+#include "tensor/kernels/bf16.h"
 
 namespace gf::app {
 
 const std::vector<std::string>& model_flag_names() {
   static const std::vector<std::string> names = {"arch", "d-model", "heads", "kv-heads", "layers", "ff", "dropout", "activation", "norm", "norm-first", "tie"};
   return names;
+}
+
+void add_precision_flag(Flags& f, const std::string& def, const std::string& more) {
+  f.add_string("precision", def,
+               "matrix products in fp32, or bf16: bfloat16 operands with float32 sums, float32 weights, optimizer, norms, softmax and "
+               "loss; needs AVX512-BF16 (`gradflow info` says; docs/performance.md, bfloat16)" + more);
+}
+
+void apply_precision(const std::string& value, const std::string& command) {
+  Precision p = Precision::Float32;
+  try {
+    p = parse_precision(value, "--precision");
+  } catch (const std::invalid_argument& e) {
+    GF_FAIL_AS(UsageError, "{}: {}", command, e.what());
+  }
+  kernels::set_precision(p);
 }
 
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
@@ -32,6 +49,7 @@ void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
   f.add_double("lr", d.lr, "peak learning rate" + note("0.002"));
   f.add_int("warmup", d.warmup, "warmup steps before inverse square root decay" + note("400"));
   f.add_double("label-smoothing", d.label_smoothing, "label smoothing");
+  add_precision_flag(f, d.precision);
 }
 
 void read_recipe_flags(const Flags& f, train::RunConfig& c) {
@@ -54,6 +72,7 @@ void read_recipe_flags(const Flags& f, train::RunConfig& c) {
   c.lr = f.real("lr");
   c.warmup = f.integer("warmup");
   c.label_smoothing = f.real("label-smoothing");
+  c.precision = f.str("precision");
 }
 
 }  // namespace gf::app

@@ -12,6 +12,11 @@ namespace gf::app {
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes);
 // Copies the flags' values into c.
 void read_recipe_flags(const Flags& f, train::RunConfig& c);
+// --precision fp32|bf16 (add_recipe_flags declares it with the run's default; translate and eval
+// through add_precision_flag), and setting it process-wide: UsageError for another value,
+// std::runtime_error where the CPU cannot run bf16.
+void add_precision_flag(Flags& f, const std::string& def, const std::string& more = "");
+void apply_precision(const std::string& value, const std::string& command);
 // The flags that define the model (a resumed run cannot change them).
 const std::vector<std::string>& model_flag_names();
 

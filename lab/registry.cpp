@@ -25,6 +25,7 @@ const std::vector<Lab>& labs() {
       gqa_lab(),
       smoothing_lab(),
       crossattn_lab(),
+      precision_lab(),
   };
   return all;
 }

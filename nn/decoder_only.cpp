@@ -5,6 +5,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
+#include "autograd/ops/shape.h"
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
@@ -39,7 +40,15 @@ Variable DecoderOnlyTransformer::embed(const Tensor& ids, int64_t offset) const 
   return drop->forward(pos->forward(e, offset));
 }
 
-Variable DecoderOnlyTransformer::forward(const Tensor& ids) const { return out->forward(hidden_states(ids)); }  // (B, T, V)
+namespace {
+// The last position of (B, T, D) states: (B, 1, D).
+Variable last_position(const Variable& x) { return narrow(x, 1, x.size(1) - 1, 1); }
+}  // namespace
+
+Variable DecoderOnlyTransformer::forward(const Tensor& ids, bool last_only) const {
+  const Variable h = hidden_states(ids);                   // (B, T, D)
+  return out->forward(last_only ? last_position(h) : h);  // (B, T, V) or (B, 1, V)
+}
 
 Variable DecoderOnlyTransformer::hidden_states(const Tensor& ids) const {
   GF_CHECK(ids.ndim() == 2, "DecoderOnlyTransformer: ids must be (B, T), got {}", shape_str(ids.shape()));
@@ -54,14 +63,15 @@ std::vector<KVCache> DecoderOnlyTransformer::start_cache(int64_t batch, int64_t 
   return caches;
 }
 
-Variable DecoderOnlyTransformer::forward_cached(const Tensor& ids, std::vector<KVCache>& caches) const {
+Variable DecoderOnlyTransformer::forward_cached(const Tensor& ids, std::vector<KVCache>& caches, bool last_only) const {
   NoGradGuard ng;
   GF_CHECK(caches.size() == transformer->layers->size(), "DecoderOnlyTransformer::forward_cached: {} caches for {} layers",
            caches.size(), transformer->layers->size());
   Variable x = embed(ids, caches.empty() ? 0 : caches[0].length);  // (B, t, D)
   for (size_t i = 0; i < caches.size(); ++i) x = (*transformer->layers)[i].forward_cached(x, caches[i]);
+  if (last_only) x = last_position(x);                     // (B, 1, D)
   if (transformer->norm) x = transformer->norm->forward(x);
-  return out->forward(x);  // (B, t, V)
+  return out->forward(x);  // (B, t, V) or (B, 1, V)
 }
 
 }  // namespace gf::nn

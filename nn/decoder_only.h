@@ -28,17 +28,19 @@ class DecoderOnlyTransformer : public Module {
   explicit DecoderOnlyTransformer(const DecoderOnlyOptions& opt, uint64_t init_seed = 1);
 
   // ids (B, T) int64, PAD after each sequence -> logits (B, T, vocab); position t sees positions
-  // <= t that are not PAD.
-  Variable forward(const Tensor& ids) const;
+  // <= t that are not PAD. last_only: the final norm and the output projection run at the last
+  // position alone -> (B, 1, vocab) (decoding needs no other position's scores: the projection is
+  // the largest product, and a prompt's source positions would be most of its rows).
+  Variable forward(const Tensor& ids, bool last_only = false) const;
   // The same up to the output projection: the states (B, T, D) after the final norm, for a loss
   // that applies `out` itself (the training loss, on the scored positions only).
   Variable hidden_states(const Tensor& ids) const;
 
   // Incremental decoding (no graph): one cache per layer for `batch` rows and `capacity` positions;
   // forward_cached runs ids (B, t) at the positions after those cached (no PAD among them) and
-  // returns their logits (B, t, vocab).
+  // returns their logits (B, t, vocab), or with last_only the last position's (B, 1, vocab).
   std::vector<KVCache> start_cache(int64_t batch, int64_t capacity) const;
-  Variable forward_cached(const Tensor& ids, std::vector<KVCache>& caches) const;
+  Variable forward_cached(const Tensor& ids, std::vector<KVCache>& caches, bool last_only = false) const;
 
   Variable embed(const Tensor& ids, int64_t offset = 0) const;  // (B, T) -> (B, T, D)
   const DecoderOnlyOptions& options() const { return options_; }

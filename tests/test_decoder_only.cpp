@@ -1,5 +1,6 @@
 // The decoder-only model: its parameter names, the causal and padding masks (exact properties),
-// cached decoding (a prompt prefill, then one token a step) against the full forward, the
+// cached decoding (a prompt prefill, then one token a step) against the full forward, the output
+// projection at the last position alone (decoding), the
 // "source <sep> target" batches with the loss on the target only, the joint vocabulary, and a short
 // training run through the trainer and the translator (cached = uncached, greedy and beam).
 #include <doctest/doctest.h>
@@ -86,6 +87,23 @@ TEST_CASE("decoder-only: a cached prefill then one token a step equals the full 
     CHECK(caches[0].k.size(1) == kv);
     CHECK_THROWS_AS(m.forward_cached(ids.narrow(1, 0, 1).contiguous(), caches), std::length_error);
   }
+}
+
+TEST_CASE("decoder-only: last_only projects the last position alone, as the full forward's last position") {
+  nn::DecoderOnlyTransformer m(small(4, false), 3);
+  m.to(DType::Float64);
+  m.eval();
+  Tensor ids = Tensor::of({4, 5, 6, 7, 8, 9, 10, 11, 12, 4, 6, 8}, {2, 6}, DType::Int64);
+  Tensor full = m.forward(ids).data();  // (2, 6, 13)
+  Tensor last = m.forward(ids, true).data();
+  CHECK(shape_str(last.shape()) == "(2, 1, 13)");
+  CHECK(max_abs_diff(last, full.narrow(1, 5, 1).contiguous()) < 1e-12);
+  auto caches = m.start_cache(2, 6);
+  Tensor pre = m.forward_cached(ids.narrow(1, 0, 4).contiguous(), caches, true).data();  // the prompt, its last position's scores
+  CHECK(shape_str(pre.shape()) == "(2, 1, 13)");
+  CHECK(max_abs_diff(pre, full.narrow(1, 3, 1).contiguous()) < 1e-12);
+  Tensor step = m.forward_cached(ids.narrow(1, 4, 1).contiguous(), caches, true).data();
+  CHECK(max_abs_diff(step, full.narrow(1, 4, 1).contiguous()) < 1e-12);
 }
 
 TEST_CASE("decoder-only batches: input source <sep> target, labels PAD on the source then target <eos>") {

@@ -10,6 +10,7 @@
 
 #include "app/parity.h"
 #include "tensor/io/safetensors.h"
+#include "tensor/kernels/bf16.h"
 
 using namespace gf;
 namespace fs = std::filesystem;
@@ -18,12 +19,12 @@ namespace {
 std::string cases(const char* set) { return std::string(GRADFLOW_SOURCE_DIR) + "/tests/parity/" + set; }
 
 // Every case of the folder runs and passes: the count comes from the folder, not from here.
-void expect_all_pass(const char* set, DType dtype) {
+void expect_all_pass(const char* set, DType dtype, Precision precision = Precision::Float32) {
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(cases(set))) files += e.path().extension() == ".safetensors";
   REQUIRE(files > 0);
   std::ostringstream out;
-  int failed = app::run_parity_dir(cases(set), dtype, out);
+  int failed = app::run_parity_dir(cases(set), dtype, out, precision);
   INFO(out.str());
   CHECK(failed == 0);
   CHECK(out.str().find(std::to_string(files) + " passed, 0 failed") != std::string::npos);
@@ -45,6 +46,35 @@ TEST_CASE("training cases pass in float32, the parameters PyTorch left in place 
   std::ostringstream out;
   app::run_parity_dir(cases("training"), DType::Float32, out);
   CHECK(out.str().find("parameter elements PyTorch left in place") != std::string::npos);
+}
+
+// bf16: the standard and variant cases and the training trajectories, each also run by PyTorch's CPU
+// autocast to bfloat16 (scripts/make_parity_bf16.py); every case within twice autocast's distance
+// from the float64 reference (app/parity.cpp, Bf16Comparison).
+const bool kBf16 = kernels::bf16_supported();
+TEST_CASE("bf16 cases: products in bfloat16 within twice PyTorch autocast's error" * doctest::skip(!kBf16)) {
+  expect_all_pass("bf16", DType::Float32, Precision::BFloat16);
+  CHECK(kernels::precision() == Precision::Float32);  // the run's precision does not outlive it
+}
+
+TEST_CASE("bf16 parity fails on a wrong parameter, and needs autocast results in the case" * doctest::skip(!kBf16)) {
+  fs::path dir = fs::temp_directory_path() / "gradflow_parity_bf16_bad";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  SafetensorsFile f = load_safetensors(cases("bf16") + "/standard_ffn.safetensors");
+  REQUIRE(app::run_parity_case(cases("bf16") + "/standard_ffn.safetensors", DType::Float32, Precision::BFloat16).passed);
+  Tensor w = f.tensors.at("param.linear1.weight").clone();  // (ff, d)
+  for (int64_t j = 0; j < w.size(1); ++j) w.flat_set(j, w.flat_get(j) * 1.1);  // one row 10% larger: a small slip
+  f.tensors["param.linear1.weight"] = w;
+  save_safetensors((dir / "ffn.safetensors").string(), f.tensors, f.metadata);
+  const app::ParityCaseResult r = app::run_parity_case((dir / "ffn.safetensors").string(), DType::Float32, Precision::BFloat16);
+  CHECK(r.error.empty());
+  CHECK_FALSE(r.passed);
+  CHECK(r.bf16_gradients > 1.0);
+  const app::ParityCaseResult plain = app::run_parity_case(cases("standard") + "/ffn.safetensors", DType::Float32, Precision::BFloat16);
+  CHECK_FALSE(plain.passed);
+  CHECK(plain.error.find("autocast") != std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a training case fails when the optimizer differs from PyTorch's (beta2 0.999 instead of 0.98)") {

@@ -10,11 +10,14 @@
 #include "autograd/function.h"
 #include "tensor/check.h"
 #include "tensor/kernels/attention.h"
+#include "tensor/kernels/bf16.h"
 
 namespace gf {
 
 struct FusedAttentionBackward : Node {
-  Tensor q, k, v;  // (B, L, H*d_k), (B, S, KV*d_k), (B, S, KV*d_k): views of the projections
+  // (B, L, H*d_k), (B, S, KV*d_k), (B, S, KV*d_k): views of the projections, or under bf16 their
+  // bfloat16 copies (the products' operands; half the bytes, and the float32 projections are freed)
+  Tensor q, k, v;
   Tensor out;      // (B, L, H*d_k)
   Tensor lse;      // (B, H, L)
   kernels::AttentionConfig cfg;
@@ -45,6 +48,9 @@ kernels::AttentionConfig make_config(const FusedAttentionOptions& o, int64_t B, 
   return cfg;
 }
 
+// The operands as the kernel multiplies them: under bf16, float32 rounded to bfloat16 once here.
+Tensor operand(const Tensor& t) { return kernels::bf16_products(t.dtype()) ? kernels::to_bf16(t) : t; }
+
 // The column blocks of a packed (B, L, (H + 2 KV) d_k) tensor: q, k, v.
 std::array<Tensor, 3> unpack(const Tensor& qkv, int64_t heads, int64_t kv_heads) {
   const int64_t dk = qkv.size(2) / (heads + 2 * kv_heads);
@@ -58,10 +64,11 @@ Variable fused_attention(const Variable& q, const Variable& k, const Variable& v
   GF_CHECK(q.ndim() == 3 && k.ndim() == 3, "fused_attention: q {} and k {} must be (B, len, heads*d_k)", shape_str(q.shape()),
            shape_str(k.shape()));
   kernels::AttentionConfig cfg = make_config(o, q.size(0), q.size(1), k.size(1), q.shape());
-  kernels::AttentionForward r = kernels::attention_forward(q.data(), k.data(), v.data(), cfg);  // (B, L, H*d_k)
+  const Tensor qd = operand(q.data()), kd = operand(k.data()), vd = operand(v.data());
+  kernels::AttentionForward r = kernels::attention_forward(qd, kd, vd, cfg);  // (B, L, H*d_k)
   auto node = make_node<FusedAttentionBackward>({&q, &k, &v});
   if (node) {
-    node->q = q.data(), node->k = k.data(), node->v = v.data();
+    node->q = qd, node->k = kd, node->v = vd;
     node->out = r.out, node->lse = std::move(r.lse);
     node->cfg = std::move(cfg);
   }
@@ -69,13 +76,13 @@ Variable fused_attention(const Variable& q, const Variable& k, const Variable& v
 }
 
 struct FusedSelfAttentionBackward : Node {
-  Tensor qkv;  // (B, L, (H + 2 KV) d_k)
+  Tensor qkv;  // (B, L, (H + 2 KV) d_k): the projection, or under bf16 its bfloat16 copy
   Tensor out;  // (B, L, H*d_k)
   Tensor lse;  // (B, H, L)
   kernels::AttentionConfig cfg;
   const char* name() const override { return "attention"; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (B, L, H*d_k)
-    Tensor gx = Tensor::zeros(qkv.shape(), qkv.dtype());  // (B, L, (H + 2 KV) d_k)
+    Tensor gx = Tensor::zeros(qkv.shape(), out.dtype());  // (B, L, (H + 2 KV) d_k), the scores' type
     auto [q, k, v] = unpack(qkv, cfg.heads, cfg.kv_heads);
     auto [gq, gk, gv] = unpack(gx, cfg.heads, cfg.kv_heads);
     kernels::attention_backward_into(g, q, k, v, out, lse, cfg, gq, gk, gv);
@@ -89,11 +96,12 @@ Variable fused_self_attention(const Variable& qkv, const FusedAttentionOptions& 
            "fused_self_attention: qkv {} is not (B, L, (H + 2 KV) d_k) for {} query and {} key/value heads",
            shape_str(qkv.shape()), o.heads, o.kv_heads);
   kernels::AttentionConfig cfg = make_config(o, qkv.size(0), qkv.size(1), qkv.size(1), qkv.shape());
-  auto [q, k, v] = unpack(qkv.data(), o.heads, o.kv_heads);
+  const Tensor qkvd = operand(qkv.data());  // (B, L, (H + 2 KV) d_k)
+  auto [q, k, v] = unpack(qkvd, o.heads, o.kv_heads);
   kernels::AttentionForward r = kernels::attention_forward(q, k, v, cfg);  // (B, L, H*d_k)
   auto node = make_node<FusedSelfAttentionBackward>({&qkv});
   if (node) {
-    node->qkv = qkv.data();
+    node->qkv = qkvd;
     node->out = r.out, node->lse = std::move(r.lse);
     node->cfg = std::move(cfg);
   }

@@ -3,6 +3,7 @@
 #include "autograd/ops/matmul.h"
 
 #include "autograd/function.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
 
@@ -35,20 +36,30 @@ Variable matmul(const Variable& a, const Variable& b) {
 }
 
 // ---- linear: with x as (N, in) and g as (N, out): grad_x = g @ W, grad_W = g^T @ x,
-// grad_b = column sums of g ----
+// grad_b = column sums of g. Under bf16 (kernels::bf16_products) the three products take
+// bfloat16 operands: W rounded once in the forward (the copy is kept for grad_x), x rounded in
+// the forward and again in the backward (keeping the float32 x, which the layer before holds
+// anyway, costs less memory than a second, bfloat16 copy), g rounded once for both. ----
 struct LinearBackward : Node {
   Tensor x2;      // (N, in): x with its leading dims flattened, kept only when W needs a gradient
-  Tensor weight;  // (out, in), kept only when x needs a gradient
+  Tensor weight;  // (out, in), kept only when x needs a gradient; bfloat16 under bf16
   Shape x_shape;
+  bool bf16 = false;
   const char* name() const override { return "linear"; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (..., out)
     const int64_t out_f = g.shape().back();
     const int64_t rows = shape_numel(Shape(x_shape.begin(), x_shape.end() - 1));
     Tensor g2 = g.reshape({rows, out_f});  // (N, out)
     Tensor gx, gw, gb;
-    if (needs_grad(0)) gx = kernels::matmul(g2, weight).reshape(x_shape);  // (..., in)
-    if (needs_grad(1)) gw = kernels::matmul(g2.transpose(0, 1), x2);     // (out, in)
-    if (needs_grad(2)) gb = kernels::sum(g2, {0}, false);                // (out,)
+    if (bf16) {
+      const Tensor g2b = kernels::to_bf16(g2);                                                         // (N, out)
+      if (needs_grad(0)) gx = kernels::matmul_bf16(g2b, weight).reshape(x_shape);                     // (..., in)
+      if (needs_grad(1)) gw = kernels::matmul_bf16(g2b.transpose(0, 1), kernels::to_bf16(x2));        // (out, in)
+    } else {
+      if (needs_grad(0)) gx = kernels::matmul(g2, weight).reshape(x_shape);  // (..., in)
+      if (needs_grad(1)) gw = kernels::matmul(g2.transpose(0, 1), x2);     // (out, in)
+    }
+    if (needs_grad(2)) gb = kernels::sum(g2, {0}, false);  // (out,)
     return {gx, gw, gb};
   }
   std::vector<SavedTensor> saved() override { return {{"x2", &x2}, {"weight", &weight}}; }
@@ -56,12 +67,17 @@ struct LinearBackward : Node {
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
   Tensor xc = x.data().contiguous();  // (..., in): at most one copy, shared with backward
-  Tensor out = kernels::linear(xc, weight.data(), bias.defined() ? bias.data() : Tensor());  // (..., out)
+  const bool bf16 = kernels::bf16_products(x.dtype()) && weight.dtype() == DType::Float32;
+  if (bf16) check_same_dtype(x.data(), weight.data(), "linear");
+  const Tensor w = bf16 ? kernels::bf16_weight(weight.data()) : weight.data();  // (out, in)
+  const Tensor b = bias.defined() ? bias.data() : Tensor();                       // (out)
+  Tensor out = bf16 ? kernels::linear_bf16(kernels::to_bf16(xc), w, b) : kernels::linear(xc, w, b);  // (..., out)
   auto node = make_node<LinearBackward>({&x, &weight, &bias});
   if (node) {
     node->x_shape = x.shape();
+    node->bf16 = bf16;
     if (node->needs_grad(1)) node->x2 = xc.view({shape_numel(Shape(x.shape().begin(), x.shape().end() - 1)), x.shape().back()});
-    if (node->needs_grad(0)) node->weight = weight.data();
+    if (node->needs_grad(0)) node->weight = w;
   }
   return Variable::from_op(std::move(out), node);
 }

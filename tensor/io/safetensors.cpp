@@ -45,12 +45,13 @@ const char* st_dtype_name(DType t) {
     case DType::Float64: return "F64";
     case DType::Int64: return "I64";
     case DType::Bool: return "BOOL";
+    case DType::BFloat16: return "BF16";
   }
   return "?";
 }
 
 bool st_dtype_from_name(const std::string& s, DType& out) {
-  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::Bool})
+  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::Bool, DType::BFloat16})
     if (s == st_dtype_name(t)) {
       out = t;
       return true;

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
+#include "tensor/kernels/bf16_tile.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/softmax.h"
 #include "tensor/parallel.h"
@@ -32,13 +34,18 @@ int64_t width(int64_t nk) { return (nk + kLanes - 1) / kLanes * kLanes; }
 
 // C (m, n) = alpha * op(A) @ op(B) + beta * C, row-major with leading dims. Counted in
 // gemm_flops() unless it is the backward's recomputation of the scores, which the model's FLOP
-// count (bench's model_gflops_per_s) leaves out.
-template <class T, bool Count = true>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
-          T beta, T* c, int64_t ldc) {
+// count (bench's model_gflops_per_s) leaves out. Operands of the scores' type T go to BLAS; under
+// bf16 (an operand is bfloat16: Q, K, V and dO are, the float tiles P and dS are rounded while
+// packed) to the vdpbf16ps tiles of bf16_tile.h.
+template <bool Count = true, class T, class X, class Y>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const X* a, int64_t lda, const Y* b, int64_t ldb, T beta, T* c,
+          int64_t ldc, TileWorkspace& ws) {
   if (m == 0 || n == 0 || k == 0) return;  // callers never ask for an empty inner dim with beta 0
   if constexpr (Count) count_gemm_flops(static_cast<uint64_t>(2 * m * n * k));
-  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if constexpr (std::is_same_v<X, T> && std::is_same_v<Y, T>)
+    blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    tile_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws);
 }
 
 // A (B, len, heads*d_k) operand read in place: element (b, l, head, d) at b*sb + l*sl + head*dk + d.
@@ -54,11 +61,12 @@ Rows<T> rows_of(const Tensor& t, int64_t dk) {
   return {static_cast<T*>(t.storage()->data()) + t.offset(), t.strides()[0], t.strides()[1], dk};
 }
 
-// Everything a tile needs: shapes, operands, masks, dropout.
-template <class T>
+// Everything a tile needs: shapes, operands, masks, dropout. T is the scores' type; In the
+// operands' (T, or bfloat16 under bf16 with T float).
+template <class T, class In = T>
 struct Ctx {
   int64_t B = 0, L = 0, S = 0, H = 0, KV = 0, G = 1, dk = 0, bq = 0, bk = 0;
-  Rows<T> q, k, v;
+  Rows<In> q, k, v;
   const bool* kpm = nullptr;  // (B, S) or null
   const bool* am = nullptr;   // (L, S) or null
   T scale = 1;
@@ -72,8 +80,8 @@ struct Ctx {
 // live[r*wk + c] = 1 where query l0 + r may see key s0 + c (c < nk; 0 in the padding up to
 // wk = width(nk)). Returns whether any may. One loop per kind of mask, each of which vectorises (a
 // loop testing for each mask per element did not).
-template <class T>
-bool tile_mask(const Ctx<T>& c, int64_t b, int64_t l0, int64_t n, int64_t s0, int64_t nk, int64_t wk, uint8_t* live) {
+template <class C>
+bool tile_mask(const C& c, int64_t b, int64_t l0, int64_t n, int64_t s0, int64_t nk, int64_t wk, uint8_t* live) {
   // Masks read as bytes (bool is stored as 0 or 1): GCC vectorises negation on bytes, not on bool.
   const uint8_t* kr = c.kpm ? reinterpret_cast<const uint8_t*>(c.kpm) + b * c.S + s0 : nullptr;  // the same for every row
   uint8_t any = 0;
@@ -99,8 +107,8 @@ bool tile_mask(const Ctx<T>& c, int64_t b, int64_t l0, int64_t n, int64_t s0, in
 // is multiplied by the same factors (the backward's P and dP): one draw each. The draws and the
 // products are two loops over a row, each of which vectorises; keep (wk bytes) holds a row's
 // decisions. The padding's draws (other elements' numbers) only multiply its unused entries.
-template <class T>
-void drop_tile(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t s0, int64_t wk, uint8_t* keep, T* x,
+template <class C, class T>
+void drop_tile(const C& c, int64_t b, int64_t h, int64_t l0, int64_t n, int64_t s0, int64_t wk, uint8_t* keep, T* x,
                T* x2 = nullptr) {
   const Generator gen = *c.gen;  // locals: a load through c inside the loop keeps it scalar
   const uint64_t keep_from = c.keep_from;
@@ -123,6 +131,7 @@ struct Scratch {
   std::vector<uint8_t> live, keep;
   std::vector<T> m;
   std::vector<double> sum;
+  TileWorkspace tiles;  // packed operands of the bf16 tiles
   Scratch(int64_t bq, int64_t bk, int64_t dk)
       : s(bq * width(bk)), dp(bq * width(bk)), pd(bq * width(bk)), acc(bq * dk), live(bq * width(bk)), keep(width(bk)), m(bq), sum(bq) {}
 };
@@ -155,8 +164,8 @@ void online_update(int64_t n, int64_t nk, int64_t wk, int64_t dk, Scratch<T>& w)
 }
 
 // The output rows [l0, l0 + n) of head h for batch b: every key tile in turn, then normalised.
-template <class T>
-void forward_block(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, T* out, T* lse, Scratch<T>& w) {
+template <class T, class In>
+void forward_block(const Ctx<T, In>& c, int64_t b, int64_t h, int64_t l0, T* out, T* lse, Scratch<T>& w) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const int64_t n = std::min(c.bq, c.L - l0), dk = c.dk, kvh = h / c.G;
   std::fill(w.acc.begin(), w.acc.begin() + n * dk, T(0));
@@ -165,10 +174,10 @@ void forward_block(const Ctx<T>& c, int64_t b, int64_t h, int64_t l0, T* out, T*
   for (int64_t s0 = 0; s0 < c.S; s0 += c.bk) {
     const int64_t nk = std::min(c.bk, c.S - s0), wk = width(nk);
     if (!tile_mask(c, b, l0, n, s0, nk, wk, w.live.data())) continue;  // e.g. above the causal diagonal
-    gemm<T>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk);
+    gemm(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk, w.tiles);
     online_update(n, nk, wk, dk, w);
     if (c.p > 0) drop_tile(c, b, h, l0, n, s0, wk, w.keep.data(), w.s.data());
-    gemm<T>(false, false, n, dk, nk, T(1), w.s.data(), wk, c.v.at(b, s0, kvh), c.v.sl, T(1), w.acc.data(), dk);
+    gemm(false, false, n, dk, nk, T(1), w.s.data(), wk, c.v.at(b, s0, kvh), c.v.sl, T(1), w.acc.data(), dk, w.tiles);
   }
   for (int64_t r = 0; r < n; ++r) {
     T* o = out + ((b * c.L + l0 + r) * c.H + h) * dk;
@@ -207,39 +216,69 @@ void recompute_probs(int64_t n, int64_t wk, const T* lse, Scratch<T>& w) {
 
 // One (query tile, key tile) pair of the backward (FlashAttention-2): dV += Pd^T dO,
 // dS = P * (dP - D), dK += scale dS^T Q, dQ += scale dS K, with Pd = P * dropout factor and
-// dP = (dO V^T) * dropout factor.
-template <class T>
-void backward_tile(const Ctx<T>& c, const Rows<T>& g, const T* lse, const T* D, int64_t b, int64_t h, int64_t l0,
+// dP = (dO V^T) * dropout factor. g is dO as the products read it (In).
+template <class T, class In>
+void backward_tile(const Ctx<T, In>& c, const Rows<In>& g, const T* lse, const T* D, int64_t b, int64_t h, int64_t l0,
                    int64_t s0, const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w) {
   const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), wk = width(nk), dk = c.dk, kvh = h / c.G;
   if (!tile_mask(c, b, l0, n, s0, nk, wk, w.live.data())) return;
-  gemm<T, false>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk);
+  gemm<false>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk, w.tiles);
   recompute_probs(n, wk, lse + (b * c.H + h) * c.L + l0, w);
-  gemm<T>(false, true, n, nk, dk, T(1), g.at(b, l0, h), g.sl, c.v.at(b, s0, kvh), c.v.sl, T(0), w.dp.data(), wk);
+  gemm(false, true, n, nk, dk, T(1), g.at(b, l0, h), g.sl, c.v.at(b, s0, kvh), c.v.sl, T(0), w.dp.data(), wk, w.tiles);
   const T* pd = w.s.data();
   if (c.p > 0) {
     std::copy(w.s.begin(), w.s.begin() + n * wk, w.pd.begin());
     drop_tile(c, b, h, l0, n, s0, wk, w.keep.data(), w.pd.data(), w.dp.data());
     pd = w.pd.data();
   }
-  gemm<T>(true, false, nk, dk, n, T(1), pd, wk, g.at(b, l0, h), g.sl, T(1), dvv.at(b, s0, kvh), dvv.sl);
+  gemm(true, false, nk, dk, n, T(1), pd, wk, g.at(b, l0, h), g.sl, T(1), dvv.at(b, s0, kvh), dvv.sl, w.tiles);
   for (int64_t r = 0; r < n; ++r) {
     const T dr = D[l0 + r];
     for (int64_t j = 0; j < wk; ++j) w.dp[r * wk + j] = w.s[r * wk + j] * (w.dp[r * wk + j] - dr);
   }
-  gemm<T>(true, false, nk, dk, n, c.scale, w.dp.data(), wk, c.q.at(b, l0, h), c.q.sl, T(1),
-          dkk.at(b, s0, kvh), dkk.sl);
-  gemm<T>(false, false, n, dk, nk, c.scale, w.dp.data(), wk, c.k.at(b, s0, kvh), c.k.sl, T(1),
-          dq.at(b, l0, h), dq.sl);
+  gemm(true, false, nk, dk, n, c.scale, w.dp.data(), wk, c.q.at(b, l0, h), c.q.sl, T(1), dkk.at(b, s0, kvh), dkk.sl, w.tiles);
+  gemm(false, false, n, dk, nk, c.scale, w.dp.data(), wk, c.k.at(b, s0, kvh), c.k.sl, T(1), dq.at(b, l0, h), dq.sl, w.tiles);
+}
+
+// Under bf16, D = rowsum(P * dP) (dP with dropout's factor) from the very tiles the backward
+// multiplies: P recomputed, dP from the bfloat16 dO and V. The identity rowsum(P * dP) =
+// rowsum(dO * O) that lets FlashAttention-2 take D from O holds only when O and dP come from the
+// same operands; O came from rounded P and V, so the two differ by about u |dO| |O|. dS = P (dP - D)
+// subtracts nearly equal numbers, which turns that difference into a large error in dS (measured:
+// 4x PyTorch autocast's error in a decoder's gradients) and gives the key bias, whose gradient the
+// softmax makes exactly 0, one of that size. Costs the tiles' Q K^T and dO V^T once more (not
+// counted in gemm_flops(), as the scores' recomputation is not).
+template <class T, class In>
+void row_sums_of_p_dp(const Ctx<T, In>& c, const Rows<In>& g, const T* lse, int64_t b, int64_t h, T* D, Scratch<T>& w) {
+  std::fill(D, D + c.L, T(0));
+  const int64_t kvh = h / c.G;
+  for (int64_t l0 = 0; l0 < c.L; l0 += c.bq)
+    for (int64_t s0 = 0; s0 < c.S; s0 += c.bk) {  // key tiles in order: the sums' order is fixed
+      const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), wk = width(nk);
+      if (!tile_mask(c, b, l0, n, s0, nk, wk, w.live.data())) continue;
+      gemm<false>(false, true, n, nk, c.dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk, w.tiles);
+      recompute_probs(n, wk, lse + (b * c.H + h) * c.L + l0, w);
+      gemm<false>(false, true, n, nk, c.dk, T(1), g.at(b, l0, h), g.sl, c.v.at(b, s0, kvh), c.v.sl, T(0), w.dp.data(), wk, w.tiles);
+      if (c.p > 0) drop_tile(c, b, h, l0, n, s0, wk, w.keep.data(), w.dp.data());
+      for (int64_t r = 0; r < n; ++r) {
+        const T *pr = w.s.data() + r * wk, *dpr = w.dp.data() + r * wk;
+        D[l0 + r] += static_cast<T>(lane_sum(nk, [&](int64_t j) { return pr[j] * dpr[j]; }));
+      }
+    }
 }
 
 // All gradients of batch b's key/value head kvh and its G query heads, in a fixed order: the
-// task owns its slices of dQ, dK and dV, so results do not depend on the thread count.
-template <class T>
-void backward_task(const Ctx<T>& c, const Rows<T>& g, const Rows<T>& o, const T* lse, int64_t b, int64_t kvh,
+// task owns its slices of dQ, dK and dV, so results do not depend on the thread count. g is dO
+// (T: D = rowsum(dO * O) stays in T), gp the same as the products read it (In).
+template <class T, class In>
+void backward_task(const Ctx<T, In>& c, const Rows<T>& g, const Rows<In>& gp, const Rows<T>& o, const T* lse, int64_t b, int64_t kvh,
                    const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w, std::vector<T>& D) {
   for (int64_t gi = 0; gi < c.G; ++gi) {
     const int64_t h = kvh * c.G + gi;
+    if constexpr (!std::is_same_v<In, T>) {
+      row_sums_of_p_dp(c, gp, lse, b, h, D.data() + gi * c.L, w);
+      continue;
+    }
     for (int64_t l = 0; l < c.L; ++l) {  // D = rowsum(dO * O)
       const T *gr = g.at(b, l, h), *orow = o.at(b, l, h);
       D[gi * c.L + l] = static_cast<T>(lane_sum(c.dk, [&](int64_t d) { return gr[d] * orow[d]; }));
@@ -248,7 +287,7 @@ void backward_task(const Ctx<T>& c, const Rows<T>& g, const Rows<T>& o, const T*
   for (int64_t s0 = 0; s0 < c.S; s0 += c.bk)
     for (int64_t gi = 0; gi < c.G; ++gi)
       for (int64_t l0 = 0; l0 < c.L; l0 += c.bq)
-        backward_tile(c, g, lse, D.data() + gi * c.L, b, kvh * c.G + gi, l0, s0, dq, dkk, dvv, w);
+        backward_tile(c, gp, lse, D.data() + gi * c.L, b, kvh * c.G + gi, l0, s0, dq, dkk, dvv, w);
 }
 
 void check_operand(const Tensor& t, int64_t heads, const char* what, const Tensor& q) {
@@ -261,12 +300,12 @@ void check_operand(const Tensor& t, int64_t heads, const char* what, const Tenso
 // The operand with unit stride in its last dim (a copy only when it has not).
 Tensor unit_last(const Tensor& t) { return t.strides()[2] == 1 || t.size(2) <= 1 ? t : t.contiguous(); }
 
-template <class T>
-Ctx<T> make_ctx(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& cfg, Tensor& kpm, Tensor& am) {
-  Ctx<T> c;
+template <class T, class In>
+Ctx<T, In> make_ctx(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& cfg, Tensor& kpm, Tensor& am) {
+  Ctx<T, In> c;
   c.B = q.size(0), c.L = q.size(1), c.S = k.size(1), c.H = cfg.heads, c.KV = cfg.kv_heads, c.G = c.H / c.KV;
   c.dk = q.size(2) / c.H;
-  c.q = rows_of<T>(q, c.dk), c.k = rows_of<T>(k, c.dk), c.v = rows_of<T>(v, c.dk);
+  c.q = rows_of<In>(q, c.dk), c.k = rows_of<In>(k, c.dk), c.v = rows_of<In>(v, c.dk);
   c.bq = cfg.block_q > 0 ? cfg.block_q : kDefaultBlock;
   c.bk = cfg.block_k > 0 ? cfg.block_k : kDefaultBlock;
   while (cfg.block_q <= 0 && c.bq > 8 && c.bq * c.bk * c.dk >= kSingleThreadGemm) c.bq /= 2;
@@ -280,6 +319,9 @@ Ctx<T> make_ctx(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
   c.base = cfg.dropout_base;
   return c;
 }
+
+// The output's, the log-sum-exp's and the gradients' type: float32 for bfloat16 operands.
+DType scores_dtype(DType operands) { return operands == DType::BFloat16 ? DType::Float32 : operands; }
 
 // Checks shapes and masks; returns the masks dense.
 void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionConfig& cfg, Tensor& kpm, Tensor& am) {
@@ -317,10 +359,11 @@ AttentionForward attention_forward(const Tensor& q_in, const Tensor& k_in, const
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   const int64_t B = q.size(0), L = q.size(1), H = cfg.heads;
   AttentionForward r;
-  r.out = Tensor::empty(q.shape(), q.dtype());  // (B, L, H*d_k)
-  r.lse = Tensor::empty({B, H, L}, q.dtype());  // (B, H, L)
-  dispatch_float(q.dtype(), "attention", [&]<class T>() {
-    const Ctx<T> c = make_ctx<T>(q, k, v, cfg, kpm, am);
+  const DType out_type = scores_dtype(q.dtype());
+  r.out = Tensor::empty(q.shape(), out_type);  // (B, L, H*d_k)
+  r.lse = Tensor::empty({B, H, L}, out_type);  // (B, H, L)
+  auto run = [&]<class T, class In>() {
+    const Ctx<T, In> c = make_ctx<T, In>(q, k, v, cfg, kpm, am);
     const int64_t nqb = (L + c.bq - 1) / c.bq, tasks = B * H * nqb;
     T *out = r.out.data<T>(), *lse = r.lse.data<T>();
     // A task is one block of queries of one head: a few tiles of work, so a grain of 1.
@@ -328,7 +371,11 @@ AttentionForward attention_forward(const Tensor& q_in, const Tensor& k_in, const
       Scratch<T> w(c.bq, c.bk, c.dk);
       for (int64_t t = lo; t < hi; ++t) forward_block(c, t / (H * nqb), t / nqb % H, t % nqb * c.bq, out, lse, w);
     });
-  });
+  };
+  if (q.dtype() == DType::BFloat16)
+    run.template operator()<float, bfloat16>();
+  else
+    dispatch_float(q.dtype(), "attention", [&]<class T>() { run.template operator()<T, T>(); });
   return r;
 }
 
@@ -342,30 +389,40 @@ void attention_backward_into(const Tensor& g_in, const Tensor& q_in, const Tenso
            "attention_backward: gradient {}, output {} and destinations {}, {}, {} must match q {} and k {}",
            shape_str(g_in.shape()), shape_str(out.shape()), shape_str(dq.shape()), shape_str(dk.shape()),
            shape_str(dv.shape()), shape_str(q_in.shape()), shape_str(k_in.shape()));
+  const DType t = scores_dtype(q_in.dtype());
+  for (const Tensor* d : {&g_in, &out, &lse, &dq, &dk, &dv})
+    GF_CHECK(d->dtype() == t, "attention_backward: the gradient, output, log-sum-exp and destinations must be {} for {} q, got {} {}",
+             dtype_name(t), dtype_name(q_in.dtype()), dtype_name(d->dtype()), shape_str(d->shape()));
   for (const Tensor* d : {&dq, &dk, &dv})
-    GF_CHECK(d->dtype() == q_in.dtype() && d->strides()[2] == 1,
-             "attention_backward: a destination {} {} needs q's dtype and unit stride in its last dim", dtype_name(d->dtype()),
-             shape_str(d->shape()));
+    GF_CHECK(d->strides()[2] == 1, "attention_backward: a destination {} needs unit stride in its last dim", shape_str(d->shape()));
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), g = unit_last(g_in);
   const Tensor o = out.contiguous(), ls = lse.contiguous();  // (B, L, H*d_k), (B, H, L)
-  dispatch_float(q.dtype(), "attention_backward", [&]<class T>() {
-    const Ctx<T> c = make_ctx<T>(q, k, v, cfg, kpm, am);
+  // Under bf16 the products read dO rounded to bfloat16 once; D = rowsum(dO * O) reads it unrounded.
+  const Tensor gp = q.dtype() == DType::BFloat16 ? to_bf16(g) : g;  // (B, L, H*d_k)
+  auto run = [&]<class T, class In>() {
+    const Ctx<T, In> c = make_ctx<T, In>(q, k, v, cfg, kpm, am);
     const Rows<T> gr = rows_of<T>(g, c.dk), orow = rows_of<T>(o, c.dk);
+    const Rows<In> gpr = rows_of<In>(gp, c.dk);
     const Rows<T> rq = rows_of<T>(dq, c.dk), rk = rows_of<T>(dk, c.dk), rv = rows_of<T>(dv, c.dk);
     parallel_for(c.B * c.KV, 1, [&](int64_t lo, int64_t hi) {
       Scratch<T> w(c.bq, c.bk, c.dk);
       std::vector<T> D(c.G * c.L);
-      for (int64_t t = lo; t < hi; ++t) backward_task(c, gr, orow, ls.data<T>(), t / c.KV, t % c.KV, rq, rk, rv, w, D);
+      for (int64_t t = lo; t < hi; ++t) backward_task(c, gr, gpr, orow, ls.data<T>(), t / c.KV, t % c.KV, rq, rk, rv, w, D);
     });
-  });
+  };
+  if (q.dtype() == DType::BFloat16)
+    run.template operator()<float, bfloat16>();
+  else
+    dispatch_float(q.dtype(), "attention_backward", [&]<class T>() { run.template operator()<T, T>(); });
 }
 
 AttentionGrads attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const AttentionConfig& cfg) {
   AttentionGrads r;
-  r.q = Tensor::zeros(q.shape(), q.dtype());  // (B, L, H*d_k)
-  r.k = Tensor::zeros(k.shape(), k.dtype());  // (B, S, KV*d_k)
-  r.v = Tensor::zeros(v.shape(), v.dtype());  // (B, S, KV*d_k)
+  const DType t = scores_dtype(q.dtype());
+  r.q = Tensor::zeros(q.shape(), t);  // (B, L, H*d_k)
+  r.k = Tensor::zeros(k.shape(), t);  // (B, S, KV*d_k)
+  r.v = Tensor::zeros(v.shape(), t);  // (B, S, KV*d_k)
   attention_backward_into(g, q, k, v, out, lse, cfg, r.q, r.k, r.v);
   return r;
 }

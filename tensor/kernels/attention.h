@@ -9,6 +9,10 @@
 // row stride (so narrow() views of a packed (B, L, 3D) projection are read in place); head h's
 // features are columns [h*d_k, (h+1)*d_k). Query head h uses key/value head h / (H / KV) (grouped
 // query; K and V are never repeated). The output is (B, L, H*d_k), dense: heads already merged.
+//
+// Under --precision bf16, q, k and v are bfloat16 (to_bf16 of the projections): the tiles' products
+// take bfloat16 operands and accumulate in float32 (bf16_tile.h), while the scores, the online
+// softmax, the output, the log-sum-exp, dO for D = rowsum(dO * O), and the gradients are float32.
 #include <cstdint>
 
 #include "tensor/kernels/random.h"

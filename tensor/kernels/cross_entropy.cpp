@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/row_blocks.h"
 #include "tensor/kernels/softmax.h"  // fast_exp, row_max, lane_sum
 #include "tensor/check.h"
@@ -139,7 +140,9 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Ten
 }
 
 CrossEntropyResult cross_entropy_and_backward(Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
-                                              double scale, Tensor* column_sums) {
+                                              double scale, Tensor* column_sums, bool rows_to_bf16) {
+  GF_CHECK(!rows_to_bf16 || logits.dtype() == DType::Float32, "cross_entropy_and_backward: rows_to_bf16 needs float32 logits, got {}",
+           dtype_name(logits.dtype()));
   CrossEntropyResult r;
   r.count = check_inputs(logits, target, ignore_index, label_smoothing);
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
@@ -166,7 +169,7 @@ CrossEntropyResult cross_entropy_and_backward(Tensor& logits, const Tensor& targ
           if (pt[i] == ignore_index) {
             plse[i] = T(0);
             std::fill(xr, xr + c, T(0));
-            continue;  // adds nothing to the column sums
+            continue;  // adds nothing to the column sums (and its zeros are bfloat16 zeros too)
           }
           double lse = 0;
           row_forward(xr, c, pt[i], label_smoothing, lse, row_loss[i]);
@@ -174,6 +177,8 @@ CrossEntropyResult cross_entropy_and_backward(Tensor& logits, const Tensor& targ
           row_backward(xr, xr, c, pt[i], plse[i], s, y);
           if (acc)
             for (int64_t j = 0; j < c; ++j) acc[j] += xr[j];
+          if constexpr (std::is_same_v<T, float>)
+            if (rows_to_bf16) to_bf16_in_place(xr, c);
         }
       }
     });

@@ -40,8 +40,11 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Ten
 // as cross_entropy, and the gradient (as cross_entropy_backward's, the same bits) written over the
 // logits (contiguous). column_sums, if given ((C,), the logits' dtype), receives the gradient's
 // sum over rows, the bias gradient of a linear layer before the loss: the same bits as
-// sum(gradient, {0}).
+// sum(gradient, {0}). With rows_to_bf16 (float32 logits only), each row of the gradient is then
+// rounded to bfloat16 in place: row i's C values fill the first half of its own bytes, so the
+// buffer reads as a bfloat16 matrix with a leading dim of 2C (linear_cross_entropy under bf16: its
+// two products take the gradient in bfloat16 without a second buffer).
 CrossEntropyResult cross_entropy_and_backward(Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
-                                              double scale, Tensor* column_sums = nullptr);
+                                              double scale, Tensor* column_sums = nullptr, bool rows_to_bf16 = false);
 
 }  // namespace gf::kernels

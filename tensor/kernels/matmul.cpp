@@ -395,6 +395,8 @@ uint64_t gemm_flops() {
 }
 void count_gemm_flops(uint64_t flops) { add_gemm_flops(flops); }
 
+bool small_rows_gemm_active() { return g_small_rows_scopes.load(std::memory_order_relaxed) > 0; }
+
 SmallRowsGemmScope::SmallRowsGemmScope() {
   const char* env = std::getenv("GRADFLOW_DECODE_GEMM");
   if (env && std::string(env) == "openblas") return;

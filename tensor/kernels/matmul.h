@@ -57,6 +57,9 @@ void count_gemm_flops(uint64_t flops);
 // brings a product under the limit.
 int64_t decode_column_block(bool small_path, bool tb, int64_t m, int64_t n, int64_t k);
 
+// Whether a SmallRowsGemmScope is alive (the bf16 products cut their blocks the same way).
+bool small_rows_gemm_active();
+
 class SmallRowsGemmScope {
  public:
   SmallRowsGemmScope();

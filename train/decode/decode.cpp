@@ -16,6 +16,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/indexing.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
@@ -142,12 +143,12 @@ class DecoderOnlySteps : public StepModel {
     if (opt_.use_cache) {
       // First step: the whole prompt; later ones: the newest token at the next position.
       Tensor fresh = t == 1 ? prompt(prefix) : prefix.narrow(1, t - 1, 1).contiguous();  // (R, S+1) or (R, 1)
-      return last_logits(model_.forward_cached(fresh, caches_));
+      return last_logits(model_.forward_cached(fresh, caches_, true));  // the projection at the newest position only
     }
     Tensor seq = Tensor::empty({R, S + t}, DType::Int64);  // (R, S+t): source, <sep>, output so far
     seq.narrow(1, 0, S).copy_(src_);
     seq.narrow(1, S, t).copy_(prefix);
-    return last_logits(model_.forward(seq));
+    return last_logits(model_.forward(seq, true));
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
@@ -562,6 +563,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
   check_request(src, opt);
   NoGradGuard ng;
   kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
+  kernels::Bf16WeightCache bf16_weights;  // under bf16: each weight rounded once for the batch, not at every step
   if (src.size(0) == 0) return {};
   MakeSteps make = [&](const Tensor& rows, int64_t steps) { return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps); };
   return decode(src, make, opt, stats);
@@ -572,6 +574,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransform
   check_request(src, opt);
   NoGradGuard ng;
   kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
+  kernels::Bf16WeightCache bf16_weights;  // under bf16: each weight rounded once for the batch, not at every step
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(src.size(0)));
   // Rows grouped by source length: each group's prompts have no padding.
   std::map<int64_t, std::vector<int64_t>> groups;

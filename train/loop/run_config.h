@@ -30,6 +30,9 @@ struct RunConfig {
   double lr = 1e-3, label_smoothing = 0.1, clip = 1.0;
   int64_t warmup = 800;
   double beta1 = 0.9, beta2 = 0.98, adam_eps = 1e-9;
+  // The matrix products' precision: "fp32", or "bf16" (bfloat16 operands, float32 accumulation,
+  // float32 master weights: tensor/kernels/bf16.h). A resumed run may change it.
+  std::string precision = "fp32";
   int64_t average_last = 0;  // > 1: keep the last K epochs' weights and write their mean (train/loop/average.h)
   // ---- budget and run ----
   int64_t epochs = 0, steps = 0;  // 0 = no limit of that kind

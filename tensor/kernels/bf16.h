@@ -1,0 +1,106 @@
+#pragma once
+// bfloat16 matrix products, for --precision bf16 (docs/performance.md, "bfloat16"). The operands of
+// a product are rounded to bfloat16 (round to nearest even, tensor/dtype.h) and the products are
+// accumulated in float32 by oneDNN's bf16 matmul; results are float32. Everything else (master
+// weights, Adam, LayerNorm, softmax, the loss, gradient sums) stays float32: the mixed precision of
+// Micikevicius et al. 2018, with bfloat16 as Kalamkar et al. 2019 use it.
+//
+// The precision is one process-wide setting (set_precision), read by the autograd ops that run
+// products (linear, linear_cross_entropy, fused attention). It applies to float32 operands only:
+// float64, which gradient checks and parity run in, is never rounded.
+#include <cstdint>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace gf {
+
+enum class Precision : uint8_t { Float32, BFloat16 };
+
+const char* precision_name(Precision p);  // "fp32", "bf16": the --precision values
+// "fp32" or "bf16"; anything else is an error naming `where` (a flag, a config field).
+Precision parse_precision(const std::string& text, const char* where);
+
+}  // namespace gf
+
+namespace gf::kernels {
+
+// Whether bf16 products can run here: the CPU has AVX512-BF16 (AMX is used when oneDNN finds it,
+// never required) and this build compiled the vector conversions for it. If not, the reason.
+bool bf16_supported();
+std::string bf16_unsupported_reason();
+// The instruction set oneDNN runs its kernels with (its effective ISA: "avx512_core_bf16",
+// "avx512_core_amx", ...; ONEDNN_MAX_CPU_ISA lowers it).
+std::string bf16_isa();
+
+Precision precision();
+// Sets the process-wide precision. BFloat16 where bf16_supported() is false is a std::runtime_error
+// that says why (never a silent fall back, never wrong numbers).
+void set_precision(Precision p);
+
+// Sets the precision for its lifetime and puts back the one before (tests, labs).
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(Precision p);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  Precision before_;
+};
+
+// Whether products of `t` operands run in bfloat16 now: float32 operands under Precision::BFloat16.
+inline bool bf16_products(DType t) { return t == DType::Float32 && precision() == Precision::BFloat16; }
+
+// ---- conversions: round to nearest even, float32 subnormals to zero (the bits of bfloat16(float)) ----
+// n floats to bfloat16 on the calling thread, with AVX512-BF16's vcvtneps2bf16 (bf16_supported()).
+void to_bf16(const float* src, bfloat16* dst, int64_t n);
+// The same bits through bf16_bits_from_float, one element at a time: the reference to_bf16 is
+// tested against.
+void to_bf16_reference(const float* src, bfloat16* dst, int64_t n);
+// The same in place: x's n floats become n bfloat16 values in the first half of their bytes (each
+// 16 floats are read before their 32 bytes of result are written, which never reach a float not
+// yet read).
+void to_bf16_in_place(float* x, int64_t n);
+// A float32 tensor as a bfloat16 tensor of the same shape, on the threads: contiguous, or for a
+// column-major matrix (a transposed view of a contiguous one) the same column-major layout.
+Tensor to_bf16(const Tensor& x);
+
+// ---- products: bfloat16 operands, float32 accumulation and result ----
+// C (m, n) = op(A) @ op(B) + beta * C (+ bias (n) on every row when given), all row-major with
+// leading dims (ta/tb: A/B read transposed); beta is 0 or 1. A large product is cut across the
+// threads as gemm() cuts float32 ones (one oneDNN call per slab, each on one thread), or in fixed
+// column blocks while a SmallRowsGemmScope lives (decoding). Counted in gemm_flops().
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
+               float beta, float* c, int64_t ldc, const float* bias = nullptr);
+
+// x (..., in) bfloat16, contiguous, @ weight (out, in)^T bfloat16 (row-major, or column-major as
+// decoding lays weights out) + bias (out) float32 or undefined -> (..., out) float32: linear's
+// forward under bf16.
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// a (m, k) @ b (k, n) -> (m, n) float32, for bfloat16 a and b each row-major or a transposed view
+// of a row-major matrix (linear's backward: g @ W and g^T @ x).
+Tensor matmul_bf16(const Tensor& a, const Tensor& b);
+
+// The plain reference of gemm_bf16: each element summed in double over the bfloat16 values, then
+// rounded to float32 (tests compare the kernel with it to float32 accumulation error).
+void gemm_bf16_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda, const bfloat16* b,
+                         int64_t ldb, float beta, float* c, int64_t ldc, const float* bias = nullptr);
+
+// ---- weights converted once ----
+// While one is alive (decoding: the weights do not change), bf16_weight() converts each weight
+// once and hands the same bfloat16 copy back for every later product; the copies are freed with
+// the last scope. Outside one, bf16_weight() converts each call (training converts a weight once
+// per step in the forward and keeps that copy for its backward).
+class Bf16WeightCache {
+ public:
+  Bf16WeightCache();
+  ~Bf16WeightCache();
+  Bf16WeightCache(const Bf16WeightCache&) = delete;
+  Bf16WeightCache& operator=(const Bf16WeightCache&) = delete;
+};
+Tensor bf16_weight(const Tensor& w);
+
+}  // namespace gf::kernels

@@ -1,0 +1,310 @@
+// bfloat16 products (--precision bf16): the conversion's bits against its scalar reference, oneDNN's
+// products and the attention tiles against plain references, the ops that use them (linear,
+// linear_cross_entropy, fused attention) against float64 computations on the same rounded operands,
+// and the switch itself (its error on a CPU without AVX512-BF16, its scope).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arith.h"
+#include "autograd/ops/attention.h"
+#include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
+#include "rounding.h"
+#include "tensor/kernels/bf16.h"
+#include "tensor/kernels/bf16_tile.h"
+#include "tensor/kernels/matmul.h"
+#include "tensor/kernels/reduce.h"
+#include "tensor/kernels/random.h"
+#include "tensor/parallel.h"
+
+using namespace gf;
+using namespace gf::testing;
+
+namespace {
+
+const bool kBf16 = kernels::bf16_supported();
+constexpr double kU = 1.0 / 256;  // bfloat16's unit roundoff, 2^-8
+
+std::vector<float> random_floats(int64_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<bfloat16> rounded(const std::vector<float>& v) {
+  std::vector<bfloat16> out(v.size());
+  kernels::to_bf16_reference(v.data(), out.data(), static_cast<int64_t>(v.size()));
+  return out;
+}
+
+Tensor tensor_of(const std::vector<float>& v, const Shape& shape) { return Tensor::from_vector(v, shape); }
+
+// x rounded to bfloat16 and back, as float64: the value a bf16 product multiplies.
+Tensor rounded64(const Tensor& x) { return kernels::to_bf16(x).to(DType::Float32).to(DType::Float64); }
+
+// The largest |a - b| over `tol` elementwise (both float64-convertible, same shape): <= 1 passes.
+double worst_ratio(const Tensor& a, const Tensor& b, const Tensor& tol) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(a.flat_get(i) - b.flat_get(i)) / tol.flat_get(i));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 from float: round to nearest even, subnormals to zero, NaN kept") {
+  auto bits = [](float f) { return bfloat16(f).bits; };
+  CHECK(bits(1.0f) == 0x3f80);
+  CHECK(bits(std::bit_cast<float>(0x3f808000u)) == 0x3f80);  // 1 + 2^-8: a tie, to the even neighbour
+  CHECK(bits(std::bit_cast<float>(0x3f818000u)) == 0x3f82);  // 1 + 3 * 2^-8: a tie, up to the even one
+  CHECK(bits(std::bit_cast<float>(0x3f808001u)) == 0x3f81);  // just above the tie
+  CHECK(bits(-2.5f) == 0xc020);
+  CHECK(bits(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up to infinity
+  CHECK(bits(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(bits(1e-40f) == 0x0000);                             // subnormal
+  CHECK(bits(-1e-40f) == 0x8000);
+  CHECK(bits(std::numeric_limits<float>::min()) == 0x0080);  // the smallest normal stays
+  CHECK(std::isnan(static_cast<float>(bfloat16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isnan(static_cast<float>(bfloat16(std::bit_cast<float>(0x7f800001u)))));  // a NaN whose payload is in the dropped bits
+  // From float64, rounded once: 1 + 2^-8 + 2^-40 is above the tie (through float32 it would be one).
+  CHECK(bfloat16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40)).bits == 0x3f81);
+  CHECK(bfloat16(1.0 + std::ldexp(1.0, -8)).bits == 0x3f80);
+  CHECK(static_cast<float>(bfloat16(3.140625f)) == 3.140625f);  // 8 significant bits: exact
+}
+
+TEST_CASE("bfloat16 tensors: conversions, copies and safetensors names") {
+  Tensor x = Tensor::of({1.0, -2.0, 0.1, 1e-45}, {2, 2});
+  Tensor b = x.to(DType::BFloat16);
+  CHECK(b.dtype() == DType::BFloat16);
+  CHECK(b.nbytes() == 8);
+  CHECK(b.flat_get(0) == 1.0);
+  CHECK(b.flat_get(2) == static_cast<double>(static_cast<float>(bfloat16(0.1f))));
+  CHECK(b.flat_get(3) == 0.0);
+  CHECK(b.transpose(0, 1).contiguous().flat_get(1) == b.flat_get(2));
+  CHECK(std::string(dtype_name(DType::BFloat16)) == "bfloat16");
+  CHECK_FALSE(is_floating(DType::BFloat16));  // no op but the products takes it
+}
+
+TEST_CASE("the switch: bf16 runs where the CPU has AVX512-BF16, and says why not elsewhere") {
+  if (kBf16) {
+    kernels::PrecisionScope scope(Precision::BFloat16);
+    CHECK(kernels::precision() == Precision::BFloat16);
+    CHECK(kernels::bf16_products(DType::Float32));
+    CHECK_FALSE(kernels::bf16_products(DType::Float64));  // float64 is never rounded
+  } else {
+    CHECK_THROWS_WITH_AS(kernels::set_precision(Precision::BFloat16), doctest::Contains("AVX512-BF16"), std::runtime_error);
+  }
+  CHECK(kernels::precision() == Precision::Float32);  // the scope put it back
+  CHECK(parse_precision("bf16", "--precision") == Precision::BFloat16);
+  CHECK_THROWS_WITH_AS(parse_precision("fp16", "--precision"), doctest::Contains("--precision must be fp32 or bf16, got 'fp16'"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("to_bf16 gives the reference's bits" * doctest::skip(!kBf16)) {
+  std::mt19937_64 rng(7);
+  std::vector<float> v;
+  for (int i = 0; i < 200000; ++i) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));  // every class of value
+  for (float s : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-45f, std::numeric_limits<float>::min(), std::numeric_limits<float>::max(),
+                  -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u), std::bit_cast<float>(0x7f7f8000u)})
+    v.push_back(s);
+  for (int64_t n : {int64_t(v.size()), int64_t(17), int64_t(5)}) {  // whole vectors and masked tails
+    std::vector<bfloat16> fast(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+    kernels::to_bf16(v.data(), fast.data(), n);
+    kernels::to_bf16_reference(v.data(), ref.data(), n);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) differ += fast[i].bits != ref[i].bits;
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("gemm_bf16 (oneDNN) against the plain reference, every layout, cut across threads or not" * doctest::skip(!kBf16)) {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  for (Dims d : {Dims{1, 1, 1}, Dims{3, 5, 7}, Dims{70, 33, 129}, Dims{600, 200, 64}, Dims{64, 700, 300}})
+    for (int t = 0; t < 8; ++t) {
+      const bool ta = t & 1, tb = t & 2, acc = t & 4;
+      const int64_t lda = (ta ? d.m : d.k) + 3, ldb = (tb ? d.k : d.n) + 5, ldc = d.n + 2;  // leading dims beyond the extents
+      const std::vector<bfloat16> a = rounded(random_floats((ta ? d.k : d.m) * lda, 1)), b = rounded(random_floats((tb ? d.n : d.k) * ldb, 2));
+      const std::vector<float> bias = random_floats(d.n, 3), c0 = random_floats(d.m * ldc, 4);
+      std::vector<float> c = c0, ref = c0;
+      const uint64_t flops0 = kernels::gemm_flops();
+      kernels::gemm_bf16(ta, tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, acc ? 1.0f : 0.0f, c.data(), ldc, t % 3 ? bias.data() : nullptr);
+      CHECK(kernels::gemm_flops() - flops0 == static_cast<uint64_t>(2 * d.m * d.n * d.k));
+      kernels::gemm_bf16_reference(ta, tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, acc ? 1.0f : 0.0f, ref.data(), ldc,
+                                   t % 3 ? bias.data() : nullptr);
+      // Each element: a float32 sum of exact bfloat16 products, in some order.
+      double worst = 0;
+      for (int64_t i = 0; i < d.m; ++i)
+        for (int64_t j = 0; j < d.n; ++j) {
+          double mag = std::abs(acc ? c0[i * ldc + j] : 0.0) + (t % 3 ? std::abs(bias[j]) : 0.0);
+          for (int64_t p = 0; p < d.k; ++p)
+            mag += std::abs(static_cast<float>(ta ? a[p * lda + i] : a[i * lda + p]) * static_cast<float>(tb ? b[j * ldb + p] : b[p * ldb + j]));
+          worst = std::max(worst, std::abs(c[i * ldc + j] - ref[i * ldc + j]) / two_orders_tolerance(d.k + 2, mag, DType::Float32));
+        }
+      INFO("m ", d.m, " n ", d.n, " k ", d.k, " ta ", ta, " tb ", tb, " beta ", acc);
+      CHECK(worst <= 1.0);
+      for (int64_t i = 0; i < d.m; ++i)  // the leading dims' gaps are never written
+        for (int64_t j = d.n; j < ldc; ++j) CHECK(c[i * ldc + j] == c0[i * ldc + j]);
+    }
+}
+
+TEST_CASE("gemm_bf16 while decoding: blocks fixed by the shape, the same bits on 1 and 2 threads" * doctest::skip(!kBf16)) {
+  const int64_t m = 32, n = 768, k = 256;
+  const std::vector<bfloat16> a = rounded(random_floats(m * k, 5)), b = rounded(random_floats(n * k, 6));
+  std::vector<float> one(m * n), two(m * n);
+  kernels::SmallRowsGemmScope decoding;
+  set_num_threads(1);
+  kernels::gemm_bf16(false, true, m, n, k, a.data(), k, b.data(), k, 0.0f, one.data(), n);
+  set_num_threads(2);
+  kernels::gemm_bf16(false, true, m, n, k, a.data(), k, b.data(), k, 0.0f, two.data(), n);
+  CHECK(std::memcmp(one.data(), two.data(), sizeof(float) * one.size()) == 0);
+}
+
+TEST_CASE("tile_gemm_bf16 (vdpbf16ps) against the plain reference: float and bfloat16 operands, every layout" * doctest::skip(!kBf16)) {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  kernels::TileWorkspace ws;
+  auto run = [&]<class TA, class TB>(Dims d, bool ta, bool tb, float alpha, float beta) {
+    const int64_t lda = (ta ? d.m : d.k) + 1, ldb = (tb ? d.k : d.n) + 2, ldc = d.n + 3;
+    const std::vector<float> af = random_floats((ta ? d.k : d.m) * lda, 11), bf = random_floats((tb ? d.n : d.k) * ldb, 12);
+    std::vector<TA> a(af.size());
+    std::vector<TB> b(bf.size());
+    for (size_t i = 0; i < af.size(); ++i) a[i] = static_cast<TA>(af[i]);
+    for (size_t i = 0; i < bf.size(); ++i) b[i] = static_cast<TB>(bf[i]);
+    const std::vector<float> c0 = random_floats(d.m * ldc, 13);
+    std::vector<float> c = c0, ref = c0;
+    kernels::tile_gemm_bf16(ta, tb, d.m, d.n, d.k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, ws);
+    kernels::tile_gemm_bf16_reference(ta, tb, d.m, d.n, d.k, alpha, a.data(), lda, b.data(), ldb, beta, ref.data(), ldc);
+    double worst = 0;
+    for (int64_t i = 0; i < d.m; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        if (j >= d.n) {
+          CHECK(c[i * ldc + j] == c0[i * ldc + j]);
+          continue;
+        }
+        double mag = std::abs(beta * c0[i * ldc + j]);
+        for (int64_t p = 0; p < d.k; ++p)
+          mag += std::abs(alpha * af[ta ? p * lda + i : i * lda + p] * bf[tb ? j * ldb + p : p * ldb + j]) * (1 + 2 * kU);
+        worst = std::max(worst, std::abs(c[i * ldc + j] - ref[i * ldc + j]) / two_orders_tolerance(d.k + 2, mag, DType::Float32));
+      }
+    INFO("m ", d.m, " n ", d.n, " k ", d.k, " ta ", ta, " tb ", tb, " beta ", beta);
+    CHECK(worst <= 1.0);
+  };
+  for (Dims d : {Dims{1, 1, 1}, Dims{5, 13, 7}, Dims{64, 13, 64}, Dims{64, 64, 13}, Dims{13, 64, 64}, Dims{70, 100, 33}})
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      run.operator()<float, bfloat16>(d, ta, tb, 0.125f, 0.0f);
+      run.operator()<bfloat16, bfloat16>(d, ta, tb, 1.0f, 1.0f);
+      run.operator()<bfloat16, float>(d, ta, tb, 0.5f, 1.0f);
+      run.operator()<float, float>(d, ta, tb, 1.0f, 0.0f);
+    }
+}
+
+TEST_CASE("linear under bf16: output and gradients are float32 sums of the rounded operands' products" * doctest::skip(!kBf16)) {
+  const int64_t N = 37, in = 70, out = 45;
+  Variable x(tensor_of(random_floats(N * in, 21), {N, in}), true), w(tensor_of(random_floats(out * in, 22, 0.2f), {out, in}), true),
+      b(tensor_of(random_floats(out, 23), {out}), true);
+  const Tensor g = tensor_of(random_floats(N * out, 24), {N, out});  // upstream gradient
+  Variable y;
+  {
+    kernels::PrecisionScope bf16(Precision::BFloat16);
+    y = linear(x, w, b);
+    sum(y * Variable(g)).backward();
+  }
+  // float64 on the rounded operands: what the bf16 products compute, up to float32 accumulation.
+  const Tensor x64 = rounded64(x.data()), w64 = rounded64(w.data()), g64 = rounded64(g);
+  const Tensor y_ref = kernels::linear(x64, w64, b.data().to(DType::Float64));
+  const Tensor gx_ref = kernels::matmul(g64, w64), gw_ref = kernels::matmul(g64.transpose(0, 1), x64);
+  auto abs64 = [](const Tensor& t) {
+    Tensor r = t.contiguous().clone();
+    for (int64_t i = 0; i < r.numel(); ++i) r.flat_set(i, std::abs(r.flat_get(i)));
+    return r;
+  };
+  // two_orders_tolerance per element, from the magnitudes |A| @ |B| (+ |bias|) of its terms.
+  auto tolerance = [](Tensor mag, int64_t k) {
+    for (int64_t i = 0; i < mag.numel(); ++i) mag.flat_set(i, two_orders_tolerance(k + 1, mag.flat_get(i), DType::Float32) + 1e-30);
+    return mag;
+  };
+  const Tensor y_mag = kernels::linear(abs64(x64), abs64(w64), abs64(b.data().to(DType::Float64)));
+  CHECK(worst_ratio(y.data(), y_ref, tolerance(y_mag, in)) <= 1.0);
+  CHECK(worst_ratio(x.grad(), gx_ref, tolerance(kernels::matmul(abs64(g64), abs64(w64)), out)) <= 1.0);
+  CHECK(worst_ratio(w.grad(), gw_ref, tolerance(kernels::matmul(abs64(g64).transpose(0, 1), abs64(x64)), N)) <= 1.0);
+  CHECK(worst_ratio(b.grad(), kernels::sum(g.to(DType::Float64), {0}, false), Tensor::full({out}, 1e-5, DType::Float64)) <= 1.0);
+  // And the rounding did happen: float32 products differ from these by about u = 2^-8 relative.
+  const Tensor y32 = kernels::linear(x.data(), w.data(), b.data());
+  double most = 0;
+  for (int64_t i = 0; i < y32.numel(); ++i) most = std::max(most, std::abs(y32.flat_get(i) - y.data().flat_get(i)));
+  CHECK(most > 1e-3);
+}
+
+TEST_CASE("linear_cross_entropy under bf16 equals linear + cross_entropy under bf16" * doctest::skip(!kBf16)) {
+  const int64_t N = 50, D = 24, V = 31;
+  kernels::PrecisionScope bf16(Precision::BFloat16);
+  Tensor tgt = Tensor::empty({N}, DType::Int64);
+  for (int64_t i = 0; i < N; ++i) tgt.flat_set(i, i % 7 == 0 ? 0 : (i * 5) % V);  // some ignored (0)
+  const Tensor h0 = tensor_of(random_floats(N * D, 31), {N, D}), w0 = tensor_of(random_floats(V * D, 32, 0.3f), {V, D}),
+               b0 = tensor_of(random_floats(V, 33), {V});
+  Variable h1(h0.clone(), true), w1(w0.clone(), true), b1(b0.clone(), true);
+  Variable h2(h0.clone(), true), w2(w0.clone(), true), b2(b0.clone(), true);
+  Variable fused = linear_cross_entropy(h1, w1, b1, tgt, 0, 0.1, 7);  // chunks of 7 rows
+  Variable plain = cross_entropy(linear(h2, w2, b2), tgt, 0, 0.1);
+  fused.backward();
+  plain.backward();
+  CHECK(fused.item() == doctest::Approx(plain.item()).epsilon(1e-6));
+  for (auto [a, b] : {std::pair{h1.grad(), h2.grad()}, {w1.grad(), w2.grad()}, {b1.grad(), b2.grad()}})
+    for (int64_t i = 0; i < a.numel(); ++i) CHECK(a.flat_get(i) == doctest::Approx(b.flat_get(i)).epsilon(1e-5).scale(1e-3));
+}
+
+TEST_CASE("fused attention under bf16: within the bfloat16 rounding of float64, far outside float32's" * doctest::skip(!kBf16)) {
+  const int64_t B = 2, L = 19, S = 23, H = 2, dk = 16;
+  const Tensor q0 = tensor_of(random_floats(B * L * H * dk, 41), {B, L, H * dk}), k0 = tensor_of(random_floats(B * S * H * dk, 42), {B, S, H * dk}),
+               v0 = tensor_of(random_floats(B * S * H * dk, 43), {B, S, H * dk}), g0 = tensor_of(random_floats(B * L * H * dk, 44), {B, L, H * dk});
+  FusedAttentionOptions o;
+  o.heads = o.kv_heads = H;
+  o.scale = 1.0 / std::sqrt(double(dk));
+  o.block_q = 8, o.block_k = 7;  // several tiles, none dividing the lengths
+  auto run = [&](DType dtype, bool bf16) {
+    std::optional<kernels::PrecisionScope> scope;
+    if (bf16) scope.emplace(Precision::BFloat16);
+    Variable q(q0.to(dtype), true), k(k0.to(dtype), true), v(v0.to(dtype), true);
+    Variable out = fused_attention(q, k, v, o);
+    sum(out * Variable(g0.to(dtype))).backward();
+    return std::vector<Tensor>{out.data(), q.grad(), k.grad(), v.grad()};
+  };
+  const std::vector<Tensor> exact = run(DType::Float64, false), f32 = run(DType::Float32, false), b16 = run(DType::Float32, true);
+  for (size_t i = 0; i < exact.size(); ++i) {
+    double err32 = 0, err16 = 0, scale = max_abs(exact[i]);
+    for (int64_t j = 0; j < exact[i].numel(); ++j) {
+      err32 = std::max(err32, std::abs(f32[i].flat_get(j) - exact[i].flat_get(j)));
+      err16 = std::max(err16, std::abs(b16[i].flat_get(j) - exact[i].flat_get(j)));
+    }
+    INFO("tensor ", i, ": float32 error ", err32 / scale, ", bf16 error ", err16 / scale, " of max |value| ", scale);
+    CHECK(err16 <= 4 * kU * scale);  // each product's operands rounded once: about u of the largest value (docs/performance.md, bfloat16)
+    CHECK(err16 > 16 * err32);        // and the products really were rounded
+  }
+}
+
+TEST_CASE("Bf16WeightCache: one conversion per weight while it lives, none kept after" * doctest::skip(!kBf16)) {
+  Tensor w = tensor_of(random_floats(64, 51), {8, 8});
+  {
+    kernels::Bf16WeightCache cache;
+    const Tensor a = kernels::bf16_weight(w), b = kernels::bf16_weight(w);
+    CHECK(a.storage() == b.storage());  // converted once
+    CHECK(kernels::bf16_weight(w.narrow(0, 0, 4)).storage() != a.storage());  // another view is another weight
+  }
+  const Tensor a = kernels::bf16_weight(w), b = kernels::bf16_weight(w);
+  CHECK(a.storage() != b.storage());  // no scope: converted every time
+}
