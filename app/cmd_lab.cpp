@@ -1,11 +1,14 @@
 // gradflow lab: the gradient-flow experiments (lab/). `gradflow lab` lists them, `gradflow lab NAME`
-// runs one, `gradflow lab all` runs every lab with its defaults.
+// runs one, `gradflow lab NAME --control` its negative control, `gradflow lab NAME --claims` prints
+// its rows of the claims table, `gradflow lab all` runs every lab and then every control.
 #include <fmt/core.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "app/commands.h"
 #include "app/flags.h"
+#include "lab/claims.h"
 #include "lab/lab.h"
 #include "lab/report.h"
 #include "tensor/check.h"
@@ -16,19 +19,45 @@ namespace {
 
 void list_labs() {
   fmt::print("usage: gradflow lab NAME [--out DIR] [--seeds N] [--seed S] [lab flags]   (gradflow lab NAME --help)\n"
-             "       gradflow lab all [--out DIR]   (every lab with its defaults, each into DIR/NAME)\n\nlabs:\n");
+             "       gradflow lab NAME --control   (its negative control: the causal ingredient removed; must disagree)\n"
+             "       gradflow lab NAME --claims    (its claims: statement, threshold and source, written before the run)\n"
+             "       gradflow lab all [--out DIR]  (every lab with its defaults, then every control, each into DIR/NAME[-control])\n\nlabs:\n");
   for (const auto& l : lab::labs()) fmt::print("  {:<12}{}\n              {}\n", l.name, l.title, l.reference);
   fmt::print("\nEach prints tables, writes NAME.svg and NAME.json into --out (default runs/lab/NAME), and ends with a\n"
-             "check line computed from its own numbers: exit 0 when it agrees with the published claim, 3 when not.\n");
+             "verdict computed from its own numbers: paper claims hold when their 95% interval across seeds lies on the\n"
+             "claimed side of the threshold, exact checks when their value does. Exit 0 when every claim holds, 3 when not.\n");
 }
 
-// Declares the lab's flags, parses them, and runs it. Returns the lab's exit code.
-int run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out) {
-  Flags f("lab " + l.name, l.title + "\n" + l.reference + "\n" + l.question);
-  f.add_string("out", default_out, "output folder for NAME.svg, NAME.json and any other files");
-  f.add_int("seeds", l.default_seeds, "independent runs (seeds) where one would mislead");
+// The lab's rows of the claims table, as `--claims` prints them.
+void print_claims(const lab::Lab& l) {
+  const auto specs = lab::claim_specs_of(l.name);
+  fmt::print("lab {}: {}\n  {}\n  control: {}\n", l.name, l.title, l.reference, l.control.empty() ? "(none)" : l.control);
+  if (specs.empty()) fmt::print("\n  (no rows in lab/claims.cpp: its claims are untyped, without thresholds written down)\n");
+  for (const auto& c : specs)
+    fmt::print("\n  {} {}{}\n    {}\n    holds when {} {} {:g}\n    source: {}\n", lab::kind_name(c.kind), c.id,
+               c.control_targets ? " (a target of the control: --control must make it fail)" : "", c.statement,
+               c.kind == lab::ClaimKind::Paper ? "the 95% interval across seeds lies" : "the value is",
+               c.side == lab::Compare::Above ? "above" : "below", c.threshold, c.source);
+}
+
+struct Outcome {
+  int code = 0;
+  double seconds = 0;
+  std::string line;               // the verdict line
+  bool targets_all_fail = false;  // a control: at least one targeted claim, and every one fails
+};
+
+// Declares the lab's flags, parses them, and runs it. `control_default`: --control on from the start
+// (lab all). Returns the lab's exit code and verdict.
+Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out, bool control_default = false) {
+  Flags f("lab " + l.name, l.title + "\n" + l.reference + "\n" + l.question +
+                               (l.control.empty() ? "" : "\n--control: " + l.control));
+  f.add_string("out", default_out, "output folder for NAME.svg, NAME.json and any other files (with --control: default ...-control)");
+  f.add_int("seeds", l.default_seeds, "independent runs (seeds): paper claims take a 95% interval across them");
   f.add_int("seed", 1, "first seed (runs use seed, seed+1, ...)");
   f.add_int("threads", 0, "threads (default: the hardware's)");
+  f.add_bool("control", "the negative control: the same protocol without the causal ingredient; its targeted claims must fail");
+  f.add_bool("claims", "print the lab's claims (statement, threshold, source) and exit");
   for (const auto& o : l.options) {
     switch (o.kind) {
       case lab::Option::Int: f.add_int(o.name, std::stoll(o.default_value), o.help); break;
@@ -37,11 +66,20 @@ int run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default
       case lab::Option::Switch: f.add_bool(o.name, o.help); break;
     }
   }
-  if (!f.parse(argc, argv)) return 0;
+  if (!f.parse(argc, argv)) return {};
+  if (f.on("claims")) {
+    print_claims(l);
+    return {};
+  }
+  const bool control = control_default || f.on("control");
+  GF_CHECK_AS(UsageError, !control || !l.control.empty(), "lab {}: this lab has no negative control (--control)", l.name);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   GF_CHECK_AS(UsageError, f.integer("seeds") >= 1, "lab {}: --seeds must be at least 1, got {}", l.name, f.integer("seeds"));
-  std::map<std::string, std::string> settings{
-      {"out", f.str("out")}, {"seeds", std::to_string(f.integer("seeds"))}, {"seed", std::to_string(f.integer("seed"))}};
+  const std::string out = f.given("out") || !control ? f.str("out") : f.str("out") + "-control";
+  std::map<std::string, std::string> settings{{"out", out},
+                                              {"seeds", std::to_string(f.integer("seeds"))},
+                                              {"seed", std::to_string(f.integer("seed"))},
+                                              {"control", control ? "1" : "0"}};
   for (const auto& o : l.options) {
     switch (o.kind) {
       case lab::Option::Int: settings[o.name] = std::to_string(f.integer(o.name)); break;
@@ -50,9 +88,69 @@ int run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default
       case lab::Option::Switch: settings[o.name] = f.on(o.name) ? "1" : "0"; break;
     }
   }
+  const auto start = std::chrono::steady_clock::now();
   lab::Report report(l, settings);
   l.run(report);
-  return report.finish();
+  Outcome r;
+  r.code = report.finish();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.line = report.verdict();
+  int targets = 0, failed = 0;
+  for (const auto& c : report.claims()) targets += c.spec.control_targets, failed += c.spec.control_targets && !c.holds;
+  r.targets_all_fail = targets > 0 && failed == targets;
+  return r;
+}
+
+// `gradflow lab all`: every lab, then every control, and a summary. Exit 0 when every lab agrees
+// and every control disagrees, 3 otherwise.
+int run_all(int argc, char** argv) {
+  Flags f("lab all", "Runs every lab with its defaults, then every lab's negative control, each into DIR/NAME or DIR/NAME-control,\n"
+                     "and prints a summary. Exit 0 when every lab agrees and every control disagrees, 3 otherwise.");
+  f.add_string("out", "runs/lab", "parent folder");
+  f.add_bool("claims", "print every lab's claims and exit");
+  if (!f.parse(argc, argv)) return 0;
+  if (f.on("claims")) {
+    for (const auto& l : lab::labs()) print_claims(l), fmt::print("\n");
+    return 0;
+  }
+  struct Row {
+    std::string name;
+    Outcome lab, control;
+    bool has_control = false;
+  };
+  std::vector<Row> rows;
+  // One lab's error is reported and counted, and the others still run.
+  auto guarded = [&](const lab::Lab& l, bool control) {
+    char* none[] = {nullptr};
+    try {
+      return run_lab(l, 0, none, (std::filesystem::path(f.str("out")) / l.name).string(), control);  // a control into NAME-control
+    } catch (const std::exception& e) {
+      fmt::print("gradflow lab {}{}: error: {}\n", l.name, control ? " --control" : "", e.what());
+      return Outcome{1, 0, "error", false};
+    }
+  };
+  for (const auto& l : lab::labs()) {
+    rows.push_back({l.name, guarded(l, false), {}, !l.control.empty()});
+    fmt::print("\n");
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].has_control) continue;
+    rows[i].control = guarded(lab::labs()[i], true);
+    fmt::print("\n");
+  }
+  bool ok = true;
+  double total = 0;
+  fmt::print("all labs (lab: must agree, exit 0; control: must disagree, exit 3):\n  {:<12}  {:<10}  {:>8}  {:<10}  {:>8}\n", "lab", "lab",
+             "seconds", "control", "seconds");
+  for (const auto& r : rows) {
+    const bool lab_ok = r.lab.code == 0, control_ok = !r.has_control || (r.control.code == 3 && r.control.targets_all_fail);
+    ok = ok && lab_ok && control_ok;
+    total += r.lab.seconds + r.control.seconds;
+    fmt::print("  {:<12}  {:<10}  {:>8.1f}  {:<10}  {:>8}\n", r.name, lab_ok ? "agrees" : r.lab.code == 1 ? "ERROR" : "DISAGREES", r.lab.seconds,
+               !r.has_control ? "(none)" : r.control.code == 1 ? "ERROR" : control_ok ? "disagrees" : "NOT ALL FAIL", r.has_control ? fmt::format("{:.1f}", r.control.seconds) : "-");
+  }
+  fmt::print("  total {:.1f} s; {}\n", total, ok ? "every lab agrees and every control disagrees" : "NOT every lab agrees and every control disagrees");
+  return ok ? 0 : 3;
 }
 
 }  // namespace
@@ -63,30 +161,14 @@ int cmd_lab(int argc, char** argv) {
     return 0;
   }
   const std::string name = argv[0];
-  if (name == "all") {
-    Flags f("lab all", "Runs every lab with its defaults, one after another, each into DIR/NAME.");
-    f.add_string("out", "runs/lab", "parent folder");
-    if (!f.parse(argc - 1, argv + 1)) return 0;
-    int worst = 0;
-    std::vector<std::string> summary;
-    for (const auto& l : lab::labs()) {
-      char* none[] = {nullptr};
-      const int rc = run_lab(l, 0, none, (std::filesystem::path(f.str("out")) / l.name).string());
-      summary.push_back(fmt::format("  {:<12}{}", l.name, rc == 0 ? "agrees" : "DISAGREES"));
-      worst = std::max(worst, rc);
-      fmt::print("\n");
-    }
-    fmt::print("all labs:\n");
-    for (const auto& s : summary) fmt::print("{}\n", s);
-    return worst;
-  }
+  if (name == "all") return run_all(argc - 1, argv + 1);
   const lab::Lab* found = nullptr;
   try {
     found = &lab::find_lab(name);
   } catch (const std::invalid_argument& e) {
     GF_FAIL_AS(UsageError, "{}", e.what());
   }
-  return run_lab(*found, argc - 1, argv + 1, "runs/lab/" + name);
+  return run_lab(*found, argc - 1, argv + 1, "runs/lab/" + name).code;
 }
 
 }  // namespace gf::app

@@ -3,7 +3,8 @@
 // minutes, what papers and courses say about gradients in attention. A lab is one function that
 // runs small models through the public API of autograd/, nn/ and train/, and fills a Report:
 // tables (printed and kept), figures (one SVG), raw numbers (JSON), and claims checked against its
-// own numbers. `gradflow lab NAME` runs one; `gradflow lab` lists them (lab/registry.cpp).
+// own numbers (lab/claims.h). `gradflow lab NAME` runs one; `gradflow lab` lists them
+// (lab/registry.cpp); `gradflow lab NAME --control` runs its negative control.
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct Lab {
   std::string title;      // "Post-LN vs Pre-LN gradients at initialisation"
   std::string reference;  // "Xiong et al. 2020, arXiv:2002.04745 (Theorem 1, Figure 3)"
   std::string question;   // what the lab asks, one or two sentences
+  // What --control removes or makes equal in both arms ("Pre-LN in both arms"); printed first in
+  // the control's output and in its verdict line. Empty: the lab has no control (--control is refused).
+  std::string control;
   int default_seeds = 3;
   std::vector<Option> options;
   void (*run)(Report&) = nullptr;

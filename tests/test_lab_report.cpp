@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "lab/claims.h"
 #include "lab/common.h"
+#include "lab/lab.h"
 #include "lab/report.h"
 
 using namespace gf;
@@ -138,41 +140,166 @@ TEST_CASE("Report: settings are parsed, and bad or missing ones are errors namin
   std::fclose(out);
 }
 
-// ---------------------------------------------------------------- claims, files, check line
+// ---------------------------------------------------------------- intervals
 
-TEST_CASE("Report::finish: exit code 0 when every claim holds, the JSON holds tables, claims and check") {
+TEST_CASE("t_quantile_975: Student t's 97.5% point, tabled to 30 degrees of freedom and expanded beyond") {
+  // Values: the Student t CDF integrated numerically (scipy.stats.t.ppf(0.975, df) gives the same).
+  CHECK(t_quantile_975(1) == doctest::Approx(12.706204736).epsilon(1e-9));
+  CHECK(t_quantile_975(2) == doctest::Approx(4.302652730).epsilon(1e-9));
+  CHECK(t_quantile_975(4) == doctest::Approx(2.776445105).epsilon(1e-9));
+  CHECK(t_quantile_975(30) == doctest::Approx(2.042272456).epsilon(1e-9));
+  CHECK(t_quantile_975(31) == doctest::Approx(2.039513446).epsilon(1e-6));
+  CHECK(t_quantile_975(40) == doctest::Approx(2.021075390).epsilon(1e-6));
+  CHECK(t_quantile_975(100) == doctest::Approx(1.983971519).epsilon(1e-6));
+  CHECK(t_quantile_975(100000) == doctest::Approx(1.959987711).epsilon(1e-7));  // z + (z^3 + z) / (4 df) + ...
+  CHECK_THROWS_AS(t_quantile_975(0), std::invalid_argument);
+}
+
+TEST_CASE("t_interval: mean +- t * sd / sqrt(n), against hand-computed values") {
+  // 1..5: mean 3, sd sqrt(2.5), se sqrt(0.5) = 0.70711, t(4) 2.776445 -> half width 1.963243.
+  const Interval a = t_interval({1, 2, 3, 4, 5});
+  CHECK(a.mean == doctest::Approx(3));
+  CHECK(a.lo == doctest::Approx(1.0367568).epsilon(1e-7));
+  CHECK(a.hi == doctest::Approx(4.9632432).epsilon(1e-7));
+  CHECK(a.n == 5);
+  CHECK(a.method == "t 95%");
+  // {1, 3}: mean 2, sd sqrt(2), se 1, t(1) 12.706205.
+  const Interval b = t_interval({1, 3});
+  CHECK(b.lo == doctest::Approx(2 - 12.706204736));
+  CHECK(b.hi == doctest::Approx(2 + 12.706204736));
+  // No spread: the interval is the value.
+  const Interval c = t_interval({0.25, 0.25, 0.25});
+  CHECK(c.lo == 0.25);
+  CHECK(c.hi == 0.25);
+  // A non-finite value (a diverged run): no interval, which lies on no side of a threshold.
+  for (double bad : {NAN, INFINITY}) {
+    const Interval d = t_interval({1, 2, bad});
+    CHECK(std::isnan(d.lo));
+    CHECK(std::isnan(d.hi));
+    CHECK(d.n == 3);
+  }
+  CHECK_THROWS_AS(t_interval({1}), std::invalid_argument);
+  CHECK_THROWS_AS(t_interval({}), std::invalid_argument);
+}
+
+TEST_CASE("bootstrap_interval: percentile bootstrap of the mean, against hand-computed cases") {
+  // {0, 1}: a resample's mean is 0, 1/2 or 1 with chances 1/4, 1/2, 1/4, so the 2.5% point is 0
+  // and the 97.5% point 1 (10,000 resamples: fewer than 251 zeros has a chance below 1e-100).
+  const Interval a = bootstrap_interval({0, 1}, 7);
+  CHECK(a.mean == 0.5);
+  CHECK(a.lo == 0);
+  CHECK(a.hi == 1);
+  CHECK(a.n == 2);
+  CHECK(a.method == "bootstrap 95%");
+  // Equal values: every resample has their mean.
+  const Interval b = bootstrap_interval({2.5, 2.5, 2.5, 2.5}, 1);
+  CHECK(b.lo == 2.5);
+  CHECK(b.hi == 2.5);
+  // {0, 0, 0, 1} (n 4): a resample's mean is k/4, k ~ Binomial(4, 1/4): P(k = 0) = 0.316 > 2.5%,
+  // P(k >= 3) = 0.051 > 2.5% and P(k = 4) = 0.0039 < 2.5%, so the interval is [0, 3/4].
+  const Interval c = bootstrap_interval({0, 0, 0, 1}, 3);
+  CHECK(c.lo == 0);
+  CHECK(c.hi == 0.75);
+  // The same seed gives the same interval; a large sample's is near the normal one.
+  std::vector<double> v;
+  for (int i = 0; i < 400; ++i) v.push_back(std::sin(i * 1.7) * 3);
+  const Interval d = bootstrap_interval(v, 11), e = bootstrap_interval(v, 11);
+  CHECK(d.lo == e.lo);
+  CHECK(d.hi == e.hi);
+  const Interval t = t_interval(v);
+  CHECK(d.lo == doctest::Approx(t.lo).epsilon(0.05 * (t.hi - t.lo) / std::abs(t.lo) + 1e-12));
+  CHECK(d.hi - d.lo == doctest::Approx(t.hi - t.lo).epsilon(0.1));
+  CHECK(std::isnan(bootstrap_interval({1, NAN}, 1).lo));
+  CHECK_THROWS_AS(bootstrap_interval({1}, 1), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- claims, files, verdict line
+
+namespace {
+
+// The test lab's rows, as lab/claims.cpp would hold them.
+std::vector<ClaimSpec> test_specs() {
+  return {{"testlab", "grows", ClaimKind::Paper, "the effect is above 1", Compare::Above, 1.0, "Nobody 2024, Figure 1", true},
+          {"testlab", "small", ClaimKind::Paper, "the side effect is below 0.5", Compare::Below, 0.5, "Nobody 2024, Table 2", false},
+          {"testlab", "exact_zero", ClaimKind::Check, "the masked entries are exactly 0 (count of non-zero ones)", Compare::Below, 0.5,
+           "the mask sets them to -inf", false}};
+}
+
+Lab controlled_lab() {
+  Lab l = test_lab();
+  l.control = "the effect removed";
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("Report::finish: AGREES when every paper claim's interval and every check lie on their side; the JSON holds it all") {
   const Lab l = test_lab();
   std::FILE* out = std::tmpfile();
   REQUIRE(out);
   const fs::path dir = fresh_dir("agrees");
-  Report r(l, settings(dir), out);
+  Report r(l, settings(dir), out, test_specs());
+  CHECK_FALSE(r.control());
   Table t("numbers", {"name", "value", "count"});
   t.row({"a", 1.5, 3}).row({"b", NAN, int64_t{4}});
   r.print(t);
   r.data()["raw"] = {1, 2, 3};
   r.add_panel(Chart{"c", "x", "y", false, false, {{"s", {1, 2}, {3, 4}, {}, {}, false, ""}}, {}});
   r.write_file("extra.dot", "digraph {}\n");
-  r.claim("one", true, "1 > 0");
-  r.claim("two", true, "2 > 1");
+  r.paper("grows", {1.5, 1.6, 1.7}, "ratios");  // t(2) 4.303 * 0.1 / sqrt(3): [1.352, 1.848], above 1
+  r.paper("small", bootstrap_interval({0.1, 0.2, 0.3, 0.2}, 1));
+  r.check("exact_zero", 0, "0 of 28 non-zero");
   CHECK(r.finish() == 0);
+  CHECK(r.verdict() == "check: AGREES with Nobody 2024: 2 of 2 paper claims hold (1 exact check passes)");
 
   const std::string printed = contents(out);
-  CHECK(last_line(printed) == "check: AGREES with Nobody 2024: 2 of 2 claims hold");
-  CHECK(printed.find("[holds] one: 1 > 0") != std::string::npos);
+  CHECK(last_line(printed) == r.verdict());
+  CHECK(printed.find("[holds] paper grows: the effect is above 1") != std::string::npos);
+  CHECK(printed.find("1.6 [1.352, 1.848] (t 95%, n 3) > 1, a target of the control; Nobody 2024, Figure 1") != std::string::npos);
+  CHECK(printed.find("[holds] check exact_zero:") != std::string::npos);
+  CHECK(printed.find("0 (exact) < 0.5; the mask sets them to -inf") != std::string::npos);
 
   const nlohmann::json j = read_json(dir / "testlab.json");
   CHECK(j["lab"] == "testlab");
+  CHECK(j["control"] == false);
   CHECK(j["tables"]["numbers"]["columns"] == nlohmann::json({"name", "value", "count"}));
   CHECK(j["tables"]["numbers"]["rows"].size() == 2);
   CHECK(j["tables"]["numbers"]["rows"][0][1] == 1.5);
   CHECK(j["tables"]["numbers"]["rows"][0][2] == 3);
   CHECK(j["tables"]["numbers"]["rows"][1][1] == "nan");  // JSON has no NaN
   CHECK(j["data"]["raw"] == nlohmann::json({1, 2, 3}));
-  CHECK(j["claims"].size() == 2);
-  CHECK(j["claims"][1]["statement"] == "two");
-  CHECK(j["claims"][1]["holds"] == true);
+  REQUIRE(j["claims"].size() == 3);
+  const nlohmann::json& g = j["claims"][0];
+  CHECK(g["id"] == "grows");
+  CHECK(g["kind"] == "paper");
+  CHECK(g["statement"] == "the effect is above 1");
+  CHECK(g["holds"] == true);
+  CHECK(g["mean"].get<double>() == doctest::Approx(1.6));
+  CHECK(g["lo"].get<double>() == doctest::Approx(1.6 - 4.302652730 * 0.1 / std::sqrt(3.0)));
+  CHECK(g["hi"].get<double>() == doctest::Approx(1.6 + 4.302652730 * 0.1 / std::sqrt(3.0)));
+  CHECK(g["n"] == 3);
+  CHECK(g["method"] == "t 95%");
+  CHECK(g["side"] == "above");
+  CHECK(g["threshold"] == 1.0);
+  CHECK(g["source"] == "Nobody 2024, Figure 1");
+  CHECK(g["control_targets"] == true);
+  CHECK(g["evidence"] == "ratios");
+  CHECK(g["values"].size() == 3);
+  CHECK(j["claims"][1]["method"] == "bootstrap 95%");
+  CHECK(j["claims"][1]["side"] == "below");
+  const nlohmann::json& c = j["claims"][2];
+  CHECK(c["kind"] == "check");
+  CHECK(c["mean"] == 0.0);
+  CHECK(c["lo"] == 0.0);
+  CHECK(c["hi"] == 0.0);
+  CHECK(c["n"] == 1);
+  CHECK(c["method"] == "exact");
   CHECK(j["check"]["agrees"] == true);
-  CHECK(j["check"]["line"] == "check: AGREES with Nobody 2024: 2 of 2 claims hold");
+  CHECK(j["check"]["line"] == r.verdict());
+  CHECK(j["check"]["paper_claims"] == 2);
+  CHECK(j["check"]["paper_claims_hold"] == 2);
+  CHECK(j["check"]["exact_checks"] == 1);
+  CHECK(j["check"]["exact_checks_pass"] == 1);
   CHECK(j["settings"]["task"] == "sort");
   CHECK(fs::exists(dir / "testlab.svg"));
   CHECK(fs::exists(dir / "extra.dot"));
@@ -182,24 +309,148 @@ TEST_CASE("Report::finish: exit code 0 when every claim holds, the JSON holds ta
   std::fclose(out);
 }
 
-TEST_CASE("Report::finish: exit code 3 and DISAGREES naming the failing claim; no claim is an error") {
+TEST_CASE("Report verdict: a paper claim holds only when its whole interval lies on its side; a failing check also disagrees") {
   const Lab l = test_lab();
   std::FILE* out = std::tmpfile();
   REQUIRE(out);
-  const fs::path dir = fresh_dir("disagrees");
-  Report r(l, settings(dir), out);
+  auto run = [&](auto&& fill) {
+    Report r(l, settings(fresh_dir("verdict")), out, test_specs());
+    fill(r);
+    const int code = r.finish();
+    return std::pair(code, r.verdict());
+  };
+  // The mean is above 1, but the interval reaches below: not evidence.
+  auto [c1, v1] = run([](Report& r) {
+    r.paper("grows", {0.9, 1.5, 1.6});
+    r.paper("small", {0.1, 0.2, 0.15});
+    r.check("exact_zero", 0);
+  });
+  CHECK(c1 == 3);
+  CHECK(v1 == "check: DISAGREES with Nobody 2024: 1 of 2 paper claims hold (1 exact check passes); fails: grows");
+  // Strictly: an interval touching the threshold does not hold ("below 0.5": hi = 0.5 fails).
+  auto [c2, v2] = run([](Report& r) {
+    r.paper("grows", {2, 2, 2});
+    r.paper("small", {0.5, 0.5});
+    r.check("exact_zero", 0);
+  });
+  CHECK(c2 == 3);
+  CHECK(v2.find("fails: small") != std::string::npos);
+  // Every paper claim holds, an exact check fails: DISAGREES too.
+  auto [c3, v3] = run([](Report& r) {
+    r.paper("grows", {2, 2.1, 2.2});
+    r.paper("small", {0.1, 0.2, 0.15});
+    r.check("exact_zero", 3, "3 entries non-zero");
+  });
+  CHECK(c3 == 3);
+  CHECK(v3 == "check: DISAGREES with Nobody 2024: 2 of 2 paper claims hold (0 of 1 exact checks pass); fails: exact_zero");
+  // A diverged seed (NaN) makes the interval NaN: the claim fails.
+  auto [c4, v4] = run([](Report& r) {
+    r.paper("grows", {2, NAN, 2.2});
+    r.paper("small", {0.1, 0.2, 0.15});
+    r.check("exact_zero", 0);
+  });
+  CHECK(c4 == 3);
+  CHECK(v4.find("fails: grows") != std::string::npos);
+  std::fclose(out);
+}
+
+TEST_CASE("Report: a lab with exact checks only is a demonstration") {
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  const std::vector<ClaimSpec> checks{test_specs()[2]};
+  Report r(l, settings(fresh_dir("demo")), out, checks);
+  r.check("exact_zero", 0);
+  CHECK(r.finish() == 0);
+  CHECK(r.verdict() == "demonstration: 1 exact check passes");
+  Report f(l, settings(fresh_dir("demo_fails")), out, checks);
+  f.check("exact_zero", 1);
+  CHECK(f.finish() == 3);
+  CHECK(f.verdict() == "demonstration: FAILS: 0 of 1 exact checks pass; fails: exact_zero");
+  std::fclose(out);
+}
+
+TEST_CASE("Report --control: printed first, named in the verdict, and the targets that still hold are named") {
+  const Lab l = controlled_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  auto with_control = [](const fs::path& dir) {
+    auto s = settings(dir);
+    s["control"] = "1";
+    return s;
+  };
+  {
+    const fs::path dir = fresh_dir("control");
+    std::rewind(out);
+    Report r(l, with_control(dir), out, test_specs());
+    CHECK(r.control());
+    r.paper("grows", {0.9, 1.0, 1.1});  // the effect is gone: the target fails
+    r.paper("small", {0.1, 0.2, 0.15});       // not a target: may hold
+    r.check("exact_zero", 0);
+    CHECK(r.finish() == 3);
+    CHECK(r.verdict() ==
+          "check: DISAGREES with Nobody 2024 (control: the effect removed): 1 of 2 paper claims hold (1 exact check passes); fails: grows");
+    const std::string printed = contents(out);
+    CHECK(printed.find("control: the effect removed") < printed.find("[FAILS] paper grows"));
+    CHECK(printed.find("control: 1 of 1 targeted claims fail: without the causal ingredient the lab disagrees") != std::string::npos);
+    const nlohmann::json j = read_json(dir / "testlab.json");
+    CHECK(j["control"] == true);
+    CHECK(j["control_removes"] == "the effect removed");
+    CHECK(j["check"]["control_targets"] == 1);
+    CHECK(j["check"]["control_targets_fail"] == 1);
+  }
+  {
+    // A control whose target still holds: the lab cannot tell the effect from its absence.
+    Report r(l, with_control(fresh_dir("control_holds")), out, test_specs());
+    r.paper("grows", {2, 2.1, 2.2});
+    r.paper("small", {0.7, 0.8});
+    r.check("exact_zero", 0);
+    CHECK(r.finish() == 3);
+    CHECK(r.verdict().find("fails: small; targets of the control that still hold: grows") != std::string::npos);
+  }
+  // A lab without a control refuses --control.
+  CHECK_THROWS_WITH_AS(Report(test_lab(), with_control(fresh_dir("no_control")), out, test_specs()), doctest::Contains("no negative control"),
+                       std::invalid_argument);
+  std::fclose(out);
+}
+
+TEST_CASE("Report claims: unknown ids, the wrong kind, a claim twice or a row never reported are the lab's bugs") {
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  Report r(l, settings(fresh_dir("errors")), out, test_specs());
+  CHECK_THROWS_WITH_AS(r.paper("nope", {1, 2}), doctest::Contains("no claim 'nope'"), std::logic_error);
+  CHECK_THROWS_WITH_AS(r.paper("nope", {1, 2}), doctest::Contains("grows, small, exact_zero"), std::logic_error);
+  CHECK_THROWS_WITH_AS(r.check("grows", 1), doctest::Contains("is a paper claim"), std::logic_error);
+  CHECK_THROWS_WITH_AS(r.paper("exact_zero", {1, 2}), doctest::Contains("is a check claim"), std::logic_error);
+  CHECK_THROWS_WITH_AS(r.paper("grows", {1.5}), doctest::Contains("at least 2 seeds"), std::invalid_argument);
+  Interval one{1, 1, 1, 1, "t 95%"};
+  CHECK_THROWS_AS(r.paper("grows", one), std::invalid_argument);
+  r.paper("grows", {1.5, 1.6});
+  CHECK_THROWS_WITH_AS(r.paper("grows", {1.5, 1.6}), doctest::Contains("twice"), std::logic_error);
+  r.check("exact_zero", 0);
+  CHECK_THROWS_WITH_AS(r.finish(), doctest::Contains("'small'"), std::logic_error);  // never reported
+
+  Report none(l, settings(fresh_dir("none")), out, {});
+  CHECK_THROWS_AS(none.finish(), std::logic_error);
+  std::fclose(out);
+}
+
+TEST_CASE("Report::claim (deprecated): an untyped claim still counts, as a paper claim without an interval") {
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  const fs::path dir = fresh_dir("untyped");
+  Report r(l, settings(dir), out, {});
   r.claim("holds", true, "fine");
   r.claim("grows", false, "slope 0.2");
   CHECK(r.finish() == 3);
-  const std::string line = last_line(contents(out));
-  CHECK(line.rfind("check: DISAGREES with Nobody 2024: 1 of 2 claims hold", 0) == 0);
-  CHECK(line.find("fails: grows (slope 0.2)") != std::string::npos);
+  CHECK(r.verdict() == "check: DISAGREES with Nobody 2024: 1 of 2 paper claims hold; fails: grows (slope 0.2)");
   const nlohmann::json j = read_json(dir / "testlab.json");
-  CHECK(j["check"]["agrees"] == false);
+  CHECK(j["claims"][0]["untyped"] == true);
+  CHECK(j["claims"][0]["kind"] == "paper");
+  CHECK(j["claims"][0]["statement"] == "holds");
   CHECK_FALSE(fs::exists(dir / "testlab.svg"));  // no panels, no figure
-
-  Report none(l, settings(fresh_dir("none")), out);
-  CHECK_THROWS_AS(none.finish(), std::logic_error);
   std::fclose(out);
 }
 
@@ -208,19 +459,45 @@ TEST_CASE("Report::print: a table printed twice under one name keeps both in the
   std::FILE* out = std::tmpfile();
   REQUIRE(out);
   const fs::path dir = fresh_dir("twice");
-  Report r(l, settings(dir), out);
+  Report r(l, settings(dir), out, test_specs());
   for (int seed = 0; seed < 2; ++seed) {
     Table t("per seed", {"seed"});
     t.row({seed});
     r.print(t);
   }
-  r.claim("c", true, "e");
+  r.paper("grows", {2, 3});
+  r.paper("small", {0, 0.1});
+  r.check("exact_zero", 0);
   r.finish();
   const nlohmann::json j = read_json(dir / "testlab.json");
   REQUIRE(j["tables"].size() == 2);
   CHECK(j["tables"]["per seed"]["rows"][0][0] == 0);
   CHECK(j["tables"]["per seed (2)"]["rows"][0][0] == 1);
   std::fclose(out);
+}
+
+// ---------------------------------------------------------------- the claims table
+
+TEST_CASE("claims table: every row belongs to a lab of the registry, and every lab with a control has a target") {
+  REQUIRE_NOTHROW(claim_specs());
+  std::set<std::string> names;
+  for (const auto& l : labs()) names.insert(l.name);
+  for (const auto& c : claim_specs()) {
+    CAPTURE(c.lab);
+    CAPTURE(c.id);
+    CHECK(names.count(c.lab) == 1);
+    CHECK_FALSE(c.source.empty());
+    CHECK((c.kind == ClaimKind::Paper || !c.control_targets));
+    CHECK(&find_claim(c.lab, c.id) != nullptr);
+  }
+  for (const auto& l : labs()) {
+    if (l.control.empty()) continue;
+    CAPTURE(l.name);
+    int targets = 0;
+    for (const auto& c : claim_specs_of(l.name)) targets += c.control_targets;
+    CHECK(targets >= 1);
+  }
+  CHECK_THROWS_WITH_AS(find_claim("norm", "no_such_claim"), doctest::Contains("no claim 'no_such_claim'"), std::logic_error);
 }
 
 // ---------------------------------------------------------------- statistics

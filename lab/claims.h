@@ -1,0 +1,48 @@
+#pragma once
+// The claims every lab tests, in one table (lab/claims.cpp), each written down before the run that
+// tests it: what is claimed, on which side of which threshold the lab's statistic must lie, and
+// where that number comes from (the paper's figure, table or equation, or the reasoning behind it).
+// A lab reports each of its rows once per run through Report::paper or Report::check
+// (lab/report.h); `gradflow lab NAME --claims` prints its rows.
+//
+// Two kinds:
+//  - Paper: what the cited paper (or the course) claims, turned into a statistic measured once per
+//    seed; it holds when the 95% interval of that statistic across seeds lies strictly on the
+//    claimed side of the threshold. It can fail, and the lab's --control must make each row marked
+//    control_targets fail.
+//  - Check: an exact property of the code or the maths (a Jacobian entry that is exactly 0, a
+//    softmax row of zeros): one value, compared with the threshold. It is not evidence for a paper,
+//    and the verdict line counts it apart.
+#include <string>
+#include <vector>
+
+namespace gf::lab {
+
+enum class ClaimKind { Paper, Check };
+enum class Compare { Above, Below };  // the claimed side of the threshold (strictly)
+
+struct ClaimSpec {
+  std::string lab;        // "norm"
+  std::string id;         // "postln_grows": stable key, used in the JSON and the tests
+  ClaimKind kind;
+  std::string statement;  // what the paper says, as tested here (the statistic and its threshold)
+  Compare side;
+  double threshold;       // written down before the run
+  std::string source;     // the paper's figure/table/equation, or the reasoning behind the number
+  bool control_targets;   // the lab's --control must make this (paper) claim fail
+};
+
+// Every lab's rows, in registry order (lab/claims.cpp).
+const std::vector<ClaimSpec>& claim_specs();
+// One lab's rows, in the table's order (empty when the lab has none).
+std::vector<ClaimSpec> claim_specs_of(const std::string& lab);
+// The row (lab, id); throws std::logic_error naming the lab's known ids when there is none.
+const ClaimSpec& find_claim(const std::string& lab, const std::string& id);
+
+const char* kind_name(ClaimKind k);  // "paper", "check"
+const char* side_name(Compare s);    // "above", "below"
+const char* side_symbol(Compare s);  // ">", "<"
+// Whether `value` lies strictly on the spec's side of its threshold (false for NaN).
+bool on_claimed_side(const ClaimSpec& spec, double value);
+
+}  // namespace gf::lab
