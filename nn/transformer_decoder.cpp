@@ -74,15 +74,16 @@ Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_
     return block(v);  // (B, T, D)
   };
   auto norm = [](const Norm& n) { return [&n](const Variable& v) { return n.forward(v); }; };
+  auto skip = [&](const Variable& x) { return residual_scale == 1.0 ? x : x * residual_scale; };  // (B, T, D)
   Variable x = tgt;  // (B, T, D)
   if (options.norm_first) {
-    x = x + dropout1->forward(in("self_attn", self_block, in("norm1", norm(*norm1), x)));
-    x = x + dropout2->forward(in("multihead_attn", cross_block, in("norm2", norm(*norm2), x)));
-    x = x + in("ff_block", ff_block, in("norm3", norm(*norm3), x));
+    x = skip(x) + dropout1->forward(in("self_attn", self_block, in("norm1", norm(*norm1), x)));
+    x = skip(x) + dropout2->forward(in("multihead_attn", cross_block, in("norm2", norm(*norm2), x)));
+    x = skip(x) + in("ff_block", ff_block, in("norm3", norm(*norm3), x));
   } else {
-    x = in("norm1", norm(*norm1), x + dropout1->forward(in("self_attn", self_block, x)));
-    x = in("norm2", norm(*norm2), x + dropout2->forward(in("multihead_attn", cross_block, x)));
-    x = in("norm3", norm(*norm3), x + in("ff_block", ff_block, x));
+    x = in("norm1", norm(*norm1), skip(x) + dropout1->forward(in("self_attn", self_block, x)));
+    x = in("norm2", norm(*norm2), skip(x) + dropout2->forward(in("multihead_attn", cross_block, x)));
+    x = in("norm3", norm(*norm3), skip(x) + in("ff_block", ff_block, x));
   }
   return x;
 }

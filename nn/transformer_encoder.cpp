@@ -32,13 +32,14 @@ Variable TransformerEncoderLayer::sublayers(const Variable& src, SelfBlock atten
   auto ff_block = [&](const Variable& x) {
     return dropout2->forward(ff ? ff->forward(x) : feed_forward(x, *linear1, *linear2, *activation, dropout.get()));  // (B, S, D)
   };
+  auto skip = [&](const Variable& x) { return residual_scale == 1.0 ? x : x * residual_scale; };  // (B, S, D)
   Variable x = src;  // (B, S, D)
   if (options.norm_first) {
-    x = x + self_block(norm1->forward(x));
-    x = x + ff_block(norm2->forward(x));
+    x = skip(x) + self_block(norm1->forward(x));
+    x = skip(x) + ff_block(norm2->forward(x));
   } else {
-    x = norm1->forward(x + self_block(x));
-    x = norm2->forward(x + ff_block(x));
+    x = norm1->forward(skip(x) + self_block(x));
+    x = norm2->forward(skip(x) + ff_block(x));
   }
   return x;
 }

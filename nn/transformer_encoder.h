@@ -32,6 +32,10 @@ class TransformerEncoderLayer : public Module {
   std::shared_ptr<Dropout> dropout, dropout1, dropout2;
   TransformerLayerOptions options;
   const ActivationKind* activation;  // an entry of activation_kinds()
+  // An experiment switch (lab norm): each residual is x * residual_scale + sublayer(...), DeepNorm's
+  // alpha (Wang et al. 2022, arXiv:2203.00555); 1 (the default) is the standard layer, computed
+  // without the multiplication.
+  double residual_scale = 1.0;
 
  private:
   template <class SelfBlock>

@@ -88,6 +88,51 @@ TEST_CASE("gradcheck: TransformerEncoderLayer, post-norm and pre-norm, relu and 
     }
 }
 
+TEST_CASE("residual_scale (DeepNorm's alpha): each residual is x * alpha + sublayer(x), post-norm and pre-norm; gradchecked") {
+  const int64_t B = 2, S = 3, D = 4;
+  for (bool norm_first : {false, true}) {
+    CAPTURE(norm_first);
+    Generator gen(20);
+    nn::TransformerEncoderLayer layer(layer_options(D, 2, 6, norm_first, "relu"), gen);
+    layer.to(DType::Float64);
+    randomise(layer, 21);
+    const Variable x = leaf(randn({B, S, D}, 22));
+    const double alpha = 1.7;
+    layer.residual_scale = alpha;
+    // The same layer written out from its modules.
+    auto sa = [&](const Variable& h) { return layer.self_attn->forward(h, h, h).output; };
+    auto ff = [&](const Variable& h) { return nn::feed_forward(h, *layer.linear1, *layer.linear2, *layer.activation, nullptr); };
+    Variable want;
+    if (norm_first) {
+      const Variable h = x * alpha + sa(layer.norm1->forward(x));
+      want = h * alpha + ff(layer.norm2->forward(h));
+    } else {
+      const Variable h = layer.norm1->forward(x * alpha + sa(x));
+      want = layer.norm2->forward(h * alpha + ff(h));
+    }
+    CHECK(max_abs_diff(layer.forward(x).data(), want.data()) < 1e-12);
+    auto fn = [&](const std::vector<Variable>& in) { return layer.forward(in[0]); };
+    GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({B, S, D}, 23)), layer.linear2->weight}));
+    // 1 (the default) is the standard layer, bit for bit.
+    layer.residual_scale = 1.0;
+    nn::TransformerEncoderLayer plain(layer_options(D, 2, 6, norm_first, "relu"), gen);
+    plain.to(DType::Float64);
+    plain.load_state_dict(layer.state_dict());
+    CHECK(max_abs_diff(layer.forward(x).data(), plain.forward(x).data()) == 0.0);
+  }
+  // The decoder layer: the post-norm residual scaled.
+  Generator gen(30);
+  nn::TransformerDecoderLayer dec(layer_options(D, 2, 6, false, "relu"), gen);
+  dec.to(DType::Float64);
+  randomise(dec, 31);
+  const Variable y = leaf(randn({B, S, D}, 32)), mem = leaf(randn({B, 2, D}, 33));
+  const Tensor base = dec.forward(y, mem).output.data().clone();
+  dec.residual_scale = 2.0;
+  CHECK(max_abs_diff(dec.forward(y, mem).output.data(), base) > 1e-3);
+  auto fn = [&](const std::vector<Variable>& in) { return dec.forward(in[0], in[1]).output; };
+  GF_CHECK_GRADS(fn, (std::vector<Variable>{leaf(randn({B, S, D}, 34)), leaf(randn({B, 2, D}, 35))}));
+}
+
 TEST_CASE("gradcheck: TransformerDecoderLayer, post-norm and pre-norm, relu and gelu, with all three masks") {
   const int64_t B = 2, T = 3, S = 4, D = 4;
   Tensor causal = nn::make_causal_mask(T);                                      // (3, 3)
