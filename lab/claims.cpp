@@ -22,11 +22,72 @@ using enum Compare;
 std::vector<ClaimSpec> table() {
   return {
       // ---- norm
+      {"norm", "postln_grows", Paper,
+       "Post-LN: the gradient of linear2.weight grows toward the output: in the decoder (the stack whose last layer feeds the loss) the last "
+       "layer's is above 1.5x the first's",
+       Above, 1.5,
+       "Xiong et al. 2020, Theorem 1 and Figure 3 (Post-LN: the gradients near the output are large); 1.5: the lab's threshold since its first "
+       "version (the paper shows growth, not a factor)",
+       true},
+      {"norm", "preln_not_growing", Paper,
+       "Pre-LN: the gradient does not grow toward the output: the last layer's over the first's, the larger of the two stacks, is below 1",
+       Below, 1.0,
+       "Xiong et al. 2020, Theorem 1 (Pre-LN: the same bound for every layer) and Figure 3; 1: no growth. Replaces 1.2, chosen after the first "
+       "version ('flat within 1.5x') failed; a falling profile passes, and docs/labs/norm.md shows it falls, which the paper does not predict",
+       false},
+      {"norm", "preln_falls_with_depth", Paper,
+       "Pre-LN: the last layer's gradient falls with depth as 1/sqrt(L): the decoder's log-log slope on L is below -0.25", Below, -0.25,
+       "Xiong et al. 2020, Theorem 1: O(d sqrt(ln d / L)) for Pre-LN (slope -0.5), O(d sqrt(ln d)) for Post-LN (slope 0); -0.25 is midway",
+       false},
+      {"norm", "postln_flat_with_depth", Paper,
+       "Post-LN: the last layer's gradient does not fall with depth: the decoder's log-log slope on L is above -0.25", Above, -0.25,
+       "Xiong et al. 2020, Theorem 1 (Post-LN: independent of L, slope 0; Pre-LN -0.5); -0.25 is midway", true},
+      {"norm", "postln_needs_warmup", Paper,
+       "Post-LN needs the warm-up: without it the held-out NLL ends more than 0.2 nats above the same seed's run with it", Above, 0.2,
+       "Xiong et al. 2020, section 3.1 and Figure 2 (Post-LN without warm-up trains much worse); 0.2 nats: the lab's threshold since its first "
+       "version",
+       true},
+      {"norm", "preln_needs_less", Paper,
+       "Pre-LN needs the warm-up less: Post-LN's gain from it (NLL without minus with) exceeds Pre-LN's, seed by seed", Above, 0.0,
+       "Xiong et al. 2020, section 3.2 and Figure 2 (Pre-LN trains well without warm-up); 0: the sign of the paired difference", true},
+      {"norm", "deepnorm_trains", Paper,
+       "the intervention: DeepNorm lets Post-LN train without warm-up: its held-out NLL ends more than 0.2 nats below plain Post-LN's, both "
+       "without warm-up, seed by seed",
+       Above, 0.2,
+       "Wang et al. 2022, arXiv:2203.00555, sections 2-3 (DeepNorm bounds the model update and stabilises Post-LN early in training); issue "
+       "27; 0.2 nats: the margin this lab asks of the warm-up itself",
+       true},
       // ---- leak
       // ---- padding
       // ---- nan
       // ---- scale
       // ---- depth
+      {"depth", "postln_amplifies_more", Paper,
+       "(a) Post-LN amplifies a weight change more with depth than Pre-LN: the log-log slope of the squared output change on N, Post-LN "
+       "minus Pre-LN, is above 0",
+       Above, 0.0, "Liu et al. 2020 (Admin), Theorem 2: Var of the output change O(N) for Post-LN, O(log N) for Pre-LN; 0: the sign", true},
+      {"depth", "preln_nearer_log", Paper,
+       "(a) Pre-LN's squared output change grows only as O(log N): its log-log slope on N is nearer the log law's (sum of 1/i over the "
+       "same depths) than the linear law's (1): slope minus their midpoint is below 0",
+       Below, 0.0, "Liu et al. 2020 (Admin), Theorem 2; the midpoint between the two laws is the decision boundary (the lab's first version's)",
+       false},
+      {"depth", "collapse_without_skips", Paper,
+       "(b) pure attention without skip connections collapses the tokens to rank 1: log10 of res after the last layer over the input's is "
+       "below -2",
+       Below, -2.0,
+       "Dong et al. 2021, Theorem 2.2 (convergence to rank 1, doubly exponential in depth); -2: below 1% of the input's, the lab's threshold "
+       "since its first version",
+       true},
+      {"depth", "skips_prevent_collapse", Paper,
+       "(b) with skip connections the tokens do not collapse: res after the last layer over the input's is above 0.3", Above, 0.3,
+       "Dong et al. 2021, section 3 (skip connections prevent the collapse); 0.3: the lab's threshold since its first version", false},
+      {"depth", "qk_gradients_vanish", Paper,
+       "(c) as the tokens collapse the query/key gradients vanish against the value gradients: at the deepest layer whose input's res is "
+       "above 1e-6, log10 of QK/V without skips over QK/V with skips is below -1",
+       Below, -1.0,
+       "Noci et al. 2022, section 3 (Theorem 3.2: the gradients of the queries' and keys' weights vanish with the tokens' spread). Read "
+       "above res 1e-6 so that no number is at float64's rounding floor; -1: a tenth, the lab's earlier factor",
+       true},
       // ---- entropy
       // ---- attribution
       // ---- exposure

@@ -126,8 +126,9 @@ std::vector<double> harmonic_numbers(const std::vector<int64_t>& depths) {
 
 // ---- (a) amplification ----
 struct Amplification {
-  std::vector<Spread> change[2];  // [pre_ln] per depth: relative output change, over seeds
-  double slope_sq[2];             // [pre_ln] log-log slope of the mean squared change on N
+  std::vector<Spread> change[2];           // [pre_ln] per depth: relative output change, over seeds
+  double slope_sq[2];                      // [pre_ln] log-log slope of the mean squared change on N
+  std::vector<double> seed_slope_sq[2];    // [pre_ln] per seed: the same slope of that seed's squared changes
 };
 
 // Prints (a)'s table, draws its panel, keeps its numbers.
@@ -184,14 +185,24 @@ Amplification amplification(Report& r, const std::vector<int64_t>& depths) {
   Amplification a;
   std::vector<double> x;
   for (int64_t N : depths) x.push_back(static_cast<double>(N));
-  for (int pre = 0; pre < 2; ++pre) {
-    std::vector<std::vector<double>> per_seed(static_cast<size_t>(r.seeds()));
-    for (int64_t N : depths)
-      for (int i = 0; i < r.seeds(); ++i) per_seed[i].push_back(rms_change(data, batch, r, N, pre, i));
-    a.change[pre] = spread_per_column(per_seed);
+  std::vector<std::vector<double>> per_seed[2];
+  for (int pre = 1; pre >= 0; --pre) {
+    if (!pre && r.control()) {  // --control: Pre-LN in both arms, the same runs
+      per_seed[0] = per_seed[1];
+    } else {
+      per_seed[pre].resize(static_cast<size_t>(r.seeds()));
+      for (int64_t N : depths)
+        for (int i = 0; i < r.seeds(); ++i) per_seed[pre][i].push_back(rms_change(data, batch, r, N, pre, i));
+    }
+    a.change[pre] = spread_per_column(per_seed[pre]);
     std::vector<double> sq;
     for (const auto& s : a.change[pre]) sq.push_back(s.mean * s.mean);
     a.slope_sq[pre] = loglog_slope(x, sq);
+    for (const auto& seed : per_seed[pre]) {
+      std::vector<double> seed_sq;
+      for (double c : seed) seed_sq.push_back(c * c);
+      a.seed_slope_sq[pre].push_back(loglog_slope(x, seed_sq));
+    }
   }
   report_amplification(r, depths, batch.rows, a);
   return a;
@@ -199,6 +210,7 @@ Amplification amplification(Report& r, const std::vector<int64_t>& depths) {
 
 // ---- (b) and (c): attention-only stacks ----
 struct Collapse {
+  std::vector<std::vector<double>> seed_res[2], seed_qk[2];  // [skip] per seed, per layer (res: 0..L, qk: 1..L)
   std::vector<Spread> res[2];     // [skip] per layer 0..L, over seeds
   std::vector<Spread> qk[2];      // [skip] per layer 1..L: sqrt((|gQ|^2 + |gK|^2) / 2) / |gV|
   std::vector<Spread> q[2], k[2];
@@ -246,47 +258,73 @@ Collapse collapse(Report& r) {
   for (int skip = 0; skip < 2; ++skip) {
     std::vector<std::vector<double>> res, qk, q, k;
     for (int i = 0; i < r.seeds(); ++i) {
-      AttentionStack s = attention_stack(L, skip, d, heads, n, B, r.seed(i) * 104729 + 17);
+      // --control: skips in both arms (the same stacks, computed again: they are cheap).
+      AttentionStack s = attention_stack(L, skip || r.control(), d, heads, n, B, r.seed(i) * 104729 + 17);
       res.push_back(s.res), q.push_back(s.q_over_v), k.push_back(s.k_over_v);
       std::vector<double> both;
       for (size_t l = 0; l < s.q_over_v.size(); ++l) both.push_back(std::sqrt(0.5 * (s.q_over_v[l] * s.q_over_v[l] + s.k_over_v[l] * s.k_over_v[l])));
       qk.push_back(both);
     }
     c.res[skip] = spread_per_column(res), c.qk[skip] = spread_per_column(qk), c.q[skip] = spread_per_column(q), c.k[skip] = spread_per_column(k);
+    c.seed_res[skip] = res, c.seed_qk[skip] = qk;
   }
   report_collapse(r, c);
   return c;
 }
 
 
-// The claims, each from the numbers above.
+// The claims (lab/claims.cpp's rows for depth), each from per-seed statistics.
 void check_claims(Report& r, const std::vector<int64_t>& depths, const Amplification& a, const Collapse& c) {
   // Admin's Theorem 2: Var[dF] ~ sum_i beta_i^2 with beta_i^2 ~ 1 (Post-LN: O(N)) or ~ 1/i (Pre-LN:
   // sum_{i <= N} 1/i, O(log N)). Over these depths those laws have log-log slopes 1 and s_log; a
-  // measured slope is read as the nearer law.
+  // seed's slope is read against their midpoint.
   std::vector<double> x;
   for (int64_t N : depths) x.push_back(static_cast<double>(N));
   const double s_log = loglog_slope(x, harmonic_numbers(depths)), mid = 0.5 * (1 + s_log);
-  r.claim("(a) Post-LN: the squared output change grows about linearly in depth, O(N) (log-log slope in [0.6, 1.4], nearer 1 than the log law's)",
-          a.slope_sq[0] >= 0.6 && a.slope_sq[0] <= 1.4 && a.slope_sq[0] > mid,
-          fmt::format("slope {:.3f}; O(N): 1, O(log N) (sum of 1/i): {:.3f} over these depths", a.slope_sq[0], s_log));
-  r.claim("(a) Pre-LN: it grows only as O(log N) (log-log slope nearer the log law's than 1)", a.slope_sq[1] < mid,
-          fmt::format("slope {:.3f}; O(log N): {:.3f}, O(N): 1, midpoint {:.3f}", a.slope_sq[1], s_log, mid));
-  const double res_in = c.res[0].front().mean, res_no = c.res[0].back().max, res_skip = c.res[1].back().min;
-  r.claim("(b) without skips the tokens collapse (res falls below 1% of the input's in every seed); with skips they do not (res stays above 30% of it)",
-          res_no < 0.01 * res_in && res_skip > 0.3 * res_in,
-          fmt::format("res: input {:.3g}, after the last layer: no skip {:.3g} (largest seed), skip {:.3g} (smallest seed)", res_in, res_no, res_skip));
-  const double qk_first = c.qk[0].front().mean, qk_last = c.qk[0].back().mean;
-  const double skip_first = c.qk[1].front().mean, skip_last = c.qk[1].back().mean;
-  r.claim("(c) without skips the query/key gradients vanish against the value gradients as the tokens collapse (last layer's ratio below 10% of the "
-          "first's); with skips the ratio stays within a factor 2",
-          qk_last < 0.1 * qk_first && skip_last > 0.5 * skip_first && skip_last < 2 * skip_first,
-          fmt::format("|g_QK| / |g_V|, first -> last layer: no skip {:.3g} -> {:.3g} ({:.3g}x), skip {:.3g} -> {:.3g} ({:.3g}x)", qk_first, qk_last,
-                      qk_last / qk_first, skip_first, skip_last, skip_last / skip_first));
+  std::vector<double> more, post_mid, pre_mid;
+  for (size_t i = 0; i < a.seed_slope_sq[0].size(); ++i) {
+    more.push_back(a.seed_slope_sq[0][i] - a.seed_slope_sq[1][i]);
+    post_mid.push_back(a.seed_slope_sq[0][i] - mid);
+    pre_mid.push_back(a.seed_slope_sq[1][i] - mid);
+  }
+  const std::string laws = fmt::format("O(N): slope 1; O(log N) (sum of 1/i) over these depths: {:.3f}; midpoint {:.3f}", s_log, mid);
+  r.paper("postln_amplifies_more", more,
+          fmt::format("slope of the squared change per seed, Post-LN {:.3f}; Pre-LN {:.3f}", fmt::join(a.seed_slope_sq[0], ", "),
+                      fmt::join(a.seed_slope_sq[1], ", ")));
+  // Not a claim (see docs/labs.md's change log): whether Post-LN's slope is nearer O(N) than
+  // O(log N); at 5 seeds its interval straddles the midpoint.
+  r.say(fmt::format("not claimed: Post-LN's slope minus the midpoint, {} (t 95%): O(N) against O(log N) is not settled at this many seeds",
+                    [&] {
+                      const Interval iv = t_interval(post_mid);
+                      return fmt::format("{:.3f} [{:.3f}, {:.3f}]", iv.mean, iv.lo, iv.hi);
+                    }()));
+  r.paper("preln_nearer_log", pre_mid, fmt::format("Pre-LN slope - midpoint per seed; {}", laws));
+  // (b): the last layer's res against the input's, per seed.
+  std::vector<double> collapse, kept;
+  for (int skip = 0; skip < 2; ++skip)
+    for (const auto& res : c.seed_res[skip]) (skip ? kept : collapse).push_back(skip ? res.back() / res.front() : std::log10(res.back() / res.front()));
+  r.paper("collapse_without_skips", collapse, fmt::format("log10(res after the last layer / res of the input) without skips, per seed: {:.3g}",
+                                                          fmt::join(collapse, ", ")));
+  r.paper("skips_prevent_collapse", kept, fmt::format("res after the last layer / res of the input with skips, per seed: {:.3g}", fmt::join(kept, ", ")));
+  // (c): at the deepest layer whose input (no skips) is still far from rank 1 (res above 1e-6, far
+  // above float64's rounding floor of about 1e-16), QK/V without skips against QK/V with them.
+  constexpr double kFloorRes = 1e-6;
+  std::vector<double> vanish;
+  std::vector<std::string> at;
+  for (size_t i = 0; i < c.seed_res[0].size(); ++i) {
+    size_t layer = 0;  // index into qk: layer l's input is res[l]
+    for (size_t l = 0; l < c.seed_qk[0][i].size(); ++l)
+      if (c.seed_res[0][i][l] > kFloorRes) layer = l;
+    vanish.push_back(std::log10(c.seed_qk[0][i][layer] / c.seed_qk[1][i][layer]));
+    at.push_back(fmt::format("layer {} (input res {:.2g}): {:.3g} against {:.3g}", layer + 1, c.seed_res[0][i][layer], c.seed_qk[0][i][layer],
+                             c.seed_qk[1][i][layer]));
+  }
+  r.paper("qk_gradients_vanish", vanish, fmt::format("QK/V without against with skips, per seed: {}", fmt::join(at, "; ")));
 }
 
 void run(Report& r) {
   const std::vector<int64_t> depths = parse_increasing_ints(r.text("depths"), "lab depth: --depths");
+  if (r.control()) r.say("CONTROL: (a) Pre-LN in both arms; (b, c) skip connections in both arms (the columns keep their names).");
   const Amplification a = amplification(r, depths);
   const Collapse c = collapse(r);
   check_claims(r, depths, a, c);
@@ -301,6 +339,7 @@ Lab depth_lab() {
   l.reference = "Liu et al. 2020, arXiv:2004.08249 (Admin, Theorem 2); Dong et al. 2021, arXiv:2103.03404; Noci et al. 2022, arXiv:2206.03126";
   l.question = "How much does a small change of the weights move the output of a deep Post-LN or Pre-LN Transformer, and how fast do "
                "tokens become alike through attention-only layers, with and without skip connections?";
+  l.control = "Pre-LN in both arms of (a), skip connections in both arms of (b, c)";
   l.default_seeds = 5;
   l.options = {{"pairs", Option::Int, "500", "built-in corpus pairs for (a)"},
                {"d-model", Option::Int, "64", "(a) model width"},

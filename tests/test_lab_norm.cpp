@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "lab/claims.h"
 #include "lab/common.h"
 #include "lab/depth.h"
 #include "lab/lab.h"
@@ -133,12 +134,13 @@ TEST_CASE("attention_stack: sizes, finite ratios, collapse without skips and not
   CHECK(no.q_over_v.back() < no.q_over_v.front());
 }
 
-TEST_CASE("lab norm, tiny settings: writes its JSON with the five claims and their evidence") {
+TEST_CASE("lab norm, tiny settings: writes its JSON with its seven claims (lab/claims.cpp) and their evidence") {
   int rc = -1;
   const nlohmann::json j = run_lab("norm", {{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"layers", "2"}, {"batches", "1"},
                                             {"depths", "1,2"}, {"steps", "3"}, {"warmup", "2"}, {"max-tokens", "256"}},
                                    &rc);
-  REQUIRE(j.at("claims").size() == 5);
+  REQUIRE(j.at("claims").size() == claim_specs_of("norm").size());
+  REQUIRE(j.at("claims").size() == 7);
   bool all = true;
   for (const auto& c : j.at("claims")) {
     CHECK_FALSE(c.at("statement").get<std::string>().empty());
@@ -152,13 +154,14 @@ TEST_CASE("lab norm, tiny settings: writes its JSON with the five claims and the
   CHECK(j.at("tables").contains("warmup"));
 }
 
-TEST_CASE("lab depth, tiny settings: writes its JSON with the four claims and their evidence") {
+TEST_CASE("lab depth, tiny settings: writes its JSON with its five claims (lab/claims.cpp) and their evidence") {
   int rc = -1;
   const nlohmann::json j = run_lab("depth", {{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"max-tokens", "128"},
                                              {"depths", "1,2,3"}, {"draws", "1"}, {"attn-layers", "3"}, {"attn-d-model", "16"},
                                              {"tokens", "6"}, {"attn-batch", "2"}},
                                    &rc);
-  REQUIRE(j.at("claims").size() == 4);
+  REQUIRE(j.at("claims").size() == claim_specs_of("depth").size());
+  REQUIRE(j.at("claims").size() == 5);
   bool all = true;
   for (const auto& c : j.at("claims")) {
     CHECK_FALSE(c.at("evidence").get<std::string>().empty());
