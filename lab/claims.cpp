@@ -58,6 +58,28 @@ std::vector<ClaimSpec> table() {
        "27; 0.2 nats: the margin this lab asks of the warm-up itself",
        true},
       // ---- leak
+      {"leak", "masked_future_zero", Check,
+       "with the causal mask d logit_t / d input_t' is exactly 0 for every t' > t and non-zero for t' <= t (count of entries, over every seed "
+       "and sequence, that break this)",
+       Below, 0.5, "the mask sets the scores of later keys to -inf: their weight, and every path from a later input, is exactly 0", false},
+      {"leak", "open_future_nonzero", Check,
+       "without the mask every entry above the diagonal is non-zero (count of exact zeros, every seed)", Below, 0.5,
+       "softmax weights are always > 0, so every later input reaches every logit: a property of softmax, not evidence", false},
+      {"leak", "reads_answer", Paper,
+       "without the mask the decoder reads the answer: the share of rows t whose largest dependence apart from their own input is on input "
+       "t+1 (which holds logit_t's label) is above 0.5",
+       Above, 0.5,
+       "the course (without the mask the decoder copies the answer from the next position); 0.5: 'most rows' (by chance a row peaks at t+1 "
+       "about 1/(T-1) of the time)",
+       true},
+      {"leak", "tf_lower", Paper,
+       "without the mask the teacher-forced held-out NLL is lower: NLL with the mask minus NLL without it is above 0", Above, 0.0,
+       "the course (the leak makes teacher forcing easy); 0: the sign of the paired difference", true},
+      {"leak", "fr_collapses", Paper,
+       "without the mask free-running greedy accuracy is far lower: its token accuracy over the masked model's is below 0.5", Below, 0.5,
+       "the course (at inference the later tokens do not exist yet, so what the model learnt is of no use); 0.5: 'at most half', the lab's "
+       "threshold since its first version",
+       true},
       // ---- padding
       // ---- nan
       // ---- scale
