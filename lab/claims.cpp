@@ -81,6 +81,45 @@ std::vector<ClaimSpec> table() {
        "threshold since its first version",
        true},
       // ---- padding
+      {"padding", "masked_alone_equals_batch", Check,
+       "with the padding masks a sentence computes the same alone and in a batch: the largest relative difference (encoder out, logits, "
+       "attention, gradients; float64) and the largest weight on a PAD key, worst seed, are below 1e-12",
+       Below, 1e-12,
+       "the masks give PAD keys weight exactly 0; what is left is float64 rounding (about 1e-16) of sums in another order, 1e-12 a margin of 1e4",
+       false},
+      {"padding", "unmasked_pad_changes_output", Paper,
+       "without the padding masks a sentence computes something else in a batch: log10 of the smallest of the four relative differences is "
+       "above -3",
+       Above, -3.0,
+       "the course (PAD must not change what a sentence computes; the masks are what prevents it); -3: a difference of 1e-3, far above float64's "
+       "rounding and float32's (1e-7), the lab's threshold since its first version",
+       true},
+      {"padding", "target_mask_redundant", Check,
+       "the target padding mask alone changes nothing for the sentence's own positions: the largest relative difference with it off, worst "
+       "seed, is below 1e-12",
+       Below, 1e-12, "the causal mask already hides the PAD after a sentence from each of its real positions", false},
+      {"padding", "masked_pad_gradient_zero", Check,
+       "with the masks the gradient reaching PAD positions of the encoder and decoder input is exactly 0 (count of seeds and sides where not)",
+       Below, 0.5, "a masked key gets weight exactly 0, so no path from a PAD input reaches the loss", false},
+      {"padding", "unmasked_pad_gets_gradient", Paper,
+       "without the padding masks PAD source positions get gradient as words do: the largest |gradient| at a source PAD over the largest at a "
+       "real source position is above 0.01",
+       Above, 0.01,
+       "reasoning: unmasked, a PAD key is attended like any word, so its gradient is of a word's order; 0.01 of it is far from the exact 0 of "
+       "the masked model and far below parity",
+       true},
+      {"padding", "ignore_index_exact", Check,
+       "with ignore_index = PAD the loss and gradient equal those of the real labels alone (count of batches where they differ at all)", Below,
+       0.5, "cross_entropy leaves ignored labels out of the sum and the count", false},
+      {"padding", "bucketing_cuts_pad_loss", Paper,
+       "length-bucketed batches cut the PAD labels' share of the loss (ignore_index off) at least 2x against random batches: bucketed over "
+       "random share, the larger of the untrained and the trained model, is below 0.5",
+       Below, 0.5, "the course (bucketing by length is how trainers avoid padding); 2x: the lab's threshold since its first version", false},
+      {"padding", "bucketing_lowers_pad_gradient", Paper,
+       "... and lower PAD labels' share of the gradient: the same ratio for the gradient is below 1", Below, 1.0,
+       "the course; 1 ('lower' at all) was chosen after a run in which the loss's 2x did not carry over to a trained model's gradient "
+       "(92% -> 66%), as docs/labs/padding.md says",
+       false},
       // ---- nan
       // ---- scale
       // ---- depth
