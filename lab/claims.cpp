@@ -151,6 +151,34 @@ std::vector<ClaimSpec> table() {
        "learning rate (count of runs where not)",
        Below, 0.5, "both remove the row of -inf scores before the softmax", false},
       // ---- scale
+      {"scale", "var_identity", Check,
+       "q, k ~ N(0, 1): Var(q . k) = d_k: |log-log slope of the measured variance on d_k - 1| is below 0.1", Below, 0.1,
+       "an identity (a sum of d_k independent products of variance 1); only sampling noise is measured", false},
+      {"scale", "scaled_identity", Check,
+       "q, k ~ N(0, 1), scaled by 1/sqrt(d_k): variance, largest probability, Jacobian and gradient change by less than 25% over d_k (largest "
+       "max/min)",
+       Below, 1.25, "the same identity: the scaled scores are N(0, 1) at every d_k", false},
+      {"scale", "real_var_grows", Paper,
+       "q and k from an initialised projection of real sentences: unscaled, Var(q . k) grows with d_k: its log-log slope on d_k is above 0.5",
+       Above, 0.5,
+       "Vaswani et al. 2017, section 3.2.1 and footnote 4 (variance d_k for unit-variance components); 0.5: midway between no growth and d_k",
+       true},
+      {"scale", "real_unscaled_gradient_vanishes", Paper,
+       "... and the gradient through the softmax vanishes: log10 of the median |d scores| / |d p| at d_k 512 over that at d_k 16 is below -1",
+       Below, -1.0,
+       "Vaswani et al. 2017, section 3.2.1 ('pushing the softmax function into regions where it has extremely small gradients'); -1: a "
+       "tenth, the factor of the lab's first version",
+       true},
+      {"scale", "real_scaled_gradient_stays", Paper,
+       "scaled by 1/sqrt(d_k) the gradient through the softmax stays: the same log10 ratio is above log10(0.5)", Above, -0.30103,
+       "Vaswani et al. 2017, section 3.2.1 (the scaling counteracts the effect); 0.5: within a factor 2", false},
+      {"scale", "unscaled_trains_worse", Paper,
+       "the intervention: trained without 1/sqrt(d_k) (d_k 128) the same model, data and batches end worse: held-out NLL unscaled minus "
+       "scaled is above 0",
+       Above, 0.0,
+       "Vaswani et al. 2017, section 3.2.1 (the unscaled softmax's small gradients hinder learning); issue 27; 0: the sign of the paired "
+       "difference",
+       true},
       // ---- depth
       {"depth", "postln_amplifies_more", Paper,
        "(a) Post-LN amplifies a weight change more with depth than Pre-LN: the log-log slope of the squared output change on N, Post-LN "
