@@ -109,24 +109,25 @@ void control_disagrees(const std::string& name, const std::string& args, const s
 }
 
 // One lab: the lab must agree and its control disagree, at the same settings.
-[[maybe_unused]] void lab_and_control(const std::string& name, const std::string& args = "", const std::string& short_args = "") {
+void lab_and_control(const std::string& name, const std::string& args = "", const std::string& short_args = "") {
   SUBCASE("agrees") { lab_agrees(name, args, short_args); }
   SUBCASE("its control disagrees") { control_disagrees(name, args, short_args); }
 }
 
 }  // namespace
 
-// name, CI settings, and what the short budget adds to them.
-TEST_CASE("lab norm") { lab_agrees("norm", "", "--seeds 1 --depths 2,4,8 --steps 100"); }
-TEST_CASE("lab leak") { lab_agrees("leak", "", "--seeds 1 --steps 200"); }
-TEST_CASE("lab padding") { lab_agrees("padding", "", "--seeds 1"); }
-TEST_CASE("lab nan") { lab_agrees("nan", "", ""); }
-TEST_CASE("lab scale") { lab_agrees("scale", "", ""); }
-TEST_CASE("lab depth") { lab_agrees("depth", "", "--seeds 2"); }
+// name, CI settings, and what the short budget adds. Paper claims take a t interval across seeds,
+// whose width at 3 seeds (t = 4.30) some claims' margins do not survive: those labs keep their 5.
+TEST_CASE("lab norm") { lab_and_control("norm", "--seeds 3", "--steps 100"); }
+TEST_CASE("lab leak") { lab_and_control("leak"); }
+TEST_CASE("lab padding") { lab_and_control("padding"); }
+TEST_CASE("lab nan") { lab_and_control("nan"); }
+TEST_CASE("lab scale") { lab_and_control("scale", "--seeds 3", "--steps 100"); }
+TEST_CASE("lab depth") { lab_and_control("depth", "", "--depths 1,2,4,8,16"); }
 // Not yet converted to typed claims and a control (issue 27): the lab only.
 TEST_CASE("lab entropy") { lab_agrees("entropy", "", "--seeds 1 --lrs 3e-4,3e-3,3e-2 --steps 150"); }
 // The two labs that train a translator keep no cache here, so each trains from scratch as a fresh
 // build would.
 TEST_CASE("lab attribution") { lab_agrees("attribution", "--cache \"\"", "--seeds 1 --train-steps 200"); }
 TEST_CASE("lab exposure") { lab_agrees("exposure", "--cache \"\"", "--seeds 1 --train-steps 200"); }
-TEST_CASE("lab graph") { lab_agrees("graph", "", ""); }
+TEST_CASE("lab graph") { lab_and_control("graph"); }
