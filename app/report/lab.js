@@ -1,0 +1,2 @@
+// The lab pages: written with the lab framework (placeholder while it lands).
+"use strict";
