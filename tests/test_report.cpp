@@ -1,7 +1,7 @@
 // The HTML report's pieces without a browser (tests/test_report_browser.cpp opens the pages): the
 // page's JSON writer and assembly, the decoder-only model's gradient x input (against central
-// differences in float64) and rollout, grad_stats.jsonl's reader, and `gradflow report` on a
-// trained run (the data's shapes, rows that sum to 1) and on bad input.
+// differences in float64) and rollout, grad_stats.jsonl's reader, `gradflow report` on a trained
+// run (the data's shapes, rows that sum to 1) and on bad input, and the lab pages' data.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 
+#include "app/lab_page.h"
 #include "app/report_attention.h"
 #include "app/report_page.h"
 #include "app/run_report.h"
@@ -18,6 +19,7 @@
 #include "optim/adam.h"
 #include "tests/child_process.h"
 #include "tests/temp_dir.h"
+#include "tests/toy_lab.h"
 #include "train/loop/trainer.h"
 
 using namespace gf;
@@ -263,4 +265,53 @@ TEST_CASE("gradflow report: a folder that is not a run, or --src with --input, i
   const gf::test::Ran both = gf::test::run_child(kBinary, {"report", tmp.file("empty"), "--src", "a", "--input", "b"}, tmp.path / "both_log", 60);
   CHECK(both.exit_code() == 2);
   CHECK(both.err.find("give --src or --input, not both") != std::string::npos);
+}
+
+TEST_CASE("lab pages: the lab's and its control's JSON paired, figures inlined, raw data left out; an index of every lab") {
+  gf::test::TempDir tmp("gf_report");
+  const fs::path lab = gf::test::write_toy_lab(tmp.path, false), control = gf::test::write_toy_lab(tmp.path, true);
+  CHECK(app::find_lab_json(lab.string()) == (lab / "toy.json").string());
+  CHECK(app::find_lab_json(control.string()) == (control / "toy.json").string());
+  CHECK(app::find_lab_json(tmp.path.string()).empty());
+  CHECK(app::holds_lab_output(tmp.path.string()));
+
+  for (const fs::path& dir : {lab, control}) {  // the same page data from either folder
+    CAPTURE(dir);
+    const json d = app::lab_page_data(dir.string());
+    CHECK(d["kind"] == "lab");
+    CHECK(d["lab"]["name"] == "toy");
+    CHECK(d["lab"]["control_removes"] == "the ingredient removed");
+    CHECK(d["result"]["control"] == false);
+    CHECK(d["control"]["control"] == true);
+    CHECK(d["result"]["check"]["agrees"] == true);
+    CHECK(d["control"]["check"]["agrees"] == false);
+    CHECK_FALSE(d["result"].contains("data"));
+    REQUIRE(d["result"]["claims"].size() == 3);
+    const json& grows = d["result"]["claims"][0];
+    CHECK(grows["id"] == "grows");
+    CHECK(grows["method"] == "t 95%");
+    CHECK(grows["n"] == 3);
+    CHECK(grows["lo"].get<double>() < grows["mean"].get<double>());
+    REQUIRE(d["result"]["figures"].size() == 1);
+    CHECK(d["result"]["figures"][0]["svg"].get<std::string>().rfind("<svg", 0) == 0);
+  }
+
+  // Without the control's folder: the lab alone.
+  fs::remove_all(control);
+  CHECK(app::lab_page_data(lab.string())["control"].is_null());
+  const std::string page = app::write_lab_page(lab.string());
+  CHECK(page == (lab / "toy.html").string());
+  const json d = page_data(gf::test::slurp(page));
+  CHECK(d["result"]["tables"].contains("ratios"));
+
+  // The index: one row per lab with its control, each lab's page written with a link back.
+  gf::test::write_toy_lab(tmp.path, true);
+  const std::string index = app::write_lab_index(tmp.path.string());
+  const json i = page_data(gf::test::slurp(index));
+  CHECK(i["kind"] == "lab-index");
+  REQUIRE(i["labs"].size() == 1);
+  CHECK(i["labs"][0]["page"] == "toy/toy.html");
+  CHECK(i["labs"][0]["control"]["control_targets_fail"] == 1);
+  CHECK(page_data(gf::test::slurp(lab / "toy.html"))["index"] == "../index.html");
+  CHECK_THROWS_WITH_AS(app::lab_page_data(tmp.path.string()), doctest::Contains("holds no lab output"), std::runtime_error);
 }

@@ -1,10 +1,11 @@
 // The HTML pages in a real browser (headless Chromium through the DevTools protocol,
-// tests/cdp_browser.h): two tiny runs are trained, an encoder-decoder with grouped-query attention
-// and grad-stats (its page written by `train --report`) and a decoder-only one (`gradflow report`);
-// each page must open from disk with no console error and no request beyond the file, draw every
-// section, and redraw the attention when the layer, head, attention or sentence changes (the
-// drawn SVG differs) and the grad-stats map when its statistic changes (the canvas pixels differ).
-// Screenshots go to build/report-screenshots/.
+// tests/cdp_browser.h). Run reports: two tiny runs are trained, an encoder-decoder with
+// grouped-query attention and grad-stats (its page written by `train --report`) and a decoder-only
+// one (`gradflow report`); each page must open from disk with no console error and no request
+// beyond the file, draw every section, and redraw the attention when the layer, head, attention or
+// sentence changes (the drawn SVG differs) and the grad-stats map when its statistic changes (the
+// canvas pixels differ). Lab pages: a lab with its control (written by lab::Report), a real lab
+// (`lab nan --html`) and their index. Screenshots go to build/report-screenshots/.
 //
 // The full check runs it (scripts/setup_browser.sh installs Debian's chromium). The short budget
 // (GRADFLOW_TEST_SHORT: the sanitizer and OpenBLAS-kernel suites) skips it, printing the line that
@@ -20,6 +21,7 @@
 #include "tests/child_process.h"
 #include "tests/temp_dir.h"
 #include "tests/test_budget.h"
+#include "tests/toy_lab.h"
 
 using gf::test::Browser;
 using json = nlohmann::json;
@@ -162,7 +164,7 @@ TEST_CASE("the run report of a decoder-only model opens in Chromium and its sele
   const std::string chromium = browser_or_fail();
   gf::test::TempDir tmp("gf_report_browser");
   const std::string run = tmp.file("run");
-  run_ok({"train", "--arch", "decoder-only", "--joint-vocab", "--steps", "30", "--d-model", "32", "--heads", "2", "--ff", "64", "--layers",
+  run_ok({"train", "--arch", "decoder-only", "--steps", "30", "--d-model", "32", "--heads", "2", "--ff", "64", "--layers",
           "2", "--samples", "0", "--quiet", "--out", run},
          tmp, "train");
   run_ok({"report", run, "--sentences", "3"}, tmp, "report");
@@ -170,6 +172,40 @@ TEST_CASE("the run report of a decoder-only model opens in Chromium and its sele
   check_run_page(b, fs::path(run) / "report.html", kShots / "decoder-only", false);
   CHECK(b.eval("document.getElementById('att-view').options.length").get<int>() == 1);
   CHECK(b.eval("document.querySelector('#grad-stats p.note').textContent.includes('--grad-stats')") == true);
+}
+
+TEST_CASE("the lab pages (a lab with its control, a real lab, the index) open in Chromium with claims, intervals and figures") {
+  if (skipped_here()) return;
+  const std::string chromium = browser_or_fail();
+  gf::test::TempDir tmp("gf_report_browser");
+  const fs::path labs = tmp.path / "labs";
+  gf::test::write_toy_lab(labs, false);
+  gf::test::write_toy_lab(labs, true);
+  run_ok({"lab", "nan", "--out", (labs / "nan").string(), "--html"}, tmp, "nan");  // a real lab, about a second
+  CHECK(fs::exists(labs / "nan" / "nan.html"));
+  run_ok({"report", labs.string()}, tmp, "index");
+  Browser b(chromium, tmp.path / "profile");
+
+  open_page(b, labs / "index.html");
+  CHECK(b.eval("document.querySelectorAll('#labs-table tr').length").get<int>() == 3);  // header, nan, toy
+  CHECK(b.eval("document.querySelector('#labs-table a[href=\"toy/toy.html\"]') !== null") == true);
+
+  open_page(b, labs / "toy" / "toy.html");
+  CHECK(b.eval("document.querySelectorAll('#claims-table tr').length").get<int>() == 4);  // header and 3 claims
+  CHECK(b.eval("document.querySelectorAll('#claims-table svg.interval-plot').length").get<int>() == 3);
+  CHECK(b.eval("document.querySelectorAll('#verdict .verdict').length").get<int>() == 2);  // the lab's and the control's
+  CHECK(b.eval("document.querySelector('#verdict .verdict.agrees').textContent.startsWith('check: AGREES')") == true);
+  CHECK(b.eval("document.querySelector('#verdict .verdict.disagrees').textContent.includes('(control: the ingredient removed)')") == true);
+  CHECK(b.eval("document.querySelectorAll('#figures > .figure svg').length").get<int>() == 1);  // the lab's; the control's in <details>
+  CHECK(b.eval("document.querySelectorAll('#figures details .figure svg').length").get<int>() == 1);
+  CHECK(b.eval("document.querySelector('a[href=\"https://arxiv.org/abs/2401.00001\"]') !== null") == true);
+  shoot(b, "#claims", kShots / "lab" / "claims.png");
+
+  open_page(b, labs / "nan" / "nan.html");
+  CHECK(b.eval("document.querySelectorAll('#claims-table tr').length").get<int>() >= 2);
+  CHECK(b.eval("document.querySelectorAll('#figures .figure svg').length").get<int>() >= 1);
+  for (const auto& e : b.errors()) FAIL_CHECK("console: ", e);
+  for (const auto& u : b.outside_requests()) FAIL_CHECK("the page asked for ", u, ": it must be self-contained");
 }
 
 // Not a check but the tool behind docs/report.md's pictures, so doctest lists it as skipped unless
