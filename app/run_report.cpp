@@ -198,6 +198,8 @@ nlohmann::json grad_stats_data(const std::string& path, size_t max_steps) {
 
 nlohmann::json run_report_data(const std::string& run_dir, const RunReportOptions& o) {
   GF_CHECK_AS(std::runtime_error, fs::is_directory(run_dir), "report: '{}' is not a run folder", run_dir);
+  GF_CHECK_AS(std::runtime_error, fs::exists(train::run_file(run_dir, "config.json")),
+              "report: '{}' is neither a training run (it has no config.json) nor a lab's output (no NAME.json from gradflow lab)", run_dir);
   nlohmann::json d;
   d["kind"] = "run";
   d["run"] = run_dir;

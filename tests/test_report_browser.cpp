@@ -82,7 +82,9 @@ void open_page(Browser& b, const fs::path& page) {
 int check_run_page(Browser& b, const fs::path& page, const fs::path& shots, bool expect_grad_stats) {
   open_page(b, page);
   const int render_ms = std::stoi(b.eval("document.body.dataset.renderMs").get<std::string>());
-  std::printf("%s: drawn in %d ms (%.0f KB)\n", page.string().c_str(), render_ms, static_cast<double>(fs::file_size(page)) / 1024.0);
+  const double loaded_ms = b.eval("performance.getEntriesByType('navigation')[0].loadEventEnd").get<double>();
+  std::printf("%s: %.0f KB, drawn in %d ms, load event after %.0f ms\n", page.string().c_str(),
+              static_cast<double>(fs::file_size(page)) / 1024.0, render_ms, loaded_ms);
 
   // Every section is drawn.
   CHECK(b.eval("document.querySelectorAll('#settings table').length").get<int>() >= 1);
@@ -123,7 +125,21 @@ int check_run_page(Browser& b, const fs::path& page, const fs::path& shots, bool
       " return [...document.querySelectorAll('#att-lines line.attn-line')].some(l => l.getAttribute('stroke-opacity') === '0.03'); })()";
   CHECK(b.eval(faded) == true);
 
+  // Dragging across the loss chart zooms it and the learning-rate chart beneath into those steps.
+  const char* lr_ticks = "document.querySelector('#curves-lr svg .axis').textContent";  // the step axis' labels among them
+  const std::string lr_before = b.eval(lr_ticks);
+  const std::string drag =
+      "(() => { const s = document.querySelector('#curves-loss svg'), r = s.getBoundingClientRect(), y = r.top + r.height / 2;"
+      " const at = (type, f) => s.dispatchEvent(new MouseEvent(type, {clientX: r.left + f * r.width, clientY: y, bubbles: true}));"
+      " at('mousedown', 0.5); at('mousemove', 0.8); at('mouseup', 0.8); return true; })()";
+  b.eval(drag);
+  CHECK(b.eval(lr_ticks).get<std::string>() != lr_before);
+
   if (expect_grad_stats) {
+    // Clicking a row of the map draws that module's curves.
+    b.eval("(() => { const c = document.querySelector('#gs-map canvas'), r = c.getBoundingClientRect();"
+           " c.dispatchEvent(new MouseEvent('click', {clientX: r.right - 5, clientY: r.top + 5, bubbles: true})); return true; })()");
+    CHECK(b.eval("document.querySelectorAll('#gs-curve svg.chart path').length").get<int>() >= 2);
     const std::string pixels = b.eval("document.querySelector('#gs-map canvas').toDataURL()");
     b.eval(pick("gs-stat", "update_ratio"));
     CHECK(b.eval("document.querySelector('#gs-map canvas').toDataURL()").get<std::string>() != pixels);
@@ -209,15 +225,32 @@ TEST_CASE("the lab pages (a lab with its control, a real lab, the index) open in
 }
 
 // Not a check but the tool behind docs/report.md's pictures, so doctest lists it as skipped unless
-// asked for: GRADFLOW_SCREENSHOT_RUN=DIR GRADFLOW_SCREENSHOT_DIR=OUT build/tests/test_report_browser --no-skip -tc='screenshots*'
-TEST_CASE("screenshots of a given run's report (GRADFLOW_SCREENSHOT_RUN, for docs/report.md)" * doctest::skip()) {
-  const char* run = std::getenv("GRADFLOW_SCREENSHOT_RUN");
+// asked for: GRADFLOW_SCREENSHOT_DIR=OUT with GRADFLOW_SCREENSHOT_RUN=RUN (a training run: curves,
+// grad-stats and attention pictures) and/or GRADFLOW_SCREENSHOT_LAB=DIR (a lab's output folder,
+// its control beside it: lab-claims.png), then
+//   build/tests/test_report_browser --no-skip -tc='screenshots*'
+TEST_CASE("screenshots for docs/report.md (GRADFLOW_SCREENSHOT_DIR with GRADFLOW_SCREENSHOT_RUN and/or _LAB)" * doctest::skip()) {
   const char* out = std::getenv("GRADFLOW_SCREENSHOT_DIR");
-  REQUIRE_MESSAGE((run && out), "set GRADFLOW_SCREENSHOT_RUN=RUN_FOLDER and GRADFLOW_SCREENSHOT_DIR=OUTPUT_FOLDER");
+  const char* run = std::getenv("GRADFLOW_SCREENSHOT_RUN");
+  const char* lab = std::getenv("GRADFLOW_SCREENSHOT_LAB");
+  REQUIRE_MESSAGE((out && (run || lab)), "set GRADFLOW_SCREENSHOT_DIR=OUTPUT_FOLDER and GRADFLOW_SCREENSHOT_RUN=RUN_FOLDER or _LAB=LAB_FOLDER");
   const std::string chromium = browser_or_fail();
   gf::test::TempDir tmp("gf_report_browser");
-  const fs::path page = tmp.path / "report.html";
-  run_ok({"report", run, "--out", page.string()}, tmp, "report");
   Browser b(chromium, tmp.path / "profile");
-  check_run_page(b, page, out, fs::exists(fs::path(run) / "grad_stats.jsonl"));
+  if (run) {
+    const fs::path page = tmp.path / "report.html";
+    run_ok({"report", run, "--out", page.string()}, tmp, "report");
+    check_run_page(b, page, out, fs::exists(fs::path(run) / "grad_stats.jsonl"));
+  }
+  if (lab) {
+    run_ok({"report", lab}, tmp, "lab");
+    const std::string page = gf::test::slurp(tmp.path / "lab.out").substr(6);  // "wrote PATH (N KB)"
+    open_page(b, page.substr(0, page.find(" (")));
+    const json box = b.eval("(() => { const a = document.getElementById('verdict').getBoundingClientRect(),"
+                            " b = document.getElementById('claims').getBoundingClientRect();"
+                            " return [a.left + window.scrollX, a.top + window.scrollY, b.right - a.left, b.bottom - a.top]; })()");
+    b.screenshot(fs::path(out) / "lab-claims.png", box[0].get<double>(), box[1].get<double>(), std::min(1280.0, box[2].get<double>()),
+                 std::min(1600.0, box[3].get<double>()));
+    for (const auto& e : b.errors()) FAIL_CHECK("console: ", e);
+  }
 }
