@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -44,10 +45,24 @@ void write_json(std::string& out, const nlohmann::json& j, int indent) {
   out += pad + (object ? "}" : "]");
 }
 
-// "</" cannot occur in a JSON text outside strings, and inside one "<\/" is the same string.
-std::string script_safe(std::string text) {
-  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) text.replace(at, 2, "<\\/");
-  return text;
+// A <script> block ends at "</script", and "<!--" followed by "<script" changes how the browser
+// looks for that end; "<" outside a JSON string cannot occur, and inside one "\u003c" is the same
+// character. So every "<" before "/", "!" or "script" is written "\u003c" (the tokens "<bos>",
+// "<eos>" stay as they are).
+std::string script_safe(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '<') {
+      out += text[i];
+      continue;
+    }
+    std::string next = text.substr(i + 1, 6);
+    for (char& c : next) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool risky = next.rfind("/", 0) == 0 || next.rfind("!", 0) == 0 || next == "script";
+    out += risky ? "\\u003c" : "<";
+  }
+  return out;
 }
 
 }  // namespace

@@ -17,8 +17,9 @@ enum class PageKind { Run, Lab };
 std::string html_page(const std::string& title, const nlohmann::json& data, PageKind kind);
 
 // JSON text a person can read and that stays small: objects and arrays of objects or arrays are
-// indented one level a line, an array of numbers, strings or nulls is written on one line. Every
-// "</" is written "<\/" (the same string in JSON) so that the text cannot close its <script> block.
+// indented one level a line, an array of numbers, strings or nulls is written on one line. A "<"
+// before "/", "!" or "script" is written "\u003c" (the same string in JSON), so that no text in
+// the data can end or confuse the <script> block that holds it.
 std::string readable_json(const nlohmann::json& j);
 
 // v to `digits` significant digits (a non-finite v unchanged): the page's numbers carry no more

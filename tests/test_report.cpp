@@ -47,10 +47,13 @@ double row_sum(const json& row) {
 
 }  // namespace
 
-TEST_CASE("readable_json: nested structures indented, arrays of scalars on one line, no </ that could close the script") {
-  const json j = {{"a", {1, 2.5, nullptr}}, {"b", {{"c", "x</script><script>alert(1)"}}}, {"d", json::array({json::array({1, 2}), json::array({3})})}};
+TEST_CASE("readable_json: nested structures indented, arrays of scalars on one line, nothing that could end the script block") {
+  const json j = {{"a", {1, 2.5, nullptr}},
+                  {"b", {{"c", "x</script><script>alert(1)"}, {"e", "<!--<SCRIPT>"}, {"f", "<bos> a <eos>"}}},
+                  {"d", json::array({json::array({1, 2}), json::array({3})})}};
   const std::string text = app::readable_json(j);
-  CHECK(text.find("</") == std::string::npos);
+  for (const char* bad : {"</", "<!", "<script", "<SCRIPT"}) CHECK(text.find(bad) == std::string::npos);
+  CHECK(text.find("\"<bos> a <eos>\"") != std::string::npos);  // what cannot harm stays readable
   CHECK(text.find("[1,2.5,null]") != std::string::npos);
   CHECK(text.find("\n  [1,2]") != std::string::npos);  // a row of a matrix on its own line
   CHECK(json::parse(text) == j);                         // the same data back

@@ -151,7 +151,16 @@ int check_run_page(Browser& b, const fs::path& page, const fs::path& shots, bool
   // Back to the first state for the pictures.
   open_page(b, page);
   shoot(b, "#curves", shots / "curves.png");
-  if (expect_grad_stats) shoot(b, "#grad-stats", shots / "grad-stats.png");
+  if (expect_grad_stats) {  // with the curves of a module clicked: the last query projection of the decoder's first layer, or row 3
+    b.eval("(() => { const c = document.querySelector('#gs-map canvas'), r = c.getBoundingClientRect();"
+           " const rows = pageData().grad_stats.groups, i = Math.max(3, rows.indexOf('dec0.cross.q')), h = r.height - 30;"
+           " c.dispatchEvent(new MouseEvent('click', {clientX: r.right - 5, clientY: r.top + (i + 0.5) * h / rows.length, bubbles: true}));"
+           " return true; })()");
+    shoot(b, "#grad-stats", shots / "grad-stats.png");
+  }
+  // A token hovered: its lines, the keys shaded by its weights.
+  b.eval("(() => { const q = document.querySelectorAll('#att-lines g.query');"
+         " q[Math.min(2, q.length - 1)].dispatchEvent(new MouseEvent('mouseenter')); return true; })()");
   shoot(b, "#attention", shots / "attention.png");
   return render_ms;
 }

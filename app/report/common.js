@@ -62,7 +62,7 @@ function fmt(v) {
   if (!Number.isFinite(v)) return v > 0 ? "inf" : "-inf";
   if (v === 0) return "0";
   const a = Math.abs(v);
-  if (a >= 1e5 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, "e");  // 5.00e-4 -> 5e-4
+  if (a >= 1e5 || a < 1e-4) return v.toExponential(2).replace(/\.?0+e/, "e");  // 5.00e-5 -> 5e-5
   return String(Number(v.toPrecision(4)));
 }
 
@@ -94,6 +94,14 @@ function logTicks(lo, hi) {
       if (t >= lo * 0.999 && t <= hi * 1.001) ticks.push(t);
     }
   return ticks.length >= 2 ? ticks : [lo, hi];
+}
+
+// The width of a label in pixels at a font size: SVG cannot measure text before it is drawn, so an
+// estimate (Hangul and CJK about 1 em, Latin about 0.6 em), as train/plot's SVG writers make it.
+function textWidth(text, px) {
+  let em = 0;
+  for (const ch of text) em += ch.codePointAt(0) >= 0x1100 ? 1.0 : 0.6;
+  return em * px;
 }
 
 // ---------------------------------------------------------------- colours

@@ -259,7 +259,7 @@ function sentenceBlock(sent) {
 function linesView(box, view, w, targetRow, matrix, onPick) {
   box.append(el("h3", {}, view.label));
   const rowH = 19, n = Math.max(view.queries.length, view.keys.length);
-  const labelW = Math.max(70, ...view.queries.concat(view.keys).map(t => 7.2 * t.length + 10));
+  const labelW = Math.max(70, ...view.queries.concat(view.keys).map(t => textWidth(t, 12) + 10));
   const W = 2 * labelW + 150, H = n * rowH + 24;
   const xl = labelW, xr = labelW + 150;
   const svg = svgEl("svg", {id: "att-lines", class: "tokens", width: W, height: H, viewBox: `0 0 ${W} ${H}`});
@@ -279,7 +279,7 @@ function linesView(box, view, w, targetRow, matrix, onPick) {
   svg.append(linesG);
   // A token: a rect behind its text, coloured when the other side's token is hovered.
   const token = (text, x, row, side) => {
-    const width = 7.2 * text.length + 8;
+    const width = textWidth(text, 12) + 8;
     const rect = svgEl("rect", {x: side === "q" ? x - width : x, y: y(row) - 8, width: width, height: 16, fill: "#ffffff", rx: 2});
     const t = svgEl("text", {x: side === "q" ? x - 4 : x + 4, y: y(row) + 4, "text-anchor": side === "q" ? "end" : "start"}, text);
     if (side === "q" && row === targetRow) t.classList.add("active");
@@ -326,8 +326,8 @@ function tooltipFor(token, verb, others, weights) {
 function matrixView(box, view, w, targetRow) {
   box.append(el("h3", {}, "weights (rows: queries, columns: keys)"));
   const cell = Math.max(9, Math.min(22, Math.floor(300 / Math.max(view.keys.length, view.queries.length))));
-  const left = Math.min(120, Math.max(40, ...view.queries.map(t => 6.2 * t.length + 8)));
-  const top = Math.min(120, Math.max(40, ...view.keys.map(t => 6.2 * t.length + 8)));
+  const left = Math.min(140, Math.max(40, ...view.queries.map(t => textWidth(t, 10) + 8)));
+  const top = Math.min(120, Math.max(40, ...view.keys.map(t => textWidth(t, 10) * 0.87 + 8)));  // keys are turned 60 degrees
   const W = left + cell * view.keys.length + 6, H = top + cell * view.queries.length + 6;
   const svg = svgEl("svg", {id: "att-matrix", class: "matrix", width: W, height: H, viewBox: `0 0 ${W} ${H}`});
   view.keys.forEach((t, j) => {
