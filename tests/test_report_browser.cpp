@@ -68,7 +68,9 @@ void shoot(Browser& b, const std::string& selector, const fs::path& file) {
   CHECK(fs::file_size(file) > 1000);
 }
 
-// Opens a page and waits until its script has drawn it; the console's errors are the failure's message.
+// Opens a page and waits until its script has drawn it; the console's errors are the failure's
+// message. Prints the page's size, how long its script took to draw it, and when its load event
+// ended (from the start of the navigation: reading, parsing and drawing).
 void open_page(Browser& b, const fs::path& page) {
   b.navigate("file://" + fs::absolute(page).string());
   const bool ready = b.wait_for("document.body.dataset.ready === '1'", 30);
@@ -76,15 +78,16 @@ void open_page(Browser& b, const fs::path& page) {
   for (const auto& e : b.errors()) errors += e + "\n";
   INFO("console errors:\n", errors);
   REQUIRE(ready);
+  const std::string drawn = b.eval("document.body.dataset.renderMs");
+  const double loaded = b.eval("performance.getEntriesByType('navigation')[0].loadEventEnd").get<double>();
+  std::printf("%s: %.0f KB, drawn in %s ms, load event after %.0f ms\n", page.string().c_str(), static_cast<double>(fs::file_size(page)) / 1024.0,
+              drawn.c_str(), loaded);
 }
 
 // Opens a run report and checks what every run report must do. Returns the render time in ms.
 int check_run_page(Browser& b, const fs::path& page, const fs::path& shots, bool expect_grad_stats) {
   open_page(b, page);
   const int render_ms = std::stoi(b.eval("document.body.dataset.renderMs").get<std::string>());
-  const double loaded_ms = b.eval("performance.getEntriesByType('navigation')[0].loadEventEnd").get<double>();
-  std::printf("%s: %.0f KB, drawn in %d ms, load event after %.0f ms\n", page.string().c_str(),
-              static_cast<double>(fs::file_size(page)) / 1024.0, render_ms, loaded_ms);
 
   // Every section is drawn.
   CHECK(b.eval("document.querySelectorAll('#settings table').length").get<int>() >= 1);

@@ -104,7 +104,8 @@ function labPage(page, data) {
     const c = control.check || {};
     const ok = c.control_targets > 0 && c.control_targets_fail === c.control_targets;
     v.append(el("p", {class: ok ? "holds" : "fails"},
-                ok ? `All ${c.control_targets} targeted claims fail without the causal ingredient, as they must.`
+                ok ? (c.control_targets === 1 ? "The targeted claim fails without the causal ingredient, as it must."
+                                              : `All ${c.control_targets} targeted claims fail without the causal ingredient, as they must.`)
                    : `${c.control_targets_fail} of ${c.control_targets} targeted claims fail: the lab cannot tell the effect from its absence.`));
   } else if (lab.control_removes) {
     v.append(el("p", {class: "note"}, `Not run. Its control removes: ${lab.control_removes}. Run gradflow lab ${lab.name} --control ` +
