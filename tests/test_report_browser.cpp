@@ -7,10 +7,11 @@
 // canvas pixels differ). Lab pages: a lab with its control (written by lab::Report), a real lab
 // (`lab nan --html`) and their index. Screenshots go to build/report-screenshots/.
 //
-// The full check runs it (scripts/setup_browser.sh installs Debian's chromium). The short budget
-// (GRADFLOW_TEST_SHORT: the sanitizer and OpenBLAS-kernel suites) skips it, printing the line that
-// CMakeLists.txt's SKIP_REGULAR_EXPRESSION turns into "Skipped" in CTest's summary: the pages are
-// the same there, and a browser under ASan would test Chromium, not gradflow.
+// The full check runs it (labels `full` and `browser`; scripts/setup_browser.sh installs Debian's
+// chromium); `ctest -L quick` leaves it out. The short budget (GRADFLOW_TEST_SHORT: the sanitizer
+// and OpenBLAS-kernel suites) skips it, printing the line that CMakeLists.txt's
+// SKIP_REGULAR_EXPRESSION turns into "Skipped" in CTest's summary: the pages are the same there,
+// and the browser, not gradflow, would run under the sanitizers.
 //
 #include <doctest/doctest.h>
 
