@@ -9,6 +9,7 @@
 #include "app/command_flags.h"
 #include "app/commands.h"
 #include "app/flags.h"
+#include "app/lab_page.h"
 #include "lab/claims.h"
 #include "lab/lab.h"
 #include "lab/report.h"
@@ -59,6 +60,7 @@ Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
   f.add_int("threads", 0, "threads (default: the hardware's)");
   f.add_bool("control", "the negative control: the same protocol without the causal ingredient; its targeted claims must fail");
   f.add_bool("claims", "print the lab's claims (statement, threshold, source) and exit");
+  f.add_bool("html", "also write NAME.html: the claims with their intervals, the control's result when it ran, the figures (docs/report.md)");
   for (const auto& o : l.options) {
     switch (o.kind) {
       case lab::Option::Int: f.add_int(o.name, std::stoll(o.default_value), o.help); break;
@@ -75,6 +77,7 @@ Flags lab_all_flags() {
                      "and prints a summary. Exit 0 when every lab agrees and every control disagrees, 3 otherwise.");
   f.add_string("out", "runs/lab", "parent folder");
   f.add_bool("claims", "print every lab's claims and exit");
+  f.add_bool("html", "also write DIR/index.html and each lab's page, DIR/NAME/NAME.html (docs/report.md)");
   return f;
 }
 
@@ -120,6 +123,7 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
   int targets = 0, failed = 0;
   for (const auto& c : report.claims()) targets += c.spec.control_targets, failed += c.spec.control_targets && !c.holds;
   r.targets_all_fail = targets > 0 && failed == targets;
+  if (f.on("html")) fmt::print("page: {}\n", write_lab_page(out));
   return r;
 }
 
@@ -169,6 +173,7 @@ int run_all(int argc, char** argv) {
                !r.has_control ? "(none)" : r.control.code == 1 ? "ERROR" : control_ok ? "disagrees" : "NOT ALL FAIL", r.has_control ? fmt::format("{:.1f}", r.control.seconds) : "-");
   }
   fmt::print("  total {:.1f} s; {}\n", total, ok ? "every lab agrees and every control disagrees" : "NOT every lab agrees and every control disagrees");
+  if (f.on("html")) fmt::print("pages: {}\n", write_lab_index(f.str("out")));
   return ok ? 0 : 3;
 }
 

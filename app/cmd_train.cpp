@@ -7,6 +7,7 @@
 #include "app/command_flags.h"
 #include "app/flags.h"
 #include "app/recipe_flags.h"
+#include "app/run_report.h"
 #include "app/train_args.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
@@ -78,6 +79,7 @@ Flags train_flags() {
             "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
             "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
             "time at N 10: docs/grad-stats.md)");
+  f.add_bool("report", "at the end, write OUT/report.html: settings, curves, gradient statistics, attention explorer (gradflow report; docs/report.md)");
   return f;
 }
 
@@ -183,6 +185,11 @@ int cmd_train(int argc, char** argv) {
     fmt::print("gradflow train: {} threads\n", max_threads());
   }
   train::train_translator(c, opt);
+  if (f.on("report") && dist::is_root()) {
+    const std::string page = train::run_file(opt.out, "report.html");
+    write_run_report(opt.out, page, RunReportOptions{});
+    fmt::print("report: {}\n", page);
+  }
   return 0;
 }
 

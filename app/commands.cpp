@@ -13,6 +13,7 @@ const std::vector<Command>& commands() {
       {"average", "the mean of several checkpoints' weights (a run's last epochs)", cmd_average},
       {"bleu", "corpus BLEU of a hypothesis file against a reference file (sacreBLEU's default)", cmd_bleu},
       {"attention", "draw a translation's cross-attention weights (every layer and head) as SVG", cmd_attention},
+      {"report", "one self-contained HTML page for a run: settings, curves, gradient statistics, attention explorer", cmd_report},
       {"bench", "training and decoding throughput, measured as the PyTorch reference measures itself (JSON)", cmd_bench},
       {"parity", "compare modules with PyTorch reference cases, outputs and gradients", cmd_parity},
       {"lab", "the gradient-flow lab: experiments on gradients in attention, each checked against its paper", cmd_lab},

@@ -24,6 +24,7 @@ int cmd_translate(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_bleu(int argc, char** argv);
 int cmd_attention(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_lab(int argc, char** argv);

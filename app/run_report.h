@@ -1,0 +1,36 @@
+#pragma once
+// The run report: one self-contained HTML page for a run folder (`gradflow report RUN`, and
+// `gradflow train --report` at the end of training). It shows the run's settings (config.json),
+// the training and validation loss (state.json's curves) over the learning-rate schedule, the
+// gradient statistics when the run recorded them (grad_stats.jsonl), and an attention explorer
+// for a few sentences (app/report_attention.h). docs/report.md describes the page.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gf::app {
+
+struct RunReportOptions {
+  std::vector<std::string> sources;  // sentences for the explorer; empty: sentences of the test split
+  int64_t sentences = 5;             // how many test sentences
+  int64_t max_tokens = 16;           // test sentences longer than this (source tokens) are passed over
+  size_t max_steps = 300;            // grad-stats columns at most: every k-th recorded step and the last
+};
+
+// Everything the page draws, read from the run folder and computed with its best weights. Throws
+// std::runtime_error naming the file when the folder lacks config.json or state.json, or one is
+// malformed. A test split that cannot be read (data moved) leaves a note in "attention" instead.
+nlohmann::json run_report_data(const std::string& run_dir, const RunReportOptions& options);
+
+// Writes the page to out_file (atomically).
+void write_run_report(const std::string& run_dir, const std::string& out_file, const RunReportOptions& options);
+
+// grad_stats.jsonl's lines as the page's heat maps need them (exposed for tests): "steps",
+// "loss", "lr", "groups" (names), "grad_norm" / "param_norm" / "update_ratio" ([group][column]),
+// "heads" ([{"attention","head"}]), "entropy" and "uniform" ([head][column]), "recorded" (lines
+// in the file). With more than max_steps lines, every k-th and the last are kept. Throws naming the
+// file and line for a malformed line other than a torn last one.
+nlohmann::json grad_stats_data(const std::string& jsonl_path, size_t max_steps);
+
+}  // namespace gf::app
