@@ -34,7 +34,7 @@ void list_labs() {
 void print_claims(const lab::Lab& l) {
   const auto specs = lab::claim_specs_of(l.name);
   fmt::print("lab {}: {}\n  {}\n  control: {}\n", l.name, l.title, l.reference, l.control.empty() ? "(none)" : l.control);
-  if (specs.empty()) fmt::print("\n  (no rows in lab/claims.cpp: its claims are untyped, without thresholds written down)\n");
+  if (specs.empty()) fmt::print("\n  (no rows in lab/claims.cpp)\n");
   for (const auto& c : specs)
     fmt::print("\n  {} {}{}\n    {}\n    holds when {} {} {:g}\n    source: {}\n", lab::kind_name(c.kind), c.id,
                c.control_targets ? " (a target of the control: --control must make it fail)" : "", c.statement,

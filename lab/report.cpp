@@ -250,9 +250,7 @@ void Report::record(Claim c) {
     GF_CHECK_AS(std::logic_error, d.spec.id != c.spec.id, "lab {}: claim '{}' reported twice", lab_.name, c.spec.id);
   const Interval& iv = c.interval;
   std::string line = fmt::format("  [{}] {} {}: {}\n", c.holds ? "holds" : "FAILS", kind_name(c.spec.kind), c.spec.id, c.spec.statement);
-  if (c.untyped)
-    line += "          (an untyped claim: no interval, no threshold in lab/claims.cpp)\n";
-  else if (c.spec.kind == ClaimKind::Check)
+  if (c.spec.kind == ClaimKind::Check)
     line += fmt::format("          {} (exact) {} {}; {}\n", num(iv.mean), side_symbol(c.spec.side), num(c.spec.threshold), c.spec.source);
   else
     line += fmt::format("          {} [{}, {}] ({}, n {}) {} {}{}; {}\n", num(iv.mean), num(iv.lo), num(iv.hi), iv.method, iv.n,
@@ -268,7 +266,7 @@ void Report::paper(const std::string& id, const std::vector<double>& per_seed, c
   const ClaimSpec& s = spec(id, ClaimKind::Paper);
   GF_CHECK(per_seed.size() >= 2, "lab {}: paper claim '{}' needs its statistic from at least 2 seeds (an interval across seeds), got {}: "
            "run with --seeds 2 or more", lab_.name, id, per_seed.size());
-  Claim c{s, false, t_interval(per_seed), per_seed, evidence, false};
+  Claim c{s, false, t_interval(per_seed), per_seed, evidence};
   c.holds = on_claimed_side(s, s.side == Compare::Above ? c.interval.lo : c.interval.hi);
   record(std::move(c));
 }
@@ -276,7 +274,7 @@ void Report::paper(const std::string& id, const std::vector<double>& per_seed, c
 void Report::paper(const std::string& id, const Interval& interval, const std::string& evidence) {
   const ClaimSpec& s = spec(id, ClaimKind::Paper);
   GF_CHECK(interval.n >= 2, "lab {}: paper claim '{}' needs an interval over at least 2 values, got n {}", lab_.name, id, interval.n);
-  Claim c{s, false, interval, {}, evidence, false};
+  Claim c{s, false, interval, {}, evidence};
   // NaN bounds lie on no side.
   c.holds = std::isfinite(interval.mean) && on_claimed_side(s, s.side == Compare::Above ? interval.lo : interval.hi);
   record(std::move(c));
@@ -284,15 +282,8 @@ void Report::paper(const std::string& id, const Interval& interval, const std::s
 
 void Report::check(const std::string& id, double value, const std::string& evidence) {
   const ClaimSpec& s = spec(id, ClaimKind::Check);
-  Claim c{s, on_claimed_side(s, value), {value, value, value, 1, "exact"}, {value}, evidence, false};
+  Claim c{s, on_claimed_side(s, value), {value, value, value, 1, "exact"}, {value}, evidence};
   record(std::move(c));
-}
-
-void Report::claim(const std::string& statement, bool holds, const std::string& evidence) {
-  ClaimSpec s{lab_.name, fmt::format("claim-{}", claims_.size() + 1), ClaimKind::Paper, statement, Compare::Above, 0.5,
-              "untyped (deprecated Report::claim): 1 when it holds, 0 when not", false};
-  const double v = holds ? 1 : 0;
-  record(Claim{s, holds, {v, v, v, 1, "untyped"}, {v}, evidence, true});
 }
 
 std::string Report::verdict_line(bool* agrees) const {
@@ -302,7 +293,7 @@ std::string Report::verdict_line(bool* agrees) const {
     const bool paper = c.spec.kind == ClaimKind::Paper;
     (paper ? papers : checks) += 1;
     (paper ? held : passed) += c.holds;
-    if (!c.holds) fails.push_back(c.untyped ? fmt::format("{} ({})", c.spec.statement, c.evidence) : c.spec.id);
+    if (!c.holds) fails.push_back(c.spec.id);
     if (c.holds && c.spec.control_targets) targets_holding.push_back(c.spec.id);
   }
   *agrees = held == papers && passed == checks;
@@ -341,8 +332,7 @@ int Report::finish() {
     claims.push_back({{"id", c.spec.id}, {"kind", kind_name(c.spec.kind)}, {"statement", c.spec.statement}, {"holds", c.holds},
                       {"mean", number_json(c.interval.mean)}, {"lo", number_json(c.interval.lo)}, {"hi", number_json(c.interval.hi)},
                       {"n", c.interval.n}, {"method", c.interval.method}, {"side", side_name(c.spec.side)}, {"threshold", c.spec.threshold},
-                      {"source", c.spec.source}, {"control_targets", c.spec.control_targets}, {"evidence", c.evidence}, {"values", values},
-                      {"untyped", c.untyped}});
+                      {"source", c.spec.source}, {"control_targets", c.spec.control_targets}, {"evidence", c.evidence}, {"values", values}});
   }
 
   if (control())

@@ -16,8 +16,6 @@
 //   r.check("id", value);                // an exact property: value against the threshold
 // A claim id that is not among the lab's rows of lab/claims.cpp, or of the other kind, a claim
 // reported twice, and a row never reported are std::logic_error (bugs of the lab).
-// Report::claim(statement, holds, evidence) is DEPRECATED: the pre-issue-27 call, kept only until
-// every lab reports through paper/check; it records an untyped claim counted as a paper claim.
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -74,12 +72,11 @@ Interval bootstrap_interval(const std::vector<double>& values, uint64_t seed);
 double t_quantile_975(int df);
 
 struct Claim {
-  ClaimSpec spec;              // its row of lab/claims.cpp (a deprecated untyped claim: id "claim-N", kind paper)
+  ClaimSpec spec;              // its row of lab/claims.cpp
   bool holds = false;          // computed from this run's numbers
   Interval interval;           // paper: across seeds; check: mean = lo = hi = the value, n 1, "exact"
   std::vector<double> values;  // paper: the per-seed values (empty when an interval was given)
   std::string evidence;        // the numbers behind the verdict
-  bool untyped = false;        // recorded through the deprecated Report::claim
 };
 
 class Report {
@@ -117,9 +114,6 @@ class Report {
   void paper(const std::string& id, const Interval& interval, const std::string& evidence = "");
   // An exact check: `value` against the row's threshold.
   void check(const std::string& id, double value, const std::string& evidence = "");
-  // DEPRECATED (issue 27): an untyped claim, counted as a paper claim without an interval. Kept
-  // only until every lab reports through paper() and check(); do not use in new code.
-  void claim(const std::string& statement, bool holds, const std::string& evidence);
   const std::vector<Claim>& claims() const { return claims_; }
   const std::vector<ClaimSpec>& specs() const { return specs_; }
 

@@ -436,24 +436,6 @@ TEST_CASE("Report claims: unknown ids, the wrong kind, a claim twice or a row ne
   std::fclose(out);
 }
 
-TEST_CASE("Report::claim (deprecated): an untyped claim still counts, as a paper claim without an interval") {
-  const Lab l = test_lab();
-  std::FILE* out = std::tmpfile();
-  REQUIRE(out);
-  const fs::path dir = fresh_dir("untyped");
-  Report r(l, settings(dir), out, {});
-  r.claim("holds", true, "fine");
-  r.claim("grows", false, "slope 0.2");
-  CHECK(r.finish() == 3);
-  CHECK(r.verdict() == "check: DISAGREES with Nobody 2024: 1 of 2 paper claims hold; fails: grows (slope 0.2)");
-  const nlohmann::json j = read_json(dir / "testlab.json");
-  CHECK(j["claims"][0]["untyped"] == true);
-  CHECK(j["claims"][0]["kind"] == "paper");
-  CHECK(j["claims"][0]["statement"] == "holds");
-  CHECK_FALSE(fs::exists(dir / "testlab.svg"));  // no panels, no figure
-  std::fclose(out);
-}
-
 TEST_CASE("Report::print: a table printed twice under one name keeps both in the JSON") {
   const Lab l = test_lab();
   std::FILE* out = std::tmpfile();
