@@ -5,12 +5,15 @@
 # kernels"), and development machines of one kind differ in which one OpenBLAS picks, so a test
 # that leaned on one kernel's rounding passes on one machine and fails on the next. The test
 # command's own run covers OpenBLAS's own choice; this covers the others.
-# GRADFLOW_TEST_SHORT=1: the long tests (the labs, the trained translator) at their short budget,
-# every case still asserting (tests/test_budget.h).
-#   bash scripts/test_blas_cores.sh              # every kernel this CPU runs
-#   bash scripts/test_blas_cores.sh -R test_decode   # extra arguments go to ctest
+# The quick label (every test but the labs' verdicts and the browser; docs/testing.md), with
+# GRADFLOW_TEST_SHORT=1 for the trained translator's budget: the labs' verdicts run once, under
+# OpenBLAS's own kernel, in the test command's Release run (the full check's time budget).
+#   bash scripts/test_blas_cores.sh              # every kernel this CPU runs, -L quick
+#   bash scripts/test_blas_cores.sh -R test_decode   # other arguments go to ctest instead of -L quick
 set -euo pipefail
 cd "$(dirname "$0")/.."
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(-L quick)
 [ -x build/gradflow ] || { echo "test_blas_cores: build/gradflow is missing: run bash scripts/setup.sh first" >&2; exit 1; }
 
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
@@ -31,7 +34,7 @@ for core in "${cores[@]}"; do
     continue
   fi
   echo "test_blas_cores: OPENBLAS_CORETYPE=$core"
-  if OPENBLAS_CORETYPE=$core GRADFLOW_TEST_SHORT=1 ctest --test-dir build -j"$(nproc)" --output-on-failure "$@"; then
+  if OPENBLAS_CORETYPE=$core GRADFLOW_TEST_SHORT=1 ctest --test-dir build -j"$(nproc)" --output-on-failure "${args[@]}"; then
     echo "test_blas_cores: $core passed in $((SECONDS - start)) s"
   else
     failed+=("$core")

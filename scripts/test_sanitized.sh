@@ -5,8 +5,10 @@
 # a child process (the end-to-end tests run build-asan/gradflow) that a test might not notice:
 # ASan/LSan reports are files (any file fails the run), UBSan's exit with code 86 and print a
 # "runtime error:" line that is looked for in the whole test log. Measured times: docs/testing.md.
-#   bash scripts/test_sanitized.sh                 # build + every test
-#   bash scripts/test_sanitized.sh -R test_arith   # extra arguments go to ctest
+#   bash scripts/test_sanitized.sh                 # build + every quick test, two at a time
+#   bash scripts/test_sanitized.sh -R test_arith   # other arguments go to ctest instead of -L quick
+# The quick label: every test but the labs' verdicts (test_labs_full; the lab code itself runs in
+# the test_lab_* tests) and the browser, which the full check's time budget leaves to the Release run.
 # GRADFLOW_TEST_SHORT=1 (set here) gives the few long training tests a smaller budget; every test
 # case still runs and asserts (tests/test_budget.h).
 set -euo pipefail
@@ -39,7 +41,9 @@ export GRADFLOW_TEST_SHORT=1
 LOG="$BUILD/Testing/Temporary/LastTest.log"  # CTest's log of every test's whole output
 status=0
 start=$SECONDS
-ctest --test-dir "$BUILD" --output-on-failure "$@" || status=$?
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(-L quick)
+ctest --test-dir "$BUILD" -j"$(nproc)" --output-on-failure "${args[@]}" || status=$?
 echo "test_sanitized: tests took $((SECONDS - start)) s"
 
 failed=0
