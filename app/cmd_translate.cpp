@@ -36,7 +36,7 @@ void add_decode_flags(Flags& f) {
                "(slower, may find a higher score)");
   f.add_int("batch-size", 64, "sentences decoded together");
   f.add_int("threads", 0, "threads (default: the hardware's)");
-  add_precision_flag(f, "fp32", " (default fp32 whatever the run trained in: a bf16 run's weights are float32)");
+  add_precision_flag(f, "fp32", " (whatever the run trained in: a bf16 run's weights are float32)");
 }
 
 // The decoding flags alone, checked before a model is loaded or a line read.

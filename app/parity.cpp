@@ -558,8 +558,8 @@ Flags parity_flags() {
   flags.add_positional("DIR", "folder of cases");
   flags.add_string("dtype", "f64",
                    "f32, f64, or bf16: float32 with the products in bfloat16 (--precision bf16), within tolerances from bfloat16's "
-                   "unit roundoff 2^-8 (its column u: the worst error in units of 2^-8 of |expected| + the tensor's rms, and the "
-                   "tolerance in the same units)");
+                   "unit roundoff 2^-8 (each case prints 'bf16 of tolerance': its worst error as a share of the tolerance, for outputs, "
+                   "gradients and the worst single tensor)");
   return flags;
 }
 

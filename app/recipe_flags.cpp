@@ -14,7 +14,7 @@ const std::vector<std::string>& model_flag_names() {
 void add_precision_flag(Flags& f, const std::string& def, const std::string& more) {
   f.add_string("precision", def,
                "matrix products in fp32, or bf16: bfloat16 operands with float32 sums, float32 weights, optimizer, norms, softmax and "
-               "loss; needs AVX512-BF16 (`gradflow info` says; docs/performance.md, bfloat16)" + more);
+               "loss; needs AVX512-BF16 (`gradflow info` says; docs/precision.md)" + more);
 }
 
 void apply_precision(const std::string& value, const std::string& command) {

@@ -37,6 +37,8 @@ file(RELATIVE_PATH GRADFLOW_PC_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /r
 string(REGEX REPLACE "/$" "" GRADFLOW_PC_PREFIX "${GRADFLOW_PC_PREFIX}")  # "../.."
 set(GRADFLOW_PC_REQUIRES "tbb fmt nlohmann_json openblas sentencepiece")
 set(GRADFLOW_PC_CFLAGS "")
+# oneDNN (--precision bf16) and its OpenMP runtime ship no pkg-config file on Debian: named directly.
+set(GRADFLOW_PC_LIBS " -ldnnl -lgomp")
 if(GRADFLOW_HAVE_MPI)
   string(APPEND GRADFLOW_PC_REQUIRES " mpi-c")
   set(GRADFLOW_PC_CFLAGS " -DGRADFLOW_HAVE_MPI=1")

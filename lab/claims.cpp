@@ -478,7 +478,7 @@ std::vector<ClaimSpec> table() {
        "bfloat16-stored weights learn less: their held-out NLL ends more than 0.05 nats above the float32-master run's (same start, same "
        "batches), seed by seed",
        Above, 0.05,
-       "Micikevicius et al. 2018, section 3.1 and Figure 2b (without a float32 master copy training falls behind); Kalamkar et al. 2019 keep "
+       "Micikevicius et al. 2018, section 3.1 and Figure 2a (without a float32 master copy training falls behind); Kalamkar et al. 2019 keep "
        "float32 master weights for bfloat16; 0.05 nats: the lab's threshold",
        true},
       {"precision", "fp16_would_underflow", Paper,

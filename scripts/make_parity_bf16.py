@@ -9,7 +9,7 @@ on the same batches (autocast.out.loss, autocast.out.grad_norm, autocast.final.p
 `gradflow parity DIR --dtype bf16` runs each case with its products in bfloat16 and compares every
 tensor with the float64 reference: its error must stay within twice the error PyTorch's autocast
 makes on the same case, plus 2^-8 (bfloat16's unit roundoff) of the tensor's norm, so a bf16 run is
-held to the standard PyTorch users get (docs/performance.md, "bfloat16").
+held to the standard PyTorch users get (docs/precision.md).
 
 Uses make_cases() from the shared generator (../shared/parity/make_parity.py by default); the
 float64 part of every case is that of tests/parity/standard and tests/parity/variant (same seeds,
