@@ -60,7 +60,7 @@ uint64_t digest_bytes(const void* data, size_t n, uint64_t seed) {
     h = mix64(h ^ w) + 0x632BE59BD9B4E019ULL;
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, p + i, n - i);
+  if (n > i) std::memcpy(&tail, p + i, n - i);  // n == 0 may come with p == nullptr (a scalar's shape)
   return mix64(h ^ tail ^ (n - i));
 }
 
