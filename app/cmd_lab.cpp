@@ -21,13 +21,16 @@ namespace {
 
 void list_labs() {
   fmt::print("usage: gradflow lab NAME [--out DIR] [--seeds N] [--seed S] [lab flags]   (gradflow lab NAME --help)\n"
-             "       gradflow lab NAME --control   (its negative control: the causal ingredient removed; must disagree)\n"
+             "       gradflow lab NAME --control   (its negative control: the causal ingredient removed; its targets must not be supported)\n"
              "       gradflow lab NAME --claims    (its claims: statement, threshold and source, written before the run)\n"
              "       gradflow lab all [--out DIR]  (every lab with its defaults, then every control, each into DIR/NAME[-control])\n\nlabs:\n");
   for (const auto& l : lab::labs()) fmt::print("  {:<12}{}\n              {}\n", l.name, l.title, l.reference);
   fmt::print("\nEach prints tables, writes NAME.svg and NAME.json into --out (default runs/lab/NAME), and ends with a\n"
-             "verdict computed from its own numbers: paper claims hold when their 95% interval across seeds lies on the\n"
-             "claimed side of the threshold, exact checks when their value does. Exit 0 when every claim holds, 3 when not.\n");
+             "verdict computed from its own numbers. A paper claim is supported when its interval across seeds (Holm-adjusted\n"
+             "across the lab's paper claims) lies on the claimed side of the threshold, contradicted when it lies on the other\n"
+             "side, unsettled when it contains the threshold; an exact check passes when its value lies on the claimed side.\n"
+             "Exit 0 when every paper claim is supported and every check passes, 3 when one is contradicted or a check fails,\n"
+             "4 otherwise (unsettled).\n");
 }
 
 // The lab's rows of the claims table, as `--claims` prints them.
@@ -38,7 +41,7 @@ void print_claims(const lab::Lab& l) {
   for (const auto& c : specs)
     fmt::print("\n  {} {}{}\n    {}\n    holds when {} {} {:g}\n    source: {}\n", lab::kind_name(c.kind), c.id,
                c.control_targets ? " (a target of the control: --control must make it fail)" : "", c.statement,
-               c.kind == lab::ClaimKind::Paper ? "the 95% interval across seeds lies" : "the value is",
+               c.kind == lab::ClaimKind::Paper ? "supported when the (Holm-adjusted) interval across seeds lies" : "the value is",
                c.side == lab::Compare::Above ? "above" : "below", c.threshold, c.source);
 }
 
@@ -46,7 +49,7 @@ struct Outcome {
   int code = 0;
   double seconds = 0;
   std::string line;               // the verdict line
-  bool targets_all_fail = false;  // a control: at least one targeted claim, and every one fails
+  bool targets_all_fail = false;  // a control: at least one targeted claim, and none is supported
 };
 
 }  // namespace
@@ -58,7 +61,7 @@ Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
   f.add_int("seeds", l.default_seeds, "independent runs (seeds): paper claims take a 95% interval across them");
   f.add_int("seed", 1, "first seed (runs use seed, seed+1, ...)");
   f.add_int("threads", 0, "threads (default: the hardware's)");
-  f.add_bool("control", "the negative control: the same protocol without the causal ingredient; its targeted claims must fail");
+  f.add_bool("control", "the negative control: the same protocol without the causal ingredient; its targeted claims must not be supported");
   f.add_bool("claims", "print the lab's claims (statement, threshold, source) and exit");
   f.add_bool("html", "also write NAME.html: the claims with their intervals, the control's result when it ran, the figures (docs/report.md)");
   for (const auto& o : l.options) {
@@ -74,7 +77,8 @@ Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
 
 Flags lab_all_flags() {
   Flags f("lab all", "Runs every lab with its defaults, then every lab's negative control, each into DIR/NAME or DIR/NAME-control,\n"
-                     "and prints a summary. Exit 0 when every lab agrees and every control disagrees, 3 otherwise.");
+                     "and prints a summary. Exit 0 when every lab's paper claims are all supported and no control supports a target,\n"
+                     "3 when a claim is contradicted, a check fails or a control supports a target, 4 otherwise (unsettled).");
   f.add_string("out", "runs/lab", "parent folder");
   f.add_bool("claims", "print every lab's claims and exit");
   f.add_bool("html", "also write DIR/index.html and each lab's page, DIR/NAME/NAME.html (docs/report.md)");
@@ -123,12 +127,14 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
   int targets = 0, failed = 0;
   for (const auto& c : report.claims()) targets += c.spec.control_targets, failed += c.spec.control_targets && !c.holds;
   r.targets_all_fail = targets > 0 && failed == targets;
+  if (report.placebo_mode()) r.targets_all_fail = r.code == 0;  // a placebo: every claim's false-positive rate within bounds
   if (f.on("html")) fmt::print("page: {}\n", write_lab_page(out));
   return r;
 }
 
-// `gradflow lab all`: every lab, then every control, and a summary. Exit 0 when every lab agrees
-// and every control disagrees, 3 otherwise.
+// `gradflow lab all`: every lab, then every control, and a summary. Exit 0 when every paper claim
+// is supported and no control supports a target; 3 when a claim is contradicted, a check fails, a
+// lab errs or a control supports a target; 4 otherwise (something unsettled).
 int run_all(int argc, char** argv) {
   Flags f = lab_all_flags();
   if (!f.parse(argc, argv)) return 0;
@@ -161,20 +167,27 @@ int run_all(int argc, char** argv) {
     rows[i].control = guarded(lab::labs()[i], true);
     fmt::print("\n");
   }
-  bool ok = true;
+  int code = 0;
   double total = 0;
-  fmt::print("all labs (lab: must agree, exit 0; control: must disagree, exit 3):\n  {:<12}  {:<10}  {:>8}  {:<10}  {:>8}\n", "lab", "lab",
-             "seconds", "control", "seconds");
+  fmt::print("all labs (lab: every paper claim supported, exit 0; control: no target supported):\n  {:<12}  {:<12}  {:>8}  {:<12}  {:>8}\n", "lab",
+             "lab", "seconds", "control", "seconds");
   for (const auto& r : rows) {
-    const bool lab_ok = r.lab.code == 0, control_ok = !r.has_control || (r.control.code == 3 && r.control.targets_all_fail);
-    ok = ok && lab_ok && control_ok;
+    const bool control_ok = !r.has_control || (r.control.code != 1 && r.control.targets_all_fail);
+    const int lab_code = r.lab.code == 1 ? 3 : r.lab.code;
+    if (lab_code == 3 || !control_ok) code = 3;  // a contradiction outranks anything unsettled
+    else if (lab_code == 4 && code == 0) code = 4;
     total += r.lab.seconds + r.control.seconds;
-    fmt::print("  {:<12}  {:<10}  {:>8.1f}  {:<10}  {:>8}\n", r.name, lab_ok ? "agrees" : r.lab.code == 1 ? "ERROR" : "DISAGREES", r.lab.seconds,
-               !r.has_control ? "(none)" : r.control.code == 1 ? "ERROR" : control_ok ? "disagrees" : "NOT ALL FAIL", r.has_control ? fmt::format("{:.1f}", r.control.seconds) : "-");
+    const char* lab_word = r.lab.code == 1 ? "ERROR" : r.lab.code == 0 ? "supports all" : r.lab.code == 3 ? "CONTRADICTS" : "unsettled";
+    fmt::print("  {:<12}  {:<12}  {:>8.1f}  {:<12}  {:>8}\n", r.name, lab_word, r.lab.seconds,
+               !r.has_control ? "(none)" : r.control.code == 1 ? "ERROR" : control_ok ? "no target" : "TARGET HOLDS",
+               r.has_control ? fmt::format("{:.1f}", r.control.seconds) : "-");
   }
-  fmt::print("  total {:.1f} s; {}\n", total, ok ? "every lab agrees and every control disagrees" : "NOT every lab agrees and every control disagrees");
+  fmt::print("  total {:.1f} s; {}\n", total,
+             code == 0 ? "every lab's claims supported and no control supports a target"
+                       : code == 4 ? "some claims unsettled; none contradicted, and no control supports a target"
+                                   : "a claim contradicted, a check failed, or a control supports a target");
   if (f.on("html")) fmt::print("pages: {}\n", write_lab_index(f.str("out")));
-  return ok ? 0 : 3;
+  return code;
 }
 
 }  // namespace

@@ -195,6 +195,10 @@ std::string write_lab_index(const std::string& parent) {
             {"exact_checks_pass", c.value("exact_checks_pass", 0)},
             {"control_targets", c.value("control_targets", 0)},
             {"control_targets_fail", c.value("control_targets_fail", 0)},
+            {"contradicted", c.value("contradicted", 0)},
+            {"unsettled", c.value("unsettled", 0)},
+            {"placebo", f->run.contains("placebo")},
+            {"placebo_ok", f->run.contains("placebo") && f->run["placebo"].value("ok", false)},
             {"seconds", f->run.value("seconds", 0.0)},
             {"folder", fs::path(f->dir).filename().string()}};
   };

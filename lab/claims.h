@@ -7,12 +7,15 @@
 //
 // Two kinds:
 //  - Paper: what the cited paper (or the course) claims, turned into a statistic measured once per
-//    seed; it holds when the 95% interval of that statistic across seeds lies strictly on the
-//    claimed side of the threshold. It can fail, and the lab's --control must make each row marked
-//    control_targets fail.
+//    seed. Three outcomes (lab/report.h): supported when its interval across seeds lies strictly on
+//    the claimed side of the threshold, contradicted when it lies strictly on the other side,
+//    unsettled when it contains the threshold; the intervals are Holm-adjusted across the lab's
+//    paper claims. The lab's --control must keep each row marked control_targets from being
+//    supported.
 //  - Check: an exact property of the code or the maths (a Jacobian entry that is exactly 0, a
 //    softmax row of zeros): one value, compared with the threshold. It is not evidence for a paper,
 //    and the verdict line counts it apart.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,7 +32,12 @@ struct ClaimSpec {
   Compare side;
   double threshold;       // written down before the run
   std::string source;     // the paper's figure/table/equation, or the reasoning behind the number
-  bool control_targets;   // the lab's --control must make this (paper) claim fail
+  bool control_targets;   // the lab's --control must keep this (paper) claim from being supported
+  // The statistic's range, for a bounded one (a share in [0, 1], a correlation in [-1, 1]): its
+  // intervals are clipped to it, and a percentile bootstrap is reported beside the t interval.
+  double range_lo = -std::numeric_limits<double>::infinity();
+  double range_hi = std::numeric_limits<double>::infinity();
+  bool bounded() const { return range_lo > -std::numeric_limits<double>::infinity() || range_hi < std::numeric_limits<double>::infinity(); }
 };
 
 // Every lab's rows, in registry order (lab/claims.cpp).

@@ -29,6 +29,9 @@ struct Lab {
   // What --control removes or makes equal in both arms ("Pre-LN in both arms"); printed first in
   // the control's output and in its verdict line. Empty: the lab has no control (--control is refused).
   std::string control;
+  // --control is a placebo (issue 35): each paper claim's contrast between two groups of different
+  // seeds of one arm, whose false-positive rate over many splits must be at most 5% (lab/report.h).
+  bool placebo = false;
   int default_seeds = 3;
   std::vector<Option> options;
   void (*run)(Report&) = nullptr;

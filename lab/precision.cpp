@@ -73,7 +73,7 @@ struct Arm {
 };
 
 struct Trained {
-  Arm stored, master;                     // bf16-stored weights, float32 master (the control: master in both)
+  Arm stored, master;                     // bf16-stored weights, float32 master
   std::vector<std::string> group_names;
   Tensor logit_grad;                      // the master arm's last step: d loss / d logits (N, V)
   std::vector<std::pair<std::string, Tensor>> param_grads;  // and every parameter's gradient then
@@ -264,20 +264,39 @@ SoftmaxErrors softmax_errors(int64_t L, int64_t dk, int64_t rows, double score_s
 
 // ---------------------------------------------------------------- the lab
 
+// --control: the placebo. A pool of float32-master runs, each on its own seed (initialisation and
+// batches); the one contrast between arms, held-out NLL, between two groups of them.
+void placebo(Report& r, const IdData& data) {
+  const int n = r.placebo_pool();
+  r.say(fmt::format("PLACEBO: {} runs with a float32 master copy, seeds {}-{}; the contrast compares two groups of them, unpaired.", n, r.seed(0),
+                    r.seed(n - 1)));
+  std::vector<Arm> pool;
+  Table t("the pool: float32 master", {"seed", "held-out NLL", "updates lost to rounding"});
+  for (int i = 0; i < n; ++i) {
+    pool.push_back(train_arm(data, r, r.seed(i), true, nullptr));
+    t.row({static_cast<int64_t>(r.seed(i)), pool.back().nll, pool.back().lost_share});
+  }
+  r.print(t);
+  r.placebo("master_weights_needed", [&](int a, int b) { return pool[b].nll - pool[a].nll; }, "master run a in the master's place, b in the stored arm's");
+  const std::string single = "one arm's statistic against its threshold, no contrast between arms";
+  for (const char* id : {"updates_round_away", "stall_follows_ratio", "fp16_would_underflow"}) r.no_placebo(id, single);
+  for (const char* id : {"bf16_softmax_sum_degrades", "fp32_softmax_holds"}) r.no_placebo(id, "arithmetic on random scores, no arms");
+}
+
 void run(Report& r) {
   const IdData data = builtin_corpus(r.integer("pairs"), 1);
-  const bool control = r.control();
+  if (r.placebo_mode()) return placebo(r, data);
   const int64_t steps = r.integer("steps");
   std::vector<Trained> runs;
   for (int i = 0; i < r.seeds(); ++i) {
     Trained t;
-    t.stored = train_arm(data, r, r.seed(i), control, nullptr);  // the control: a float32 master copy here too
+    t.stored = train_arm(data, r, r.seed(i), false, nullptr);
     t.master = train_arm(data, r, r.seed(i), true, &t);
     runs.push_back(std::move(t));
   }
   const std::vector<std::string>& names = runs[0].group_names;
   const size_t G = names.size();
-  const std::string stored_name = control ? "float32 master (control)" : "bfloat16 weights";
+  const std::string stored_name = "bfloat16 weights";
 
   r.section(fmt::format("1. master weights: {} Adam steps, lr {} (warm-up {}, then 1/sqrt(step)); second half of training", steps, r.real("lr"),
                         r.integer("warmup")));
@@ -434,7 +453,8 @@ Lab precision_lab() {
   l.question = "Why does mixed-precision training keep float32 master weights, and why does bfloat16 need no loss scaling while "
                "float16 does? Which modules stall first when weights are stored in bfloat16, and what does a bfloat16 softmax do at "
                "long length?";
-  l.control = "a float32 master copy of the weights in both arms";
+  l.control = "placebo: two groups of seeds of the float32-master run";
+  l.placebo = true;
   l.default_seeds = 5;
   l.options = {{"pairs", Option::Int, "3000", "pairs of the built-in corpus (90% train)"},
                {"d-model", Option::Int, "32", "model width (2 heads, feed-forward 2x)"},

@@ -93,6 +93,110 @@ Interval bootstrap_interval(const std::vector<double>& values, uint64_t seed) {
   return iv;
 }
 
+namespace {
+// The regularised incomplete beta function I_x(a, b), by its continued fraction (modified Lentz),
+// which converges fast for x < (a + 1) / (a + b + 2); the symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
+// covers the rest.
+double beta_fraction(double a, double b, double x) {
+  constexpr double tiny = 1e-300;
+  double c = 1, d = 1 - (a + b) * x / (a + 1);
+  d = 1 / (std::fabs(d) < tiny ? tiny : d);
+  double h = d;
+  for (int m = 1; m <= 300; ++m) {
+    for (int half = 0; half < 2; ++half) {
+      const double num = half == 0 ? m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)) : -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1));
+      d = 1 + num * d;
+      d = 1 / (std::fabs(d) < tiny ? tiny : d);
+      c = 1 + num / c;
+      if (std::fabs(c) < tiny) c = tiny;
+      h *= c * d;
+      if (half == 1 && std::fabs(c * d - 1) < 1e-15) return h;
+    }
+  }
+  return h;
+}
+
+double incomplete_beta(double a, double b, double x) {
+  if (x <= 0) return 0;
+  if (x >= 1) return 1;
+  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
+  if (x < (a + 1) / (a + b + 2)) return front * beta_fraction(a, b, x) / a;
+  return 1 - front * beta_fraction(b, a, 1 - x) / b;
+}
+}  // namespace
+
+double t_cdf(double t, int df) {
+  GF_CHECK(df >= 1, "t_cdf: degrees of freedom must be at least 1, got {}", df);
+  if (std::isnan(t)) return NAN;
+  if (std::isinf(t)) return t > 0 ? 1 : 0;
+  const double v = df, tail = 0.5 * incomplete_beta(v / 2, 0.5, v / (v + t * t));  // P(T > |t|)
+  return t > 0 ? 1 - tail : tail;
+}
+
+double t_quantile(double p, int df) {
+  GF_CHECK(p > 0 && p < 1, "t_quantile: p must lie in (0, 1), got {}", p);
+  if (p < 0.5) return -t_quantile(1 - p, df);
+  double lo = 0, hi = 1;
+  while (t_cdf(hi, df) < p) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = (lo + hi) / 2;
+    (t_cdf(mid, df) < p ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+Interval t_interval_at(const std::vector<double>& per_seed, double level, double range_lo, double range_hi) {
+  const int n = static_cast<int>(per_seed.size());
+  GF_CHECK(n >= 2, "t_interval: an interval needs at least 2 values (seeds), got {}", n);
+  GF_CHECK(level > 0 && level < 1, "t_interval: the level must lie in (0, 1), got {}", level);
+  Interval iv = t_interval(per_seed);
+  iv.method = fmt::format("t {:.4g}%", 100 * level);
+  if (!std::isfinite(iv.mean)) return iv;
+  const double half95 = iv.hi - iv.mean, t = t_quantile(1 - (1 - level) / 2, n - 1);
+  const double half = half95 / t_quantile_975(n - 1) * t;
+  iv.lo = std::clamp(iv.mean - half, range_lo, range_hi);
+  iv.hi = std::clamp(iv.mean + half, range_lo, range_hi);
+  return iv;
+}
+
+const char* outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::Supported: return "supported";
+    case Outcome::Contradicted: return "contradicted";
+    case Outcome::Unsettled: return "unsettled";
+  }
+  return "?";
+}
+
+SidePValues side_p_values(const ClaimSpec& spec, const std::vector<double>& per_seed) {
+  const int n = static_cast<int>(per_seed.size());
+  GF_CHECK(n >= 2, "side_p_values: a test needs at least 2 values (seeds), got {}", n);
+  for (double x : per_seed)
+    if (!std::isfinite(x)) return {};
+  double mean = 0, ss = 0;
+  for (double x : per_seed) mean += x / n;
+  for (double x : per_seed) ss += (x - mean) * (x - mean);
+  const double se = std::sqrt(ss / (n - 1) / n);
+  SidePValues p;
+  if (se == 0) {  // no spread: the mean alone decides (item 4 of issue 35 makes such a claim a check)
+    const bool above = mean > spec.threshold, below = mean < spec.threshold;
+    const bool claimed = spec.side == Compare::Above ? above : below, other = spec.side == Compare::Above ? below : above;
+    return {claimed ? 0.0 : 1.0, other ? 0.0 : 1.0};
+  }
+  const double t = (mean - spec.threshold) / se;  // large when the mean lies above the threshold
+  const double p_above = 1 - t_cdf(t, n - 1), p_below = t_cdf(t, n - 1);
+  p.supported = spec.side == Compare::Above ? p_above : p_below;
+  p.contradicted = spec.side == Compare::Above ? p_below : p_above;
+  return p;
+}
+
+Outcome decide(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha) {
+  const SidePValues p = side_p_values(spec, per_seed);
+  if (p.supported < alpha / 2) return Outcome::Supported;
+  if (p.contradicted < alpha / 2) return Outcome::Contradicted;
+  return Outcome::Unsettled;
+}
+
 // ---------------------------------------------------------------- cells and tables
 
 std::string Cell::str() const {
@@ -130,7 +234,11 @@ Report::Report(const Lab& lab, std::map<std::string, std::string> settings, std:
   json_["tables"] = nlohmann::json::object();
   json_["data"] = nlohmann::json::object();
   fmt::print(out_, "lab {}: {}\n  {}\n  {}\n", lab.name, lab.title, lab.reference, lab.question);
-  if (control()) fmt::print(out_, "control: {} (a negative control: the claims marked as its targets must fail)\n", lab.control);
+  if (control())
+    fmt::print(out_, "control: {} ({})\n", lab.control,
+               lab.placebo ? "a placebo: each paper claim's contrast between two groups of seeds of one arm, which the rule must call "
+                             "supported in at most 5% of splits"
+                           : "a negative control: the claims marked as its targets must not be supported");
   std::fflush(out_);
 }
 
@@ -248,103 +356,254 @@ const ClaimSpec& Report::spec(const std::string& id, ClaimKind kind) const {
 void Report::record(Claim c) {
   for (const auto& d : claims_)
     GF_CHECK_AS(std::logic_error, d.spec.id != c.spec.id, "lab {}: claim '{}' reported twice", lab_.name, c.spec.id);
+  claims_.push_back(std::move(c));
+}
+
+void Report::print_claim(const Claim& c) const {
+  const bool paper = c.spec.kind == ClaimKind::Paper;
   const Interval& iv = c.interval;
-  std::string line = fmt::format("  [{}] {} {}: {}\n", c.holds ? "holds" : "FAILS", kind_name(c.spec.kind), c.spec.id, c.spec.statement);
-  if (c.spec.kind == ClaimKind::Check)
+  const char* tag = !paper ? (c.holds ? "passes" : "FAILS") : c.outcome == Outcome::Supported ? "supported" : c.outcome == Outcome::Contradicted ? "CONTRADICTED" : "unsettled";
+  std::string line = fmt::format("  [{}] {} {}: {}\n", tag, kind_name(c.spec.kind), c.spec.id, c.spec.statement);
+  if (!paper) {
     line += fmt::format("          {} (exact) {} {}; {}\n", num(iv.mean), side_symbol(c.spec.side), num(c.spec.threshold), c.spec.source);
-  else
+  } else {
     line += fmt::format("          {} [{}, {}] ({}, n {}) {} {}{}; {}\n", num(iv.mean), num(iv.lo), num(iv.hi), iv.method, iv.n,
-                        side_symbol(c.spec.side), num(c.spec.threshold), c.spec.control_targets ? ", a target of the control" : "",
-                        c.spec.source);
+                        side_symbol(c.spec.side), num(c.spec.threshold), c.spec.control_targets ? ", a target of the control" : "", c.spec.source);
+    if (c.decisive.n > 0)
+      line += fmt::format("          decided on [{}, {}] ({}, Holm-adjusted across the lab's paper claims)\n", num(c.decisive.lo), num(c.decisive.hi),
+                          c.decisive.method);
+    if (c.bootstrap.n > 0) line += fmt::format("          bootstrap [{}, {}] ({}, beside the t interval)\n", num(c.bootstrap.lo), num(c.bootstrap.hi), c.bootstrap.method);
+    if (!c.values.empty()) line += fmt::format("          per seed: {}\n", fmt::join(c.values, ", "));
+  }
   if (!c.evidence.empty()) line += fmt::format("          {}\n", c.evidence);
   fmt::print(out_, "{}", line);
-  std::fflush(out_);
-  claims_.push_back(std::move(c));
 }
 
 void Report::paper(const std::string& id, const std::vector<double>& per_seed, const std::string& evidence) {
   const ClaimSpec& s = spec(id, ClaimKind::Paper);
   GF_CHECK(per_seed.size() >= 2, "lab {}: paper claim '{}' needs its statistic from at least 2 seeds (an interval across seeds), got {}: "
            "run with --seeds 2 or more", lab_.name, id, per_seed.size());
-  Claim c{s, false, t_interval(per_seed), per_seed, evidence};
-  c.holds = on_claimed_side(s, s.side == Compare::Above ? c.interval.lo : c.interval.hi);
+  Claim c{s, false, t_interval_at(per_seed, 0.95, s.range_lo, s.range_hi), per_seed, evidence, Outcome::Unsettled, {}, {}};
+  c.interval.method = "t 95%";
+  if (s.bounded()) {
+    c.bootstrap = bootstrap_interval(per_seed, std::hash<std::string>{}(lab_.name + "/" + id));
+    c.bootstrap.lo = std::clamp(c.bootstrap.lo, s.range_lo, s.range_hi), c.bootstrap.hi = std::clamp(c.bootstrap.hi, s.range_lo, s.range_hi);
+  }
   record(std::move(c));
 }
 
 void Report::paper(const std::string& id, const Interval& interval, const std::string& evidence) {
   const ClaimSpec& s = spec(id, ClaimKind::Paper);
   GF_CHECK(interval.n >= 2, "lab {}: paper claim '{}' needs an interval over at least 2 values, got n {}", lab_.name, id, interval.n);
-  Claim c{s, false, interval, {}, evidence};
-  // NaN bounds lie on no side.
-  c.holds = std::isfinite(interval.mean) && on_claimed_side(s, s.side == Compare::Above ? interval.lo : interval.hi);
+  Claim c{s, false, interval, {}, evidence, Outcome::Unsettled, {}, {}};
+  c.interval.lo = std::clamp(c.interval.lo, s.range_lo, s.range_hi), c.interval.hi = std::clamp(c.interval.hi, s.range_lo, s.range_hi);
   record(std::move(c));
 }
 
 void Report::check(const std::string& id, double value, const std::string& evidence) {
   const ClaimSpec& s = spec(id, ClaimKind::Check);
-  Claim c{s, on_claimed_side(s, value), {value, value, value, 1, "exact"}, {value}, evidence};
+  const bool passes = on_claimed_side(s, value);
+  Claim c{s, passes, {value, value, value, 1, "exact"}, {value}, evidence, Outcome::Unsettled, {}, {}};
+  c.outcome = passes ? Outcome::Supported : Outcome::Contradicted;
   record(std::move(c));
 }
 
-std::string Report::verdict_line(bool* agrees) const {
-  int papers = 0, held = 0, checks = 0, passed = 0;
-  std::vector<std::string> fails, targets_holding;
-  for (const auto& c : claims_) {
-    const bool paper = c.spec.kind == ClaimKind::Paper;
-    (paper ? papers : checks) += 1;
-    (paper ? held : passed) += c.holds;
-    if (!c.holds) fails.push_back(c.spec.id);
-    if (c.holds && c.spec.control_targets) targets_holding.push_back(c.spec.id);
+// Holm's step-down across the lab's paper claims with per-seed values, at a family-wise two-sided
+// 5%: sorted by their smaller one-sided p-value, the k-th of m is decided when that p-value is
+// below 0.025 / (m - k), and the first that is not stops the descent, leaving it and every later
+// one unsettled. Each claim's decisive interval is the t interval at the level it was held to
+// (those after the stop: the stopping level), so the printed interval and the outcome agree. A claim
+// given as an interval (no per-seed values) is decided on that interval alone.
+void Report::decide_paper_claims() {
+  std::vector<Claim*> tested;
+  for (auto& c : claims_) {
+    if (c.spec.kind != ClaimKind::Paper) continue;
+    if (c.values.empty()) {
+      const bool finite = std::isfinite(c.interval.lo) && std::isfinite(c.interval.hi);
+      const bool sup = finite && on_claimed_side(c.spec, c.spec.side == Compare::Above ? c.interval.lo : c.interval.hi);
+      const bool con = finite && (c.spec.side == Compare::Above ? c.interval.hi < c.spec.threshold : c.interval.lo > c.spec.threshold);
+      c.outcome = sup ? Outcome::Supported : con ? Outcome::Contradicted : Outcome::Unsettled;
+    } else {
+      tested.push_back(&c);
+    }
   }
-  *agrees = held == papers && passed == checks;
+  const size_t m = tested.size();
+  std::vector<std::pair<double, Claim*>> order;
+  for (Claim* c : tested) {
+    const SidePValues p = side_p_values(c->spec, c->values);
+    order.push_back({std::min(p.supported, p.contradicted), c});
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  bool stopped = false;
+  double alpha = 0.05;
+  for (size_t k = 0; k < m; ++k) {
+    Claim& c = *order[k].second;
+    if (!stopped) alpha = 0.05 / static_cast<double>(m - k);
+    c.outcome = stopped ? Outcome::Unsettled : decide(c.spec, c.values, alpha);
+    if (c.outcome == Outcome::Unsettled) stopped = true;
+    c.decisive = t_interval_at(c.values, 1 - alpha, c.spec.range_lo, c.spec.range_hi);
+  }
+  for (auto& c : claims_)
+    if (c.spec.kind == ClaimKind::Paper) c.holds = c.outcome == Outcome::Supported;
+}
+
+void Report::check(const std::string& id, const std::vector<double>& per_seed, const std::string& evidence) {
+  const ClaimSpec& s = spec(id, ClaimKind::Check);
+  GF_CHECK(!per_seed.empty(), "lab {}: check '{}' got no value", lab_.name, id);
+  double worst = per_seed.front();
+  for (double x : per_seed) {
+    if (!std::isfinite(x)) worst = NAN;
+    if (std::isfinite(worst)) worst = s.side == Compare::Above ? std::min(worst, x) : std::max(worst, x);
+  }
+  check(id, worst, evidence);
+  claims_.back().values = per_seed;
+}
+
+void Report::placebo(const std::string& id, const std::function<double(int, int)>& stat, const std::string& how) {
+  const ClaimSpec& s = spec(id, ClaimKind::Paper);
+  GF_CHECK_AS(std::logic_error, placebo_mode(), "lab {}: placebo '{}' outside --control of a placebo lab", lab_.name, id);
+  const int pool = placebo_pool(), n = seeds();
+  GF_CHECK(n >= 2, "lab {}: a placebo needs --seeds 2 or more, got {}", lab_.name, n);
+  Placebo p{id, how, pool, n, kPlaceboSplits, 0, 0};
+  std::mt19937_64 rng(static_cast<uint64_t>(integer("seed")) * 1000003u + std::hash<std::string>{}(id));
+  std::vector<int> order(static_cast<size_t>(pool));
+  std::vector<double> first;
+  for (int split = 0; split < kPlaceboSplits; ++split) {
+    for (int i = 0; i < pool; ++i) order[static_cast<size_t>(i)] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<double> values;
+    for (int i = 0; i < n; ++i) values.push_back(stat(order[static_cast<size_t>(i)], order[static_cast<size_t>(n + i)]));  // unpaired: different seeds
+    const Outcome o = decide(s, values, 0.05);
+    p.supported += o == Outcome::Supported, p.contradicted += o == Outcome::Contradicted;
+    if (split == 0) first = values;
+  }
+  placebos_.push_back(p);
+  paper(id, first, fmt::format("placebo, the first of {} splits: {}; supported in {} of {} splits ({:.0f}%)", kPlaceboSplits, how, p.supported,
+                               p.splits, 100 * p.rate()));
+}
+
+void Report::no_placebo(const std::string& id, const std::string& why) {
+  spec(id, ClaimKind::Paper);
+  GF_CHECK_AS(std::logic_error, placebo_mode(), "lab {}: no_placebo '{}' outside --control of a placebo lab", lab_.name, id);
+  for (const auto& p : placebos_) GF_CHECK_AS(std::logic_error, p.id != id, "lab {}: placebo '{}' reported twice", lab_.name, id);
+  placebos_.push_back({id, "no placebo: " + why, 0, 0, 0, 0, 0});
+}
+
+std::string Report::verdict_line(int* code) const {
+  int papers = 0, sup = 0, con = 0, unset = 0, checks = 0, passed = 0;
+  std::vector<std::string> contradicted, unsettled, failed_checks, targets_supported;
+  for (const auto& c : claims_) {
+    if (c.spec.kind == ClaimKind::Check) {
+      ++checks, passed += c.holds;
+      if (!c.holds) failed_checks.push_back(c.spec.id);
+      continue;
+    }
+    ++papers;
+    if (c.outcome == Outcome::Supported) ++sup;
+    if (c.outcome == Outcome::Contradicted) ++con, contradicted.push_back(c.spec.id);
+    if (c.outcome == Outcome::Unsettled) ++unset, unsettled.push_back(c.spec.id);
+    if (c.outcome == Outcome::Supported && c.spec.control_targets) targets_supported.push_back(c.spec.id);
+  }
+  *code = con > 0 || passed < checks ? 3 : unset > 0 ? 4 : 0;
   const std::string exact = checks == 0 ? "" : passed == checks ? fmt::format(" ({} exact check{} pass{})", checks, checks == 1 ? "" : "s", checks == 1 ? "es" : "")
                                                                 : fmt::format(" ({} of {} exact checks pass)", passed, checks);
   std::string line;
-  if (papers == 0)
-    line = *agrees ? fmt::format("demonstration: {} exact check{} pass{}", checks, checks == 1 ? "" : "s", checks == 1 ? "es" : "")
-                   : fmt::format("demonstration: FAILS: {} of {} exact checks pass", passed, checks);
-  else
-    line = fmt::format("check: {} with {}{}: {} of {} paper claims hold{}", *agrees ? "AGREES" : "DISAGREES", lab_.reference,
-                       control() ? fmt::format(" (control: {})", lab_.control) : "", held, papers, exact);
-  if (!fails.empty()) line += fmt::format("; fails: {}", fmt::join(fails, ", "));
-  if (control() && !targets_holding.empty()) line += fmt::format("; targets of the control that still hold: {}", fmt::join(targets_holding, ", "));
+  if (papers == 0) {
+    line = passed == checks ? fmt::format("demonstration: {} exact check{} pass{}", checks, checks == 1 ? "" : "s", checks == 1 ? "es" : "")
+                            : fmt::format("demonstration: FAILS: {} of {} exact checks pass", passed, checks);
+  } else {
+    const char* head = con > 0 ? "DISAGREES with" : passed < checks ? "FAILS an exact check, for" : unset > 0 ? "UNSETTLED for" : "AGREES with";
+    line = fmt::format("check: {} {}{}: supports {}, contradicts {}, unsettled {} of {} paper claims{}", head, lab_.reference,
+                       control() ? fmt::format(" (control: {})", lab_.control) : "", sup, con, unset, papers, exact);
+  }
+  if (!contradicted.empty()) line += fmt::format("; contradicted: {}", fmt::join(contradicted, ", "));
+  if (!unsettled.empty()) line += fmt::format("; unsettled: {}", fmt::join(unsettled, ", "));
+  if (!failed_checks.empty()) line += fmt::format("; fails: {}", fmt::join(failed_checks, ", "));
+  if (control() && !targets_supported.empty()) line += fmt::format("; targets of the control still supported: {}", fmt::join(targets_supported, ", "));
   return line;
 }
 
 int Report::finish() {
-  GF_CHECK_AS(std::logic_error, !claims_.empty(), "lab {} checked no claim", lab_.name);
+  GF_CHECK_AS(std::logic_error, !claims_.empty() || !placebos_.empty(), "lab {} checked no claim", lab_.name);
   for (const auto& s : specs_) {
+    if (placebo_mode()) {  // a placebo run tests the paper claims' decision rule only
+      const bool placeboed = std::any_of(placebos_.begin(), placebos_.end(), [&](const Placebo& p) { return p.id == s.id; });
+      GF_CHECK_AS(std::logic_error, s.kind == ClaimKind::Check || placeboed, "lab {}: paper claim '{}' has no placebo (nor no_placebo)", lab_.name, s.id);
+      continue;
+    }
     const bool reported = std::any_of(claims_.begin(), claims_.end(), [&](const Claim& c) { return c.spec.id == s.id; });
     GF_CHECK_AS(std::logic_error, reported, "lab {}: claim '{}' of lab/claims.cpp was never reported", lab_.name, s.id);
   }
-  bool agrees = false;
-  const std::string line = verdict_line(&agrees);
+  decide_paper_claims();
+  fmt::print(out_, "\nclaims (paper: supported, contradicted or unsettled on the Holm-adjusted interval; check: an exact value):\n");
+  for (const auto& c : claims_) print_claim(c);
+  int code = 0;
+  std::string line = verdict_line(&code);
+  if (placebo_mode()) {
+    fmt::print(out_, "\nplacebo: each paper claim between two groups of {} different seeds of one arm, {} splits of a pool of {} runs; "
+                     "the share of splits the 95% rule calls supported must be at most {:g}:\n", seeds(), kPlaceboSplits, placebo_pool(),
+               kPlaceboMaxRate);
+    std::vector<std::string> over;
+    int tested = 0;
+    for (const auto& p : placebos_) {
+      if (p.splits == 0) {
+        fmt::print(out_, "  {:<34} {}\n", p.id, p.how);
+        continue;
+      }
+      ++tested;
+      fmt::print(out_, "  {:<34} supported {:>2} of {} ({:>4.1f}%), contradicted {:>2}  {}\n", p.id, p.supported, p.splits, 100 * p.rate(),
+                 p.contradicted, p.how);
+      if (!(p.rate() <= kPlaceboMaxRate)) over.push_back(p.id);
+    }
+    code = over.empty() && tested > 0 ? 0 : 3;
+    line = over.empty() ? fmt::format("placebo: the rule calls a claim with no effect supported in at most {:g} of splits, for {} of {} paper "
+                                      "claims of {} (the others are no contrast)", kPlaceboMaxRate, tested, placebos_.size(), lab_.reference)
+                        : fmt::format("placebo: FAILS: the rule calls a claim with no effect supported in more than {:g} of splits: {}",
+                                      kPlaceboMaxRate, fmt::join(over, ", "));
+  }
   verdict_ = line;
-  int papers = 0, held = 0, checks = 0, passed = 0, targets = 0, targets_failed = 0;
+  int papers = 0, sup = 0, con = 0, unset = 0, checks = 0, passed = 0, targets = 0, targets_failed = 0;
   nlohmann::json claims = nlohmann::json::array();
   for (const auto& c : claims_) {
     const bool paper = c.spec.kind == ClaimKind::Paper;
-    (paper ? papers : checks) += 1;
-    (paper ? held : passed) += c.holds;
+    if (paper) ++papers, sup += c.outcome == Outcome::Supported, con += c.outcome == Outcome::Contradicted, unset += c.outcome == Outcome::Unsettled;
+    else ++checks, passed += c.holds;
     targets += c.spec.control_targets, targets_failed += c.spec.control_targets && !c.holds;
     nlohmann::json values = nlohmann::json::array();
     for (double v : c.values) values.push_back(number_json(v));
-    claims.push_back({{"id", c.spec.id}, {"kind", kind_name(c.spec.kind)}, {"statement", c.spec.statement}, {"holds", c.holds},
-                      {"mean", number_json(c.interval.mean)}, {"lo", number_json(c.interval.lo)}, {"hi", number_json(c.interval.hi)},
-                      {"n", c.interval.n}, {"method", c.interval.method}, {"side", side_name(c.spec.side)}, {"threshold", c.spec.threshold},
-                      {"source", c.spec.source}, {"control_targets", c.spec.control_targets}, {"evidence", c.evidence}, {"values", values}});
+    nlohmann::json j = {{"id", c.spec.id}, {"kind", kind_name(c.spec.kind)}, {"statement", c.spec.statement}, {"holds", c.holds},
+                        {"outcome", paper ? outcome_name(c.outcome) : c.holds ? "passes" : "fails"},
+                        {"mean", number_json(c.interval.mean)}, {"lo", number_json(c.interval.lo)}, {"hi", number_json(c.interval.hi)},
+                        {"n", c.interval.n}, {"method", c.interval.method}, {"side", side_name(c.spec.side)}, {"threshold", c.spec.threshold},
+                        {"source", c.spec.source}, {"control_targets", c.spec.control_targets}, {"evidence", c.evidence}, {"values", values}};
+    if (c.decisive.n > 0)
+      j["decisive"] = {{"lo", number_json(c.decisive.lo)}, {"hi", number_json(c.decisive.hi)}, {"method", c.decisive.method}};
+    if (c.bootstrap.n > 0)
+      j["bootstrap"] = {{"lo", number_json(c.bootstrap.lo)}, {"hi", number_json(c.bootstrap.hi)}, {"method", c.bootstrap.method}};
+    if (c.spec.bounded()) j["range"] = {number_json(c.spec.range_lo), number_json(c.spec.range_hi)};
+    claims.push_back(j);
   }
 
-  if (control())
-    fmt::print(out_, "\ncontrol: {} of {} targeted claims fail{}\n", targets_failed, targets,
-               targets_failed == targets && targets > 0 ? ": without the causal ingredient the lab disagrees, as it must"
+  if (control() && !placebo_mode())
+    fmt::print(out_, "\ncontrol: {} of {} targeted claims not supported{}\n", targets_failed, targets,
+               targets_failed == targets && targets > 0 ? ": without the causal ingredient the lab does not find the effect, as it must"
                                                         : ": WARNING: the lab cannot tell the effect from its absence on the others");
   const double seconds = now_seconds() - start_seconds_;
   json_["claims"] = claims;
-  json_["check"] = {{"agrees", agrees},          {"line", line},           {"paper_claims", papers},         {"paper_claims_hold", held},
-                    {"exact_checks", checks},    {"exact_checks_pass", passed}, {"control", control()},    {"control_targets", targets},
-                    {"control_targets_fail", targets_failed}};
-  json_["seconds"] = seconds;  if (!panels_.empty()) write_file(lab_.name + ".svg", figure_svg(fmt::format("gradflow lab {}: {}", lab_.name, lab_.title), panels_, 2));
+  json_["check"] = {{"agrees", code == 0},         {"code", code},           {"line", line},
+                    {"paper_claims", papers},      {"paper_claims_hold", sup}, {"supported", sup},
+                    {"contradicted", con},         {"unsettled", unset},      {"exact_checks", checks},
+                    {"exact_checks_pass", passed}, {"control", control()},    {"control_targets", targets},
+                    {"control_targets_fail", targets_failed}, {"holm", "family-wise 95% across the lab's paper claims"}};
+  if (placebo_mode()) {
+    nlohmann::json ps = nlohmann::json::array();
+    for (const auto& p : placebos_)
+      ps.push_back({{"id", p.id}, {"how", p.how}, {"pool", p.pool}, {"group", p.group}, {"splits", p.splits}, {"supported", p.supported},
+                    {"contradicted", p.contradicted}, {"rate", number_json(p.rate())}});
+    json_["placebo"] = {{"claims", ps}, {"max_rate", kPlaceboMaxRate}, {"ok", code == 0}};
+  }
+  json_["seconds"] = seconds;
+  if (!panels_.empty()) write_file(lab_.name + ".svg", figure_svg(fmt::format("gradflow lab {}: {}", lab_.name, lab_.title), panels_, 2));
   json_["files"] = files_;
   const std::string json_path = (std::filesystem::path(out_dir_) / (lab_.name + ".json")).string();
   files_.push_back(json_path);
@@ -355,7 +614,7 @@ int Report::finish() {
   for (const auto& f : files_) fmt::print(out_, " {}", f);
   fmt::print(out_, "\nran in {:.1f} s on {} threads\n{}\n", seconds, max_threads(), line);
   std::fflush(out_);
-  return agrees ? 0 : 3;
+  return code;
 }
 
 }  // namespace gf::lab

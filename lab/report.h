@@ -1,18 +1,25 @@
 #pragma once
 // What a lab fills while it runs: settings in, and out the printed tables, the figure (NAME.svg),
 // the raw numbers (NAME.json) and the claims of lab/claims.cpp's table, each tested against the
-// lab's own numbers. The last line printed is the verdict, which counts paper claims only:
-//   check: AGREES with Xiong et al. 2020 ...: 3 of 3 paper claims hold (2 exact checks pass)
-//   check: DISAGREES with ...: 2 of 3 paper claims hold (2 exact checks pass); fails: postln_grows
-// and, under --control (the same protocol with the paper's causal ingredient removed, or made equal
-// in both arms; Report::control()), first a line "control: <what was removed>", then
-//   check: DISAGREES with ... (control: Pre-LN in both arms): 0 of 3 paper claims hold; fails: ...
+// lab's own numbers. The last line printed is the verdict, which counts paper claims in three
+// outcomes (issue 35):
+//   check: AGREES with Xiong et al. 2020 ...: supports 7, contradicts 0, unsettled 0 of 7 paper claims
+//   check: UNSETTLED for ...: supports 5, contradicts 0, unsettled 2 of 7 paper claims; unsettled: a, b
+//   check: DISAGREES with ...: supports 5, contradicts 1, unsettled 1 of 7 paper claims; contradicted: c
+// A paper claim is *supported* when its interval lies strictly on the claimed side of its
+// threshold, *contradicted* when it lies strictly on the other side, and *unsettled* when it
+// contains the threshold. The intervals that decide are Holm-adjusted across the lab's paper claims
+// (a family-wise 95%), so a lab with seven claims asks more of each than a lab with one.
+// Exit codes (finish()): 0 every paper claim supported and every exact check passing; 3 a claim
+// contradicted or an exact check failing; 4 otherwise (something unsettled).
+// Under --control (the same protocol with the paper's causal ingredient removed, or made equal in
+// both arms; Report::control()), a line "control: <what was removed>" comes first, and the claims
+// marked control_targets must not be supported.
 // A lab with no paper claim prints "demonstration: N exact checks pass" and must say why.
 //
 // The API (stable; issue 27):
-//   r.paper("postln_grows", per_seed);   // one statistic per seed; holds when its t 95% interval
-//                                        // lies strictly on the spec's side of its threshold
-//   r.paper("id", interval);             // an interval computed otherwise (bootstrap_interval)
+//   r.paper("postln_grows", per_seed);   // one statistic per seed: a t interval, Holm-adjusted
+//   r.paper("id", interval);             // an interval computed otherwise (not Holm-adjusted)
 //   r.check("id", value);                // an exact property: value against the threshold
 // A claim id that is not among the lab's rows of lab/claims.cpp, or of the other kind, a claim
 // reported twice, and a row never reported are std::logic_error (bugs of the lab).
@@ -20,6 +27,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -70,13 +78,49 @@ Interval t_interval(const std::vector<double>& per_seed);
 Interval bootstrap_interval(const std::vector<double>& values, uint64_t seed);
 // t(0.975, df), the two-sided 95% quantile of Student's t (df >= 1).
 double t_quantile_975(int df);
+// P(T <= t) for Student's t with df degrees of freedom (the regularised incomplete beta function).
+double t_cdf(double t, int df);
+// The p-quantile of Student's t (0 < p < 1, df >= 1), by bisection on t_cdf.
+double t_quantile(double p, int df);
+// The mean +- t(1 - (1 - level) / 2, n - 1) * sd / sqrt(n) interval at a two-sided level, clipped
+// to [range_lo, range_hi]. Throws std::invalid_argument for n < 2.
+Interval t_interval_at(const std::vector<double>& per_seed, double level, double range_lo, double range_hi);
+
+enum class Outcome { Supported, Contradicted, Unsettled };
+const char* outcome_name(Outcome o);  // "supported", "contradicted", "unsettled"
+
+// One paper claim's decision from its per-seed values, with `alpha` the two-sided level its
+// interval is held to (0.05 for a plain 95% interval; Holm gives each claim its own).
+// Zero spread decides by the mean alone; a non-finite value leaves the claim unsettled.
+Outcome decide(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha);
+// The one-sided p-values of a t test of the per-seed mean against the threshold: for the claimed
+// side (the evidence that the claim is supported) and for the other side (contradicted).
+struct SidePValues {
+  double supported = 1, contradicted = 1;
+};
+SidePValues side_p_values(const ClaimSpec& spec, const std::vector<double>& per_seed);
+
+// A placebo (--control of a lab with Lab::placebo): one paper claim's statistic between two groups of
+// different seeds of the same arm, over many splits of one pool of runs.
+struct Placebo {
+  std::string id;
+  std::string how;  // which arm, and which run plays which side
+  int pool = 0, group = 0, splits = 0, supported = 0, contradicted = 0;
+  double rate() const { return splits > 0 ? static_cast<double>(supported) / splits : NAN; }  // the false-positive rate
+};
+constexpr int kPlaceboSplits = 100;
+constexpr double kPlaceboMaxRate = 0.05;
 
 struct Claim {
   ClaimSpec spec;              // its row of lab/claims.cpp
-  bool holds = false;          // computed from this run's numbers
-  Interval interval;           // paper: across seeds; check: mean = lo = hi = the value, n 1, "exact"
+  bool holds = false;          // paper: supported; check: passes (decided in finish())
+  Interval interval;           // paper: the 95% t interval across seeds, clipped to the statistic's
+                               // range; check: mean = lo = hi = the value, n 1, "exact"
   std::vector<double> values;  // paper: the per-seed values (empty when an interval was given)
   std::string evidence;        // the numbers behind the verdict
+  Outcome outcome = Outcome::Unsettled;  // paper: decided in finish() (check: supported or contradicted)
+  Interval decisive;           // paper: the Holm-adjusted interval that decided it
+  Interval bootstrap;          // a bounded statistic's percentile bootstrap (n 0 when not computed)
 };
 
 class Report {
@@ -114,12 +158,31 @@ class Report {
   void paper(const std::string& id, const Interval& interval, const std::string& evidence = "");
   // An exact check: `value` against the row's threshold.
   void check(const std::string& id, double value, const std::string& evidence = "");
+  // A check that every seed must pass (arithmetic that holds seed by seed, not a mean): decided on
+  // the worst seed's value; the per-seed values are kept.
+  void check(const std::string& id, const std::vector<double>& per_seed, const std::string& evidence);
   const std::vector<Claim>& claims() const { return claims_; }
+  // ---- the placebo (--control of a lab with Lab::placebo) ----
+  bool placebo_mode() const { return control() && lab_.placebo; }
+  // The runs of one arm the lab makes for its placebo, at seeds seed(0) .. seed(pool - 1): twice
+  // the lab's seeds and two more, so that the splits differ in more than their order.
+  int placebo_pool() const { return 2 * seeds() + 2; }
+  // A paper claim's placebo: `stat(a, b)` is its statistic with pool run a in the first arm's place
+  // and run b in the second's. kPlaceboSplits random splits of the pool into two disjoint groups of
+  // seeds() runs, paired in order, each decided by the plain 95% rule (no Holm: the most lenient
+  // level a claim can be held to); the share called supported is the false-positive rate. The
+  // first split's values are also reported as the claim (so the control's JSON has every claim).
+  void placebo(const std::string& id, const std::function<double(int a, int b)>& stat, const std::string& how);
+  // A paper claim that is no contrast between arms (one arm's statistic against a threshold) has no
+  // placebo: it is listed with the reason, and is not counted in the placebo's verdict.
+  void no_placebo(const std::string& id, const std::string& why);
+  const std::vector<Placebo>& placebos() const { return placebos_; }
   const std::vector<ClaimSpec>& specs() const { return specs_; }
 
-  // Writes NAME.json and NAME.svg, prints where, and the verdict line. Returns 0 when every paper
-  // claim holds and every exact check passes, 3 otherwise. Throws std::logic_error when the lab
-  // made no claim or left one of its rows unreported.
+  // Decides the paper claims (Holm across the lab's), prints them, writes NAME.json and NAME.svg,
+  // prints where, and the verdict line. Returns 0 when every paper claim is supported and every
+  // exact check passes, 3 when a claim is contradicted or a check fails, 4 otherwise. Throws
+  // std::logic_error when the lab made no claim or left one of its rows unreported.
   int finish();
   const std::string& verdict() const { return verdict_; }  // the verdict line, once finish() ran
 
@@ -127,7 +190,9 @@ class Report {
   void require_setting(const std::string& name) const;
   const ClaimSpec& spec(const std::string& id, ClaimKind kind) const;
   void record(Claim c);
-  std::string verdict_line(bool* agrees) const;
+  void decide_paper_claims();
+  void print_claim(const Claim& c) const;
+  std::string verdict_line(int* code) const;
 
   const Lab& lab_;
   std::map<std::string, std::string> settings_;
@@ -138,6 +203,7 @@ class Report {
   std::vector<ClaimSpec> specs_;
   std::string verdict_;
   std::vector<Claim> claims_;
+  std::vector<Placebo> placebos_;
   std::vector<std::string> files_;
   double start_seconds_;
 };

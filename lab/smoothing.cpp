@@ -15,7 +15,7 @@
 // set to memorise it. Per seed (the seed draws the data, the noise, the weights and the batch
 // order): the same model trained on the same batches with eps 0 and with eps --eps; held-out
 // calibration, the logit gap and the penultimate clusters on training tokens.
-// The control trains with eps 0 in both arms.
+// --control is a placebo: two groups of seeds of the eps-0 model in the two arms' places.
 #include "lab/smoothing.h"
 
 #include <fmt/format.h>
@@ -433,6 +433,39 @@ void check_claims(Report& r, const Runs& runs) {
   r.check("smoothed_loss", loss_worst, fmt::format("largest |batch_loss - definition| / definition {:.3g} (float64)", loss_worst));
 }
 
+// The data of seed i: the copy task with noisy targets, and its clean training targets.
+std::pair<IdData, std::vector<train::EncodedPair>> noisy_task(const Settings& s, uint64_t seed) {
+  IdData data = synthetic_task("copy", s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, seed);
+  std::vector<train::EncodedPair> clean_train = data.train;
+  add_target_noise(data.train, s.symbols, s.noise, seed * 7919 + 1);
+  add_target_noise(data.test, s.symbols, s.noise, seed * 7919 + 2);
+  return {std::move(data), std::move(clean_train)};
+}
+
+// --control: the placebo. A pool of eps-0 models, each on its own seed; every contrast between two
+// groups of them (one group in eps 0's place, the other in the smoothed arm's).
+void placebo(Report& r, const Settings& s) {
+  const int n = r.placebo_pool();
+  r.say(fmt::format("PLACEBO: {} models trained with eps 0 on seeds {}-{}; each contrast compares two groups of them, unpaired.", n, r.seed(0),
+                    r.seed(n - 1)));
+  std::vector<Arm> pool;
+  for (int i = 0; i < n; ++i) {
+    const auto [data, clean_train] = noisy_task(s, r.seed(i));
+    pool.push_back(train_arm(s, data, clean_train, 0.0, r.seed(i)));
+  }
+  Table t("the pool: eps 0", {"seed", "confidence - accuracy", "ECE", "logit gap", "cluster ratio"});
+  for (int i = 0; i < n; ++i) {
+    const Measured& m = pool[i].end;
+    t.row({static_cast<int64_t>(r.seed(i)), m.held_out.confidence - m.held_out.accuracy, m.held_out.ece, m.gap_train, m.cluster});
+  }
+  r.print(t);
+  r.no_placebo("baseline_overconfident", "one arm's statistic (eps 0) against 0, no contrast between arms");
+  const std::string how = "eps-0 model a in eps 0's place, b in the smoothed arm's";
+  r.placebo("ece_lower", [&](int a, int b) { return pool[b].end.held_out.ece - pool[a].end.held_out.ece; }, how);
+  r.placebo("logit_gap_smaller", [&](int a, int b) { return pool[b].end.gap_train / pool[a].end.gap_train; }, how);
+  r.placebo("tighter_clusters", [&](int a, int b) { return pool[b].end.cluster / pool[a].end.cluster; }, how);
+}
+
 void run(Report& r) {
   Settings s{r.integer("symbols"), r.integer("min-len"), r.integer("max-len"),   r.integer("train"),      r.integer("eval"),
              r.integer("d-model"), r.integer("heads"),   r.integer("layers"),    r.integer("steps"),      r.integer("max-tokens"),
@@ -440,23 +473,17 @@ void run(Report& r) {
   GF_CHECK(s.eps > 0 && s.eps < 1, "lab smoothing: --eps must be in (0, 1), got {}", s.eps);
   GF_CHECK(s.noise >= 0 && s.noise < 1, "lab smoothing: --noise must be in [0, 1), got {}", s.noise);
   GF_CHECK(s.eval_every >= 1, "lab smoothing: --eval-every must be positive, got {}", s.eval_every);
-  const double eps = r.control() ? 0.0 : s.eps;
+  if (r.placebo_mode()) return placebo(r, s);
+  const double eps = s.eps;
   r.say(fmt::format("copy task over {} symbols, lengths {}-{}, each target token replaced by a random symbol with probability {} (training and held-out",
                     s.symbols, s.min_len, s.max_len, s.noise));
   r.say(fmt::format("alike): {} training and {} held-out sequences. Post-LN, d_model {}, {} heads, {}+{} layers; {} steps of Adam at lr {} (warm-up {}),",
                     s.n_train, s.n_eval, s.d_model, s.heads, s.layers, s.layers, s.steps, s.lr, s.steps / 10));
   r.say(fmt::format("{} tokens a batch, the same batches for both arms: eps 0 and eps {}.", s.max_tokens, eps));
-  if (r.control())
-    r.say(fmt::format("Here both arms train with eps 0 (the lab's second arm trains with eps {}): the same seed, data and batches, so they are one "
-                      "run, computed once.", s.eps));
   Runs runs;
   for (int i = 0; i < r.seeds(); ++i) {
-    IdData data = synthetic_task("copy", s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, r.seed(i));
-    const std::vector<train::EncodedPair> clean_train = data.train;
-    add_target_noise(data.train, s.symbols, s.noise, r.seed(i) * 7919 + 1);
-    add_target_noise(data.test, s.symbols, s.noise, r.seed(i) * 7919 + 2);
-    const Arm plain = train_arm(s, data, clean_train, 0.0, r.seed(i));
-    runs.push_back({plain, r.control() ? plain : train_arm(s, data, clean_train, eps, r.seed(i))});  // the control's arms are one run
+    const auto [data, clean_train] = noisy_task(s, r.seed(i));
+    runs.push_back({train_arm(s, data, clean_train, 0.0, r.seed(i)), train_arm(s, data, clean_train, eps, r.seed(i))});
   }
   report(r, s, runs);
   add_figure(r, s, runs);
@@ -490,7 +517,8 @@ Lab smoothing_lab() {
   l.reference = "Müller, Kornblith and Hinton 2019, arXiv:1906.02629 (Sections 2 and 3, Figures 1 and 2)";
   l.question = "On a task with noise no model can predict, trained until it memorises its training set, does label smoothing lower the expected "
                "calibration error, bound the logit gap and tighten the penultimate layer's clusters?";
-  l.control = "eps 0 in both arms (no label smoothing anywhere)";
+  l.control = "placebo: two groups of seeds of the eps-0 model";
+  l.placebo = true;
   l.default_seeds = 5;
   l.options = {{"symbols", Option::Int, "16", "symbols in the task's alphabet"},
                {"min-len", Option::Int, "4", "shortest sequence"},

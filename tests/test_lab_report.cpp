@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -250,13 +251,14 @@ TEST_CASE("Report::finish: AGREES when every paper claim's interval and every ch
   r.paper("small", bootstrap_interval({0.1, 0.2, 0.3, 0.2}, 1));
   r.check("exact_zero", 0, "0 of 28 non-zero");
   CHECK(r.finish() == 0);
-  CHECK(r.verdict() == "check: AGREES with Nobody 2024: 2 of 2 paper claims hold (1 exact check passes)");
+  CHECK(r.verdict() == "check: AGREES with Nobody 2024: supports 2, contradicts 0, unsettled 0 of 2 paper claims (1 exact check passes)");
 
   const std::string printed = contents(out);
   CHECK(last_line(printed) == r.verdict());
-  CHECK(printed.find("[holds] paper grows: the effect is above 1") != std::string::npos);
+  CHECK(printed.find("[supported] paper grows: the effect is above 1") != std::string::npos);
   CHECK(printed.find("1.6 [1.352, 1.848] (t 95%, n 3) > 1, a target of the control; Nobody 2024, Figure 1") != std::string::npos);
-  CHECK(printed.find("[holds] check exact_zero:") != std::string::npos);
+  CHECK(printed.find("[passes] check exact_zero:") != std::string::npos);
+  CHECK(printed.find("per seed: 1.5, 1.6, 1.7") != std::string::npos);
   CHECK(printed.find("0 (exact) < 0.5; the mask sets them to -inf") != std::string::npos);
 
   const nlohmann::json j = read_json(dir / "testlab.json");
@@ -274,6 +276,8 @@ TEST_CASE("Report::finish: AGREES when every paper claim's interval and every ch
   CHECK(g["kind"] == "paper");
   CHECK(g["statement"] == "the effect is above 1");
   CHECK(g["holds"] == true);
+  CHECK(g["outcome"] == "supported");
+  CHECK(g["decisive"]["method"] == "t 95%");  // the only claim with per-seed values: Holm's level is 95%
   CHECK(g["mean"].get<double>() == doctest::Approx(1.6));
   CHECK(g["lo"].get<double>() == doctest::Approx(1.6 - 4.302652730 * 0.1 / std::sqrt(3.0)));
   CHECK(g["hi"].get<double>() == doctest::Approx(1.6 + 4.302652730 * 0.1 / std::sqrt(3.0)));
@@ -298,6 +302,10 @@ TEST_CASE("Report::finish: AGREES when every paper claim's interval and every ch
   CHECK(j["check"]["line"] == r.verdict());
   CHECK(j["check"]["paper_claims"] == 2);
   CHECK(j["check"]["paper_claims_hold"] == 2);
+  CHECK(j["check"]["supported"] == 2);
+  CHECK(j["check"]["contradicted"] == 0);
+  CHECK(j["check"]["unsettled"] == 0);
+  CHECK(j["check"]["code"] == 0);
   CHECK(j["check"]["exact_checks"] == 1);
   CHECK(j["check"]["exact_checks_pass"] == 1);
   CHECK(j["settings"]["task"] == "sort");
@@ -309,7 +317,7 @@ TEST_CASE("Report::finish: AGREES when every paper claim's interval and every ch
   std::fclose(out);
 }
 
-TEST_CASE("Report verdict: a paper claim holds only when its whole interval lies on its side; a failing check also disagrees") {
+TEST_CASE("Report verdict: supported, contradicted or unsettled on the interval; a failing check fails; the exit codes") {
   const Lab l = test_lab();
   std::FILE* out = std::tmpfile();
   REQUIRE(out);
@@ -319,38 +327,129 @@ TEST_CASE("Report verdict: a paper claim holds only when its whole interval lies
     const int code = r.finish();
     return std::pair(code, r.verdict());
   };
-  // The mean is above 1, but the interval reaches below: not evidence.
+  // The mean is above 1, but the interval reaches below: unsettled, exit 4.
   auto [c1, v1] = run([](Report& r) {
     r.paper("grows", {0.9, 1.5, 1.6});
     r.paper("small", {0.1, 0.2, 0.15});
     r.check("exact_zero", 0);
   });
-  CHECK(c1 == 3);
-  CHECK(v1 == "check: DISAGREES with Nobody 2024: 1 of 2 paper claims hold (1 exact check passes); fails: grows");
-  // Strictly: an interval touching the threshold does not hold ("below 0.5": hi = 0.5 fails).
+  CHECK(c1 == 4);
+  CHECK(v1 == "check: UNSETTLED for Nobody 2024: supports 1, contradicts 0, unsettled 1 of 2 paper claims (1 exact check passes); unsettled: grows");
+  // The interval entirely on the other side: contradicted, exit 3, "DISAGREES".
+  auto [c5, v5] = run([](Report& r) {
+    r.paper("grows", {0.2, 0.3, 0.25});
+    r.paper("small", {0.1, 0.2, 0.15});
+    r.check("exact_zero", 0);
+  });
+  CHECK(c5 == 3);
+  CHECK(v5 == "check: DISAGREES with Nobody 2024: supports 1, contradicts 1, unsettled 0 of 2 paper claims (1 exact check passes); contradicted: grows");
+  // Strictly: values exactly at the threshold leave the claim unsettled.
   auto [c2, v2] = run([](Report& r) {
     r.paper("grows", {2, 2, 2});
     r.paper("small", {0.5, 0.5});
     r.check("exact_zero", 0);
   });
-  CHECK(c2 == 3);
-  CHECK(v2.find("fails: small") != std::string::npos);
-  // Every paper claim holds, an exact check fails: DISAGREES too.
+  CHECK(c2 == 4);
+  CHECK(v2.find("unsettled: small") != std::string::npos);
+  // Every paper claim supported, an exact check fails: exit 3.
   auto [c3, v3] = run([](Report& r) {
     r.paper("grows", {2, 2.1, 2.2});
     r.paper("small", {0.1, 0.2, 0.15});
     r.check("exact_zero", 3, "3 entries non-zero");
   });
   CHECK(c3 == 3);
-  CHECK(v3 == "check: DISAGREES with Nobody 2024: 2 of 2 paper claims hold (0 of 1 exact checks pass); fails: exact_zero");
-  // A diverged seed (NaN) makes the interval NaN: the claim fails.
+  CHECK(v3 == "check: FAILS an exact check, for Nobody 2024: supports 2, contradicts 0, unsettled 0 of 2 paper claims (0 of 1 exact checks pass); fails: exact_zero");
+  // A diverged seed (NaN) makes the interval NaN: unsettled.
   auto [c4, v4] = run([](Report& r) {
     r.paper("grows", {2, NAN, 2.2});
     r.paper("small", {0.1, 0.2, 0.15});
     r.check("exact_zero", 0);
   });
-  CHECK(c4 == 3);
-  CHECK(v4.find("fails: grows") != std::string::npos);
+  CHECK(c4 == 4);
+  CHECK(v4.find("unsettled: grows") != std::string::npos);
+  std::fclose(out);
+}
+
+TEST_CASE("Report: Holm's step-down across the paper claims asks more of each than a lone 95% interval") {
+  const std::vector<ClaimSpec> specs = test_specs();
+  // grows: t = 5.77 on 2 df, one-sided p 0.0144; small: t = -5.20, p 0.0175. Each alone is
+  // supported at 95% (p < 0.025); together the smaller p must be below 0.025 / 2: neither is.
+  const std::vector<double> grows{1.35, 1.5, 1.65}, small{0.3, 0.35, 0.4};
+  CHECK(decide(specs[0], grows, 0.05) == Outcome::Supported);
+  CHECK(decide(specs[1], small, 0.05) == Outcome::Supported);
+  CHECK(side_p_values(specs[0], grows).supported == doctest::Approx(0.0144).epsilon(0.02));
+  CHECK(side_p_values(specs[1], small).supported == doctest::Approx(0.0175).epsilon(0.02));
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  const fs::path dir = fresh_dir("holm");
+  Report r(l, settings(dir), out, specs);
+  r.paper("grows", grows);
+  r.paper("small", small);
+  r.check("exact_zero", 0);
+  CHECK(r.finish() == 4);
+  CHECK(r.verdict().find("supports 0, contradicts 0, unsettled 2 of 2") != std::string::npos);
+  const nlohmann::json j = read_json(dir / "testlab.json");
+  for (const auto& c : {j["claims"][0], j["claims"][1]}) {
+    CHECK(c["outcome"] == "unsettled");
+    CHECK(c["decisive"]["method"] == "t 97.5%");  // the stopping level, 1 - 0.05 / 2
+    CHECK(c["decisive"]["lo"].get<double>() < c["lo"].get<double>());
+  }
+  // With the second claim decided first (p 0.0034 < 0.0125), the first is held to 95% and supported.
+  Report s(l, settings(fresh_dir("holm2")), out, specs);
+  s.paper("grows", grows);
+  s.paper("small", {0.1, 0.2, 0.15});
+  s.check("exact_zero", 0);
+  CHECK(s.finish() == 0);
+  std::fclose(out);
+}
+
+TEST_CASE("t_cdf and t_quantile: against closed forms and the table") {
+  for (double t : {-3.0, -0.5, 0.0, 0.7, 2.0, 10.0}) {
+    CHECK(t_cdf(t, 1) == doctest::Approx(0.5 + std::atan(t) / M_PI).epsilon(1e-12));         // Cauchy
+    CHECK(t_cdf(t, 2) == doctest::Approx(0.5 + t / (2 * std::sqrt(2 + t * t))).epsilon(1e-12));  // closed form for 2 df
+  }
+  for (int df = 1; df <= 40; ++df) CHECK(t_quantile(0.975, df) == doctest::Approx(t_quantile_975(df)).epsilon(1e-6));
+  CHECK(t_quantile(0.025, 4) == doctest::Approx(-2.776445105).epsilon(1e-8));
+  CHECK(t_quantile(0.995, 2) == doctest::Approx(9.924843200).epsilon(1e-8));
+  CHECK_THROWS_AS(t_quantile(1.0, 3), std::invalid_argument);
+  CHECK_THROWS_AS(t_cdf(1.0, 0), std::invalid_argument);
+}
+
+TEST_CASE("t_interval_at: the level's quantile, clipped to the statistic's range; a bounded claim gets a bootstrap beside it") {
+  const Interval a = t_interval_at({1, 2, 3, 4, 5}, 0.95, -INFINITY, INFINITY), b = t_interval({1, 2, 3, 4, 5});
+  CHECK(a.lo == doctest::Approx(b.lo));
+  CHECK(a.hi == doctest::Approx(b.hi));
+  const Interval c = t_interval_at({0.9, 0.99, 0.97}, 0.95, 0, 1);
+  CHECK(c.hi == 1.0);  // clipped: a share cannot exceed 1
+  CHECK(c.lo > 0.0);
+  ClaimSpec share{"testlab", "grows", ClaimKind::Paper, "a share above 0.5", Compare::Above, 0.5, "s", false, 0.0, 1.0};
+  CHECK(share.bounded());
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  const fs::path dir = fresh_dir("bounded");
+  Report r(l, settings(dir), out, {share});
+  r.paper("grows", {0.9, 0.99, 0.97});
+  CHECK(r.finish() == 0);
+  const nlohmann::json j = read_json(dir / "testlab.json");
+  CHECK(j["claims"][0]["hi"] == 1.0);
+  CHECK(j["claims"][0]["bootstrap"]["method"] == "bootstrap 95%");
+  CHECK(j["claims"][0]["bootstrap"]["hi"].get<double>() <= 1.0);
+  CHECK(j["claims"][0]["range"] == nlohmann::json({0.0, 1.0}));
+  std::fclose(out);
+}
+
+TEST_CASE("Report::check over seeds: decided on the worst seed") {
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  ClaimSpec big{"testlab", "big", ClaimKind::Check, "every seed above 1", Compare::Above, 1.0, "arithmetic", false};
+  Report r(l, settings(fresh_dir("check_seeds")), out, {big});
+  r.check("big", std::vector<double>{1.4, 0.9, 1.5}, "per seed");
+  CHECK(r.finish() == 3);
+  CHECK(r.claims()[0].interval.mean == 0.9);
+  CHECK(r.claims()[0].values.size() == 3);
   std::fclose(out);
 }
 
@@ -370,7 +469,7 @@ TEST_CASE("Report: a lab with exact checks only is a demonstration") {
   std::fclose(out);
 }
 
-TEST_CASE("Report --control: printed first, named in the verdict, and the targets that still hold are named") {
+TEST_CASE("Report --control: printed first, named in the verdict, and the targets still supported are named") {
   const Lab l = controlled_lab();
   std::FILE* out = std::tmpfile();
   REQUIRE(out);
@@ -384,15 +483,16 @@ TEST_CASE("Report --control: printed first, named in the verdict, and the target
     std::rewind(out);
     Report r(l, with_control(dir), out, test_specs());
     CHECK(r.control());
-    r.paper("grows", {0.9, 1.0, 1.1});  // the effect is gone: the target fails
-    r.paper("small", {0.1, 0.2, 0.15});       // not a target: may hold
+    r.paper("grows", {0.9, 1.0, 1.1});  // the effect is gone: the target is not supported
+    r.paper("small", {0.1, 0.2, 0.15});       // not a target: may be supported
     r.check("exact_zero", 0);
-    CHECK(r.finish() == 3);
-    CHECK(r.verdict() ==
-          "check: DISAGREES with Nobody 2024 (control: the effect removed): 1 of 2 paper claims hold (1 exact check passes); fails: grows");
+    CHECK(r.finish() == 4);
+    CHECK(r.verdict() == "check: UNSETTLED for Nobody 2024 (control: the effect removed): supports 1, contradicts 0, unsettled 1 of 2 paper "
+                         "claims (1 exact check passes); unsettled: grows");
     const std::string printed = contents(out);
-    CHECK(printed.find("control: the effect removed") < printed.find("[FAILS] paper grows"));
-    CHECK(printed.find("control: 1 of 1 targeted claims fail: without the causal ingredient the lab disagrees") != std::string::npos);
+    CHECK(printed.find("control: the effect removed") < printed.find("[unsettled] paper grows"));
+    CHECK(printed.find("control: 1 of 1 targeted claims not supported: without the causal ingredient the lab does not find the effect") !=
+          std::string::npos);
     const nlohmann::json j = read_json(dir / "testlab.json");
     CHECK(j["control"] == true);
     CHECK(j["control_removes"] == "the effect removed");
@@ -400,13 +500,13 @@ TEST_CASE("Report --control: printed first, named in the verdict, and the target
     CHECK(j["check"]["control_targets_fail"] == 1);
   }
   {
-    // A control whose target still holds: the lab cannot tell the effect from its absence.
+    // A control whose target is still supported: the lab cannot tell the effect from its absence.
     Report r(l, with_control(fresh_dir("control_holds")), out, test_specs());
     r.paper("grows", {2, 2.1, 2.2});
     r.paper("small", {0.7, 0.8});
     r.check("exact_zero", 0);
-    CHECK(r.finish() == 3);
-    CHECK(r.verdict().find("fails: small; targets of the control that still hold: grows") != std::string::npos);
+    CHECK(r.finish() == 4);
+    CHECK(r.verdict().find("unsettled: small; targets of the control still supported: grows") != std::string::npos);
   }
   // A lab without a control refuses --control.
   CHECK_THROWS_WITH_AS(Report(test_lab(), with_control(fresh_dir("no_control")), out, test_specs()), doctest::Contains("no negative control"),
@@ -604,4 +704,61 @@ TEST_CASE("fit: a tiny model learns a copy task (the loss falls)") {
   CHECK(last < 0.6 * first);
   o.steps = 0;
   CHECK_THROWS_AS(fit(model, d.train, o), std::invalid_argument);
+}
+
+TEST_CASE("Report placebo: the rule's false-positive rate over splits of one pool; an effect where there is none fails it") {
+  Lab l = test_lab();
+  l.control = "placebo: two groups of seeds of one arm";
+  l.placebo = true;
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  auto placebo_settings = [](const fs::path& dir) {
+    auto s = settings(dir);
+    s["control"] = "1";
+    s["seeds"] = "5";
+    return s;
+  };
+  // A pool of 12 runs whose statistic is noise: the contrast "grows above 1" between two groups of
+  // them is far from its threshold, so the rule never calls it supported.
+  std::vector<double> pool;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.3);
+  {
+    const fs::path dir = fresh_dir("placebo");
+    Report r(l, placebo_settings(dir), out, test_specs());
+    REQUIRE(r.placebo_mode());
+    CHECK(r.placebo_pool() == 12);
+    for (int i = 0; i < r.placebo_pool(); ++i) pool.push_back(noise(rng));
+    r.placebo("grows", [&](int a, int b) { return pool[b] - pool[a]; }, "run a as before, b as after");
+    r.no_placebo("small", "one arm's statistic");
+    CHECK(r.finish() == 0);
+    CHECK(r.verdict().rfind("placebo: the rule calls a claim with no effect supported in at most 0.05 of splits, for 1 of 2", 0) == 0);
+    REQUIRE(r.placebos().size() == 2);
+    CHECK(r.placebos()[0].splits == kPlaceboSplits);
+    CHECK(r.placebos()[0].supported == 0);
+    CHECK(r.placebos()[1].splits == 0);
+    const nlohmann::json j = read_json(dir / "testlab.json");
+    CHECK(j["placebo"]["ok"] == true);
+    CHECK(j["placebo"]["claims"][0]["rate"] == 0.0);
+    CHECK(j["placebo"]["claims"][1]["rate"].is_null());
+  }
+  {
+    // A placebo that finds an effect (a statistic that does not depend on the split): FAILS, exit 3.
+    Report r(l, placebo_settings(fresh_dir("placebo_fails")), out, test_specs());
+    r.placebo("grows", [&](int a, int) { return 2.0 + pool[a]; }, "not a contrast at all");
+    r.no_placebo("small", "one arm's statistic");
+    CHECK(r.finish() == 3);
+    CHECK(r.placebos()[0].supported == kPlaceboSplits);
+    CHECK(r.verdict() == "placebo: FAILS: the rule calls a claim with no effect supported in more than 0.05 of splits: grows");
+  }
+  {
+    // Every paper claim needs a placebo or a reason why it has none.
+    Report r(l, placebo_settings(fresh_dir("placebo_missing")), out, test_specs());
+    r.placebo("grows", [&](int a, int b) { return pool[b] - pool[a]; }, "run a as before, b as after");
+    CHECK_THROWS_WITH_AS(r.finish(), doctest::Contains("'small' has no placebo"), std::logic_error);
+  }
+  // Outside a placebo lab's --control, a placebo is the lab's bug.
+  Report plain(l, settings(fresh_dir("placebo_plain")), out, test_specs());
+  CHECK_THROWS_AS(plain.placebo("grows", [](int, int) { return 0.0; }, "x"), std::logic_error);
+  std::fclose(out);
 }

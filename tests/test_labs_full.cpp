@@ -1,19 +1,27 @@
-// Every lab of `gradflow lab`, run as a user runs it, from the built program, twice (issue 27):
-//  - the lab at its CI settings must AGREE: exit 0, every paper claim's interval on its claimed
-//    side, every exact check passing, each claim in the JSON with its kind, mean and interval;
-//  - its negative control (--control: the same protocol without the causal ingredient) must
-//    DISAGREE: exit 3, and EVERY claim marked control_targets in lab/claims.cpp failing.
-// A claim that passes either way fails this test. It takes minutes, not seconds (the labs' own
-// timing is in docs/labs.md, measured alone, not here). The CI settings are the lab's defaults,
-// or fewer seeds (at least 3 for paper claims), steps or sweep points; under the sanitizers' short
-// budget (GRADFLOW_TEST_SHORT, tests/test_budget.h) `short_args` is added to cut them further,
-// every claim still asserting. A lab is one line at the end of this file.
+// Every lab of `gradflow lab`, run as a user runs it, from the built program (issue 35, item 7):
+//  - the lab at its CI settings must give, for each paper claim, its recorded outcome (supported,
+//    contradicted or unsettled; lab/report.h), every exact check passing, each claim in the JSON
+//    with its kind, outcome, mean and interval, and no paper claim whose per-seed values are all
+//    equal (that is a check, item 4);
+//  - its negative control, where it has one (--control: the same protocol without the causal
+//    ingredient), must leave every claim marked control_targets in lab/claims.cpp unsupported.
+// The margin. A lab trains through BLAS, whose summation order differs between CPUs and kernels, so
+// a claim whose interval sits near its threshold can land on the other side of it on another
+// machine. The test therefore accepts the *neighbouring* outcome (unsettled for a recorded
+// supported or contradicted claim, or the nearer decided one for a recorded unsettled claim) when the
+// deciding interval's end lies within half of its own half-width of the threshold. A flip between
+// supported and contradicted always fails. It takes minutes, not seconds (the labs' own timing is in
+// docs/labs.md, measured alone, not here). The CI settings are the lab's defaults, or fewer seeds,
+// steps or sweep points; under the sanitizers' short budget (GRADFLOW_TEST_SHORT, tests/test_budget.h)
+// `short_args` is added to cut them further. A lab is one line at the end of this file.
 #include <doctest/doctest.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -62,93 +70,147 @@ Run run_gradflow_lab(const std::string& name, const std::string& args, bool cont
 void check_fields(const json& c) {
   CAPTURE(c.dump());
   CHECK((c.at("kind") == "paper" || c.at("kind") == "check"));
-  for (const char* k : {"id", "statement", "method", "side", "source", "evidence"}) CHECK(c.at(k).is_string());
+  for (const char* k : {"id", "statement", "method", "side", "source", "evidence", "outcome"}) CHECK(c.at(k).is_string());
   for (const char* k : {"holds", "control_targets"}) CHECK(c.at(k).is_boolean());
   CHECK(c.at("threshold").is_number());
   CHECK(c.at("n").is_number_integer());
   for (const char* k : {"mean", "lo", "hi"}) CHECK((c.at(k).is_number() || c.at(k).is_null()));  // null: NaN
 }
 
-// The lab at its CI settings: AGREES, every claim holding; paper claims across >= 3 seeds.
-void lab_agrees(const std::string& name, const std::string& args, const std::string& short_args) {
+// A paper claim's recorded outcome on the recording machine (docs/labs.md says which).
+struct Recorded {
+  std::string id;
+  std::string outcome;  // "supported", "contradicted" or "unsettled"
+};
+
+// How far the deciding interval clears the threshold on the claimed side (positive when it lies
+// strictly there) and on the other side, and the margin: half of the interval's half-width.
+struct Clearance {
+  double supported = NAN, contradicted = NAN, margin = NAN;
+};
+Clearance clearance(const json& c) {
+  const json& iv = c.contains("decisive") ? c.at("decisive") : c;
+  if (!iv.at("lo").is_number() || !iv.at("hi").is_number()) return {};
+  const double lo = iv.at("lo").get<double>(), hi = iv.at("hi").get<double>(), t = c.at("threshold").get<double>();
+  const bool above = c.at("side") == "above";
+  return {above ? lo - t : t - hi, above ? t - hi : lo - t, (hi - lo) / 4};
+}
+
+// The observed outcome against the recorded one, by the margin rule at the top of this file.
+bool outcome_accepted(const json& c, const std::string& recorded) {
+  const std::string seen = c.at("outcome").get<std::string>();
+  if (seen == recorded) return true;
+  const Clearance k = clearance(c);
+  if (!std::isfinite(k.margin)) return false;
+  if (recorded == "supported" && seen == "unsettled") return k.supported >= -k.margin;
+  if (recorded == "contradicted" && seen == "unsettled") return k.contradicted >= -k.margin;
+  if (recorded == "unsettled" && seen == "supported") return k.supported <= k.margin;
+  if (recorded == "unsettled" && seen == "contradicted") return k.contradicted <= k.margin;
+  return false;  // supported <-> contradicted: never
+}
+
+// The lab at its CI settings: each paper claim as recorded (`recorded`, default supported), every
+// exact check passing, paper claims across >= 3 seeds with some spread.
+void lab_as_recorded(const std::string& name, const std::string& args, const std::string& short_args, const std::vector<Recorded>& recorded) {
   const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, false);
   INFO(r.log);
-  REQUIRE(r.exit_code == 0);  // 0: agrees; 3: disagrees; other: an error
-  CHECK(r.log.find("check: AGREES with") != std::string::npos);
+  REQUIRE((r.exit_code == 0 || r.exit_code == 3 || r.exit_code == 4));  // other: an error
   CHECK(r.svg);
   REQUIRE(r.j.is_object());
   CHECK(r.j.at("lab") == name);
   CHECK(r.j.at("control") == false);
-  CHECK(r.j.at("check").at("agrees").get<bool>());
   REQUIRE(r.j.at("claims").size() >= 2);
+  for (const auto& rec : recorded) {
+    const auto& cs = r.j.at("claims");
+    CAPTURE(rec.id);
+    CHECK(std::any_of(cs.begin(), cs.end(), [&](const json& c) { return c.at("id") == rec.id && c.at("kind") == "paper"; }));
+  }
+  bool every_supported = true, any_contradicted = false, every_check = true;
   for (const auto& c : r.j.at("claims")) {
     check_fields(c);
-    CAPTURE(c.at("id").get<std::string>());
-    CHECK(c.at("holds").get<bool>());
-    if (c.at("kind") == "paper") CHECK(c.at("n").get<int>() >= 3);
+    const std::string id = c.at("id").get<std::string>();
+    CAPTURE(id);
+    CAPTURE(c.dump());
+    if (c.at("kind") == "check") {
+      CHECK(c.at("holds").get<bool>());
+      every_check = every_check && c.at("holds").get<bool>();
+      continue;
+    }
+    CHECK(c.at("n").get<int>() >= 3);
+    std::string want = "supported";
+    for (const auto& rec : recorded)
+      if (rec.id == id) want = rec.outcome;
+    CAPTURE(want);
+    CHECK(outcome_accepted(c, want));
+    every_supported = every_supported && c.at("outcome") == "supported";
+    any_contradicted = any_contradicted || c.at("outcome") == "contradicted";
+    // Item 4: a paper claim must vary from seed to seed; equal values make it a check.
+    std::vector<double> v;
+    for (const auto& x : c.at("values"))
+      if (x.is_number()) v.push_back(x.get<double>());
+    CHECK(v.size() >= 3);
+    CHECK(std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) != v.end());
   }
+  // The exit code and the verdict line follow the outcomes (lab/report.h).
+  const int code = any_contradicted || !every_check ? 3 : every_supported ? 0 : 4;
+  CHECK(r.exit_code == code);
+  CHECK(r.log.find(code == 0 ? "check: AGREES with" : code == 4 ? "check: UNSETTLED for" : "check: ") != std::string::npos);
 }
 
-// Its control: DISAGREES, with every targeted claim failing.
-void control_disagrees(const std::string& name, const std::string& args, const std::string& short_args) {
+// Its control. A placebo (Lab::placebo: two groups of seeds of one arm) must have the decision rule
+// call each contrast supported in at most 5% of its splits (exit 0); an ablation (the causal
+// ingredient removed) must leave every claim marked control_targets unsupported.
+void control_no_target(const std::string& name, const std::string& args, const std::string& short_args) {
   const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, true);
   INFO(r.log);
-  REQUIRE(r.exit_code == 3);
   CHECK(r.log.find("control: ") != std::string::npos);
-  CHECK(r.log.find("check: DISAGREES with") != std::string::npos);
   REQUIRE(r.j.is_object());
   CHECK(r.j.at("control") == true);
+  if (r.j.contains("placebo")) {
+    CHECK(r.exit_code == 0);
+    int tested = 0;
+    for (const auto& p : r.j.at("placebo").at("claims")) {
+      CAPTURE(p.dump());
+      if (p.at("splits").get<int>() == 0) continue;  // no contrast: no placebo
+      ++tested;
+      CHECK(p.at("splits").get<int>() >= 20);
+      CHECK(p.at("rate").get<double>() <= 0.05);
+    }
+    CHECK(tested >= 1);
+    return;
+  }
+  REQUIRE((r.exit_code == 3 || r.exit_code == 4));
   int targets = 0;
   for (const auto& c : r.j.at("claims")) {
     check_fields(c);
     CAPTURE(c.at("id").get<std::string>());
     if (!c.at("control_targets").get<bool>()) continue;
     ++targets;
-    CHECK_FALSE(c.at("holds").get<bool>());
+    CHECK(c.at("outcome") != "supported");
   }
   CHECK(targets >= 1);
 }
 
-// A lab whose run disagrees with part of its paper, robustly (each failing claim's interval lies on
-// the wrong side of its threshold, well clear of it): exit 3, exactly the claims `fail` failing,
-// every other claim holding. The page of the lab says why; a claim that flips either way fails.
-void lab_disagrees_on(const std::string& name, const std::string& args, const std::string& short_args, const std::vector<std::string>& fail) {
-  const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, false);
-  INFO(r.log);
-  REQUIRE(r.exit_code == 3);
-  CHECK(r.log.find("check: DISAGREES with") != std::string::npos);
-  CHECK(r.svg);
-  REQUIRE(r.j.is_object());
-  CHECK(r.j.at("control") == false);
-  REQUIRE(r.j.at("claims").size() >= 2);
-  for (const auto& c : r.j.at("claims")) {
-    check_fields(c);
-    const std::string id = c.at("id").get<std::string>();
-    CAPTURE(id);
-    CHECK(c.at("holds").get<bool>() == (std::find(fail.begin(), fail.end(), id) == fail.end()));
-    if (c.at("kind") == "paper") CHECK(c.at("n").get<int>() >= 3);
-  }
-}
-
-// One lab: the lab must agree and its control disagree, at the same settings.
-void lab_and_control(const std::string& name, const std::string& args = "", const std::string& short_args = "") {
-  SUBCASE("agrees") { lab_agrees(name, args, short_args); }
-  SUBCASE("its control disagrees") { control_disagrees(name, args, short_args); }
+// One lab: as recorded, and its control (where it has one) at the same settings.
+void lab_and_control(const std::string& name, const std::string& args, const std::string& short_args, const std::vector<Recorded>& recorded,
+                     bool has_control = true) {
+  SUBCASE("as recorded") { lab_as_recorded(name, args, short_args, recorded); }
+  if (has_control) SUBCASE("its control supports no target") { control_no_target(name, args, short_args); }
 }
 
 }  // namespace
 
-// name, CI settings, and what the short budget adds. Paper claims take a t interval across seeds,
-// whose width at 3 seeds (t = 4.30) some claims' margins do not survive: those labs keep their 5.
-TEST_CASE("lab norm") { lab_and_control("norm", "--seeds 3", "--steps 100"); }
-TEST_CASE("lab leak") { lab_and_control("leak"); }
-TEST_CASE("lab padding") { lab_and_control("padding"); }
-TEST_CASE("lab nan") { lab_and_control("nan"); }
-TEST_CASE("lab scale") { lab_and_control("scale", "--seeds 3", "--steps 100"); }
-TEST_CASE("lab depth") { lab_and_control("depth", "", "--depths 1,2,4,8,16"); }
-// entropy keeps its defaults even under the short budget: its collapse claim's interval (upper end
-// 0.097 against 0.1 at 5 seeds) survives neither fewer seeds nor fewer steps.
-TEST_CASE("lab entropy") { lab_and_control("entropy"); }
+// name, CI settings, what the short budget adds, and the recorded outcomes of the paper claims that
+// are not supported (every other paper claim: supported). Recorded alone on a 2-core AMD EPYC (Zen 4,
+// OpenBLAS's own kernel choice), docs/labs.md; the margin above covers the other kernels.
+TEST_CASE("lab norm") { lab_and_control("norm", "", "--seeds 3 --steps 100", {}); }
+TEST_CASE("lab leak") { lab_and_control("leak", "", "", {}); }
+TEST_CASE("lab padding") { lab_and_control("padding", "", "", {}); }
+// nan and graph are demonstrations: exact checks only, so no control.
+TEST_CASE("lab nan") { lab_and_control("nan", "", "", {}, false); }
+TEST_CASE("lab scale") { lab_and_control("scale", "", "--seeds 3 --steps 100", {}); }
+TEST_CASE("lab depth") { lab_and_control("depth", "", "--depths 1,2,4,8,16", {}); }
+TEST_CASE("lab entropy") { lab_and_control("entropy", "", "", {}); }
 // The two labs that train translators start from an empty cache, as a fresh build would; the
 // control then loads the lab's models (it changes what is measured, not the models).
 namespace {
@@ -158,30 +220,31 @@ std::string fresh_cache(const std::string& name) {
   return dir.string();
 }
 }  // namespace
-// attribution disagrees with Jain and Wallace on the methods' agreement, each interval below 0
+// attribution: each attribution method agrees more with attention than with the other methods, so
+// two of Jain and Wallace's three claims are contradicted and the third is unsettled
 // (docs/labs/attribution.md).
 TEST_CASE("lab attribution") {
   const std::string cache = fresh_cache("attribution");
   const std::string shorter = "--sentences 20 --ig-steps 16 --permutations 4";
-  lab_disagrees_on("attribution", "--cache " + cache, shorter, {"methods_agree_gxi", "methods_agree_loo", "methods_agree_ig"});
-  control_disagrees("attribution", "--cache " + cache, shorter);
+  lab_as_recorded("attribution", "--cache " + cache, shorter, {{"methods_agree_gxi", "unsettled"}, {"methods_agree_loo", "contradicted"}, {"methods_agree_ig", "contradicted"}});
+  control_no_target("attribution", "--cache " + cache, shorter);
   fs::remove_all(cache);
 }
-// exposure, trained to convergence, disagrees on the gap's growth and on scheduled sampling
-// narrowing it (docs/labs/exposure.md); convergence leaves nothing to shorten.
+// exposure, 3 seeds (its budget): only "derails" is settled; the gap's growth and both effects of
+// scheduled sampling are unsettled (docs/labs/exposure.md).
 TEST_CASE("lab exposure") {
   const std::string cache = fresh_cache("exposure");
-  lab_disagrees_on("exposure", "--cache " + cache, "", {"gap_grows", "ss_narrows_gap"});
-  control_disagrees("exposure", "--cache " + cache, "");
+  lab_as_recorded("exposure", "--cache " + cache, "", {{"gap_grows", "unsettled"}, {"ss_narrows_gap", "unsettled"}, {"ss_less_derailment", "unsettled"}});
+  control_no_target("exposure", "--cache " + cache, "");
   fs::remove_all(cache);
 }
-TEST_CASE("lab graph") { lab_and_control("graph"); }
-// The new labs (issue 27): kvcache times steps, so the short budget times fewer; gqa's quality claim
-// needs its full training (a shorter checkpoint or uptraining leaves grouped attention further
-// behind multi-head: it failed at 300 + 80 steps), so it runs at its defaults under either budget.
-TEST_CASE("lab kvcache") { lab_and_control("kvcache", "", "--seeds 3 --lengths 32,64,128,256 --reps 3"); }
-TEST_CASE("lab gqa") { lab_and_control("gqa"); }
-TEST_CASE("lab smoothing") { lab_and_control("smoothing", "--seeds 3"); }
-TEST_CASE("lab crossattn") { lab_and_control("crossattn", "--seeds 3", "--steps 300 --eval 100"); }
+TEST_CASE("lab graph") { lab_and_control("graph", "", "", {}, false); }
+// kvcache times steps, so the short budget times fewer; gqa's quality claim needs its full
+// training, so it runs at its defaults under either budget; gqa has no control (its one paper
+// claim is not a control's target).
+TEST_CASE("lab kvcache") { lab_and_control("kvcache", "", "--seeds 3 --lengths 32,64,128,256 --reps 3", {}); }
+TEST_CASE("lab gqa") { lab_and_control("gqa", "", "", {}, false); }
+TEST_CASE("lab smoothing") { lab_and_control("smoothing", "", "--seeds 3", {}); }
+TEST_CASE("lab crossattn") { lab_and_control("crossattn", "", "--seeds 3 --steps 300 --eval 100", {}); }
 // precision rounds with the scalar bfloat16 of tensor/dtype.h, so it runs on any CPU.
-TEST_CASE("lab precision") { lab_and_control("precision", "", "--seeds 3 --steps 200"); }
+TEST_CASE("lab precision") { lab_and_control("precision", "", "--seeds 3 --steps 200", {}); }

@@ -29,11 +29,21 @@ function referenceLine(text) {
   return p;
 }
 
+// Whether a control did its job: a placebo's false-positive rates within bounds, or an ablation
+// leaving every targeted claim unsupported.
+function controlOk(run) {
+  if (!run) return false;
+  if (run.placebo) return !!run.placebo.ok;
+  const c = run.check || {};
+  return c.control_targets > 0 && c.control_targets_fail === c.control_targets;
+}
+
 function verdictBox(run, what) {
   const c = run.check || {};
-  const ok = what === "control" ? !c.agrees : c.agrees;  // a control must disagree
+  const ok = what === "control" ? controlOk(run) : c.agrees;
   const title = ok ? "as it must be" : "NOT as it must be";
-  return el("div", {class: "verdict " + (c.agrees ? "agrees" : "disagrees"), title: title}, c.line || "(no verdict)");
+  const good = what === "control" ? !!run.placebo && ok : c.agrees;  // an ablation's line reads as a disagreement
+  return el("div", {class: "verdict " + (good ? "agrees" : "disagrees"), title: title}, c.line || "(no verdict)");
 }
 
 // "mean [lo, hi] (method, n)", or for an exact check its value.
@@ -73,10 +83,12 @@ function intervalPlot(spec, lab, control) {
   return svg;
 }
 
+// A claim's outcome: supported, contradicted or unsettled (paper), passes or fails (check).
 function holdsCell(claim) {
   if (!claim) return el("td", {class: "note"}, "not run");
-  return el("td", {}, [el("span", {class: claim.holds ? "holds" : "fails"}, claim.holds ? "holds" : "fails"), el("br"),
-                       el("span", {class: "mono"}, intervalText(claim))]);
+  const word = claim.outcome || (claim.holds ? "holds" : "fails");
+  const cls = claim.holds ? "holds" : word === "unsettled" ? "note" : "fails";
+  return el("td", {}, [el("span", {class: cls}, word), el("br"), el("span", {class: "mono"}, intervalText(claim))]);
 }
 
 // ---------------------------------------------------------------- one lab
@@ -98,15 +110,23 @@ function labPage(page, data) {
     v.append(el("p", {class: "note"}, `The lab itself was not found beside this control: gradflow lab ${lab.name} --html.`));
   }
   v.append(el("h3", {}, "its negative control"));
-  if (control) {
-    v.append(el("p", {}, `Removed: ${control.control_removes || lab.control_removes}. The paper claims marked as its targets must fail.`));
+  if (control && control.placebo) {
+    v.append(el("p", {}, `${control.control_removes || lab.control_removes}. Each contrast between two groups of seeds of one ` +
+                         "arm, over many splits of a pool of runs: the rule must call it supported in at most 5% of them."));
+    v.append(verdictBox(control, "control"));
+    const rates = control.placebo.claims.map(p => p.splits ? `${p.id}: ${p.supported} of ${p.splits}` : `${p.id}: ${p.how}`);
+    v.append(el("p", {class: controlOk(control) ? "holds" : "fails"}, rates.join("; ")));
+  } else if (control) {
+    v.append(el("p", {}, `Removed: ${control.control_removes || lab.control_removes}. ` +
+                         "The paper claims marked as its targets must not be supported."));
     v.append(verdictBox(control, "control"));
     const c = control.check || {};
-    const ok = c.control_targets > 0 && c.control_targets_fail === c.control_targets;
+    const ok = controlOk(control);
     v.append(el("p", {class: ok ? "holds" : "fails"},
-                ok ? (c.control_targets === 1 ? "The targeted claim fails without the causal ingredient, as it must."
-                                              : `All ${c.control_targets} targeted claims fail without the causal ingredient, as they must.`)
-                   : `${c.control_targets_fail} of ${c.control_targets} targeted claims fail: the lab cannot tell the effect from its absence.`));
+                ok ? (c.control_targets === 1 ? "The targeted claim is not supported without the causal ingredient, as it must be."
+                                              : `None of the ${c.control_targets} targeted claims is supported without the causal ingredient.`)
+                   : `${c.control_targets_fail} of ${c.control_targets} targeted claims not supported: ` +
+                     "the lab cannot tell the effect from its absence."));
   } else if (lab.control_removes) {
     v.append(el("p", {class: "note"}, `Not run. Its control removes: ${lab.control_removes}. Run gradflow lab ${lab.name} --control ` +
                                       "(it writes the lab's folder with -control appended, which this page then shows) and write the page again."));
@@ -127,8 +147,10 @@ function labPage(page, data) {
 function claimsSection(lab, result, control) {
   const s = el("section", {id: "claims"}, el("h2", {}, "Claims"));
   s.append(el("p", {class: "note"},
-              "A paper claim holds when its whole 95% interval across seeds lies strictly on the claimed side of the threshold; an " +
-              "exact check when its value does. The picture shows each interval (blue: the lab, grey: the control) against the " +
+              "A paper claim is supported when its interval across seeds (Holm-adjusted across the lab's paper claims) lies " +
+              "strictly on the claimed side of the threshold, contradicted when it lies strictly on the other side, and unsettled " +
+              "when it contains the threshold; an exact check passes when its value lies on the claimed side. " +
+              "The picture shows each interval (blue: the lab, grey: the control) against the " +
               "threshold (red) with the claimed side shaded."));
   const byId = run => Object.fromEntries(((run && run.claims) || []).map(c => [c.id, c]));
   const mine = byId(result), theirs = byId(control);
@@ -229,33 +251,40 @@ function settingsSection(result, control) {
 function indexPage(page, data) {
   page.append(...header("gradflow lab: every lab and its negative control", `from ${data.folder}`, []));
   page.append(el("p", {class: "note"},
-                 "Each lab must agree with its paper (every paper claim holds and every exact check passes); each control, the same " +
-                 "protocol without the causal ingredient, must disagree, with every claim it targets failing. Click a lab for its page."));
+                 "Each lab's paper claims are supported, contradicted or unsettled, and its exact checks must pass; each control, a " +
+                 "placebo (two groups of seeds of one arm) or the protocol without the causal ingredient, must not find the effect. " +
+                 "Click a lab for its page."));
   const columns = ["lab", "question and paper", "the lab", "seconds", "its control", "seconds"];
   const table = el("table", {id: "labs-table"}, el("tr", {}, columns.map(h => el("th", {}, h))));
   let ok = true, total = 0;
   for (const row of data.labs) {
     const r = row.result, c = row.control;
     const labOk = r && r.agrees;
-    const controlOk = !row.lab.control_removes || (c && !c.agrees && c.control_targets > 0 && c.control_targets_fail === c.control_targets);
-    ok = ok && labOk && controlOk;
+    const ablationOk = c && c.control_targets > 0 && c.control_targets_fail === c.control_targets;
+    const cOk = !row.lab.control_removes || (c && (c.placebo ? c.placebo_ok : ablationOk));
+    ok = ok && labOk && cOk;
     total += (r ? r.seconds : 0) + (c ? c.seconds : 0);
     table.append(el("tr", {}, [
       el("td", {}, el("a", {href: row.page}, row.lab.name)),
       el("td", {}, [row.lab.title, el("br"), el("span", {class: "note"}, row.lab.reference)]),
-      el("td", {}, r ? [el("span", {class: r.agrees ? "holds" : "fails"}, r.agrees ? "agrees" : "DISAGREES"), el("br"),
-                        el("span", {class: "note"}, `${r.paper_claims_hold} of ${r.paper_claims} paper claims hold; ` +
+      el("td", {}, r ? [el("span", {class: r.agrees ? "holds" : r.contradicted ? "fails" : "note"},
+                           r.agrees ? "agrees" : r.contradicted ? "DISAGREES" : "unsettled"), el("br"),
+                        el("span", {class: "note"}, `supports ${r.paper_claims_hold}, contradicts ${r.contradicted || 0}, ` +
+                                                    `unsettled ${r.unsettled || 0} of ${r.paper_claims}; ` +
                                                     `${r.exact_checks_pass} of ${r.exact_checks} checks pass`)]
                    : el("span", {class: "note"}, "not run")),
       el("td", {class: "num"}, r ? fmt(r.seconds) : ""),
-      el("td", {}, c ? [el("span", {class: !c.agrees ? "holds" : "fails"}, !c.agrees ? "disagrees" : "AGREES"), el("br"),
-                        el("span", {class: "note"}, `${c.control_targets_fail} of ${c.control_targets} targets fail`)]
+      el("td", {}, c ? (c.placebo ? [el("span", {class: c.placebo_ok ? "holds" : "fails"},
+                                        c.placebo_ok ? "placebo within 5%" : "PLACEBO OVER 5%")]
+                                  : [el("span", {class: cOk ? "holds" : "fails"}, cOk ? "no target supported" : "A TARGET SUPPORTED"), el("br"),
+                                     el("span", {class: "note"}, `${c.control_targets_fail} of ${c.control_targets} targets not supported`)])
                    : el("span", {class: "note"}, row.lab.control_removes ? "not run" : "no control")),
       el("td", {class: "num"}, c ? fmt(c.seconds) : ""),
     ]));
   }
   page.append(el("div", {class: "verdict " + (ok ? "agrees" : "disagrees")},
-                 ok ? "Every lab agrees and every control disagrees." : "NOT every lab agrees and every control disagrees."));
+                 ok ? "Every lab's claims are supported and every control finds no effect." :
+                      "Not every lab's claims are supported, or a control found an effect: see each row."));
   page.append(table);
   page.append(el("p", {class: "note"}, `${data.labs.length} labs, ${fmtSeconds(total)} in all.`));
   page.append(footer("Written by gradflow from each lab's NAME.json; nothing on this page is fetched."));
