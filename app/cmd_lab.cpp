@@ -61,7 +61,12 @@ Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
   f.add_int("seeds", l.default_seeds, "independent runs (seeds): paper claims take a 95% interval across them");
   f.add_int("seed", 1, "first seed (runs use seed, seed+1, ...)");
   f.add_int("threads", 0, "threads (default: the hardware's)");
-  f.add_bool("control", "the negative control: the same protocol without the causal ingredient; its targeted claims must not be supported");
+  f.add_bool("control", l.placebo ? "the placebo: each paper claim's contrast between two groups of seeds of one arm; the rule must call it "
+                                     "supported in at most 5% of splits"
+                                   : "the negative control: the same protocol without the causal ingredient; its targeted claims must not be "
+                                     "supported");
+  if (!l.ablation.empty())
+    f.add_bool("ablate", "the ablation: " + l.ablation + " (output: --out with -ablate appended); its targeted claims must not be supported");
   f.add_bool("claims", "print the lab's claims (statement, threshold, source) and exit");
   f.add_bool("html", "also write NAME.html: the claims with their intervals, the control's result when it ran, the figures (docs/report.md)");
   for (const auto& o : l.options) {
@@ -93,7 +98,8 @@ namespace {
 
 // Parses the lab's flags and runs it. `control_default`: --control on from the start (lab all).
 // Returns the lab's exit code and verdict.
-Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out, bool control_default = false) {
+Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out, bool control_default = false,
+                bool ablate_default = false) {
   Flags f = lab_flags(l, default_out);
   if (!f.parse(argc, argv)) return {};
   if (f.on("claims")) {
@@ -102,13 +108,16 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
   }
   check_lab_flags(f);
   const bool control = control_default || f.on("control");
+  const bool ablate = ablate_default || (!l.ablation.empty() && f.on("ablate"));
   GF_CHECK_AS(UsageError, !control || !l.control.empty(), "lab {}: this lab has no negative control (--control)", l.name);
+  GF_CHECK_AS(UsageError, !(control && ablate), "lab {}: --control and --ablate are two runs; give one", l.name);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  const std::string out = f.given("out") || !control ? f.str("out") : f.str("out") + "-control";
+  const std::string out = f.given("out") || !(control || ablate) ? f.str("out") : f.str("out") + (ablate ? "-ablate" : "-control");
   std::map<std::string, std::string> settings{{"out", out},
                                               {"seeds", std::to_string(f.integer("seeds"))},
                                               {"seed", std::to_string(f.integer("seed"))},
-                                              {"control", control ? "1" : "0"}};
+                                              {"control", control ? "1" : "0"},
+                                              {"ablate", ablate ? "1" : "0"}};
   for (const auto& o : l.options) {
     switch (o.kind) {
       case lab::Option::Int: settings[o.name] = std::to_string(f.integer(o.name)); break;
@@ -127,7 +136,8 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
   int targets = 0, failed = 0;
   for (const auto& c : report.claims()) targets += c.spec.control_targets, failed += c.spec.control_targets && !c.holds;
   r.targets_all_fail = targets > 0 && failed == targets;
-  if (report.placebo_mode()) r.targets_all_fail = r.code == 0;  // a placebo: every claim's false-positive rate within bounds
+  if (report.placebo_mode()) r.targets_all_fail = r.code == 0;
+  if (control || ablate) r.code = r.code == 1 ? 1 : r.targets_all_fail ? 0 : 3;  // a control's own exit: 0 when it did its job  // a placebo: every claim's false-positive rate within bounds
   if (f.on("html")) fmt::print("page: {}\n", write_lab_page(out));
   return r;
 }
@@ -144,43 +154,43 @@ int run_all(int argc, char** argv) {
   }
   struct Row {
     std::string name;
-    Outcome lab, control;
-    bool has_control = false;
+    Outcome lab, control, ablation;
+    bool has_control = false, has_ablation = false;
   };
   std::vector<Row> rows;
   // One lab's error is reported and counted, and the others still run.
-  auto guarded = [&](const lab::Lab& l, bool control) {
+  auto guarded = [&](const lab::Lab& l, bool control, bool ablate) {
     char* none[] = {nullptr};
-    try {
-      return run_lab(l, 0, none, (std::filesystem::path(f.str("out")) / l.name).string(), control);  // a control into NAME-control
+    try {  // a control into NAME-control, an ablation into NAME-ablate
+      return run_lab(l, 0, none, (std::filesystem::path(f.str("out")) / l.name).string(), control, ablate);
     } catch (const std::exception& e) {
-      fmt::print("gradflow lab {}{}: error: {}\n", l.name, control ? " --control" : "", e.what());
+      fmt::print("gradflow lab {}{}: error: {}\n", l.name, control ? " --control" : ablate ? " --ablate" : "", e.what());
       return Outcome{1, 0, "error", false};
     }
   };
   for (const auto& l : lab::labs()) {
-    rows.push_back({l.name, guarded(l, false), {}, !l.control.empty()});
+    rows.push_back({l.name, guarded(l, false, false), {}, {}, !l.control.empty(), !l.ablation.empty()});
     fmt::print("\n");
   }
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (!rows[i].has_control) continue;
-    rows[i].control = guarded(lab::labs()[i], true);
-    fmt::print("\n");
+    if (rows[i].has_control) rows[i].control = guarded(lab::labs()[i], true, false), fmt::print("\n");
+    if (rows[i].has_ablation) rows[i].ablation = guarded(lab::labs()[i], false, true), fmt::print("\n");
   }
   int code = 0;
   double total = 0;
   fmt::print("all labs (lab: every paper claim supported, exit 0; control: no target supported):\n  {:<12}  {:<12}  {:>8}  {:<12}  {:>8}\n", "lab",
              "lab", "seconds", "control", "seconds");
   for (const auto& r : rows) {
-    const bool control_ok = !r.has_control || (r.control.code != 1 && r.control.targets_all_fail);
+    const bool control_ok = (!r.has_control || (r.control.code != 1 && r.control.targets_all_fail)) &&
+                            (!r.has_ablation || (r.ablation.code != 1 && r.ablation.targets_all_fail));
     const int lab_code = r.lab.code == 1 ? 3 : r.lab.code;
     if (lab_code == 3 || !control_ok) code = 3;  // a contradiction outranks anything unsettled
     else if (lab_code == 4 && code == 0) code = 4;
-    total += r.lab.seconds + r.control.seconds;
+    total += r.lab.seconds + r.control.seconds + r.ablation.seconds;
     const char* lab_word = r.lab.code == 1 ? "ERROR" : r.lab.code == 0 ? "supports all" : r.lab.code == 3 ? "CONTRADICTS" : "unsettled";
     fmt::print("  {:<12}  {:<12}  {:>8.1f}  {:<12}  {:>8}\n", r.name, lab_word, r.lab.seconds,
                !r.has_control ? "(none)" : r.control.code == 1 ? "ERROR" : control_ok ? "no target" : "TARGET HOLDS",
-               r.has_control ? fmt::format("{:.1f}", r.control.seconds) : "-");
+               r.has_control ? fmt::format("{:.1f}", r.control.seconds + r.ablation.seconds) : "-");
   }
   fmt::print("  total {:.1f} s; {}\n", total,
              code == 0 ? "every lab's claims supported and no control supports a target"

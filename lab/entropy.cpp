@@ -15,7 +15,8 @@
 // Every few steps the entropy of every head (encoder self, decoder self and cross attention) on a
 // fixed batch of held-out pairs, normalised by its largest possible value log(visible keys), and
 // the largest product of the query and key weights' spectral norms (the paper's bound's quantity).
-// The claims are per seed, with a 95% interval across seeds. --control runs the high arm at the
+// The claims are per seed, with an interval across seeds. --control is a placebo (two groups of
+// seeds of the plain model at the high rate in the arms' places); --ablate runs the high arm at the
 // safe rate: the paper's collapse and the rescue must then vanish.
 #include <fmt/format.h>
 
@@ -206,12 +207,12 @@ double init_difference(const IdData& data, const Setting& s, uint64_t seed) {
 
 std::string arm_label(double lr, Arm arm) { return fmt::format("lr {:g} {}", lr, kArmName[arm]); }
 
-void print_runs(Report& r, const Grid& g, bool control) {
+void print_runs(Report& r, const Grid& g, bool ablate) {
   r.section("per run: final loss, least head's entropy (H / log(visible keys); 1 = uniform over the keys, 0 = one key), logit-scale bound");
   Table t("runs", {"rate", "lr", "arm", "seed", "steps run", "diverged at", "first loss", "final loss", "least head H at end", "mean head H at end",
                    "lowest least head H", "max σ(Wq)σ(Wk) at end"});
   for (int rate : {0, 1}) {
-    if (control && rate == 1) break;  // the same runs as the safe rate's
+    if (ablate && rate == 1) break;  // the same runs as the safe rate's
     for (int arm : {kPlain, kReparam})
       for (const Run& x : g[rate][arm]) {
         double lowest = INFINITY;
@@ -348,10 +349,32 @@ void claims(Report& r, const Grid& g, double init_diff) {
           fmt::format("largest |logit difference| at initialisation between the model with σReparam and without: {:.3g}", init_diff));
 }
 
+// --control: the placebo. A pool of plain models at the high rate, each on its own seed; every
+// contrast between two groups of them (one group in each arm's place).
+void placebo(Report& r, Setting& s, double high) {
+  const int n = r.placebo_pool();
+  r.say(fmt::format("PLACEBO: {} plain models at lr {:g}, seeds {}-{}; each contrast compares two groups of them, unpaired.", n, high, r.seed(0),
+                    r.seed(n - 1)));
+  std::vector<Run> pool;
+  Table t("the pool: plain, high rate", {"seed", "final loss", "least head H at end"});
+  for (int i = 0; i < n; ++i) {
+    const IdData data = make_data(r, r.seed(i));
+    s.arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), r.on("pre-ln"));
+    pool.push_back(train_one(data, s, high, kPlain, r.seed(i)));
+    t.row({static_cast<int64_t>(r.seed(i)), pool.back().final_loss, pool.back().least_head_end});
+  }
+  r.print(t);
+  r.no_placebo("collapse", "one arm's entropy against 0.1, no contrast between arms");
+  const std::string how = "plain high-rate model a in one arm's place, b in the other's";
+  r.placebo("worse_loss", [&](int a, int b) { return pool[b].final_loss / pool[a].final_loss; }, how);
+  r.placebo("reparam_entropy", [&](int a, int b) { return pool[b].least_head_end - pool[a].least_head_end; }, how);
+  r.placebo("reparam_loss", [&](int a, int b) { return pool[a].final_loss / pool[b].final_loss; }, how);
+}
+
 void run(Report& r) {
   Setting s;
   const double safe = r.real("lr-safe");
-  const double high = r.control() ? safe : r.real("lr-high");
+  const double high = r.ablate() ? safe : r.real("lr-high");
   GF_CHECK(safe > 0 && r.real("lr-high") > safe, "lab entropy: need 0 < --lr-safe < --lr-high, got {} and {}", safe, r.real("lr-high"));
   s.base.steps = r.integer("steps");
   s.base.warmup = r.integer("warmup");
@@ -361,7 +384,8 @@ void run(Report& r) {
   GF_CHECK(r.text("reparam") == "all" || r.text("reparam") == "qk", "lab entropy: --reparam is all or qk, got '{}'", r.text("reparam"));
   s.reparam_all = r.text("reparam") == "all";
   GF_CHECK(s.every >= 1 && s.base.steps >= s.every, "lab entropy: need 1 <= --every <= --steps, got {} and {}", s.every, s.base.steps);
-  if (r.control())
+  if (r.placebo_mode()) return placebo(r, s, high);
+  if (r.ablate())
     r.say(fmt::format("the high arm runs at the safe rate lr {:g} instead of {:g}; its runs are the safe arm's (the same seed, data and rate "
                       "give the same numbers), so they are computed once",
                       safe, r.real("lr-high")));
@@ -381,11 +405,11 @@ void run(Report& r) {
                                       : "the query and key weights only"));
     for (int arm : {kPlain, kReparam}) {
       g[0][arm].push_back(train_one(data, s, safe, static_cast<Arm>(arm), r.seed(i)));
-      g[1][arm].push_back(r.control() ? g[0][arm].back() : train_one(data, s, high, static_cast<Arm>(arm), r.seed(i)));
+      g[1][arm].push_back(r.ablate() ? g[0][arm].back() : train_one(data, s, high, static_cast<Arm>(arm), r.seed(i)));
     }
     init_diff = std::max(init_diff, init_difference(data, s, r.seed(i)));
   }
-  print_runs(r, g, r.control());
+  print_runs(r, g, r.ablate());
   save_numbers(r, g);
   add_figure(r, g, s.every);
   claims(r, g, init_diff);
@@ -401,10 +425,12 @@ Lab entropy_lab() {
   l.question =
       "Without warm-up, does a high learning rate drive some attention head to near-zero entropy and spoil training, and does σReparam (each "
       "weight divided by its spectral norm, times a learned scale) keep that head's entropy up and the loss down at the same rate?";
-  l.control = "the safe learning rate in both arms";
+  l.control = "placebo: two groups of seeds of the plain model at the high rate";
+  l.placebo = true;
+  l.ablation = "the safe learning rate in both arms";
   l.default_seeds = 5;
   l.options = {{"lr-safe", Option::Real, "1e-3", "the safe learning rate"},
-               {"lr-high", Option::Real, "1e-2", "the high learning rate (--control: replaced by --lr-safe)"},
+               {"lr-high", Option::Real, "1e-2", "the high learning rate (--ablate: replaced by --lr-safe)"},
                {"task", Option::Text, "reverse", "copy, reverse, sort or corpus (the built-in English->Korean corpus), drawn by each seed"},
                {"pairs", Option::Int, "2000", "training pairs"},
                {"symbols", Option::Int, "16", "synthetic tasks: alphabet size"},

@@ -32,6 +32,9 @@ struct Lab {
   // --control is a placebo (issue 35): each paper claim's contrast between two groups of different
   // seeds of one arm, whose false-positive rate over many splits must be at most 5% (lab/report.h).
   bool placebo = false;
+  // What --ablate removes, for a lab whose --control is a placebo and which also has an ablation
+  // that measures something real (entropy's safe learning rate). Empty: no --ablate.
+  std::string ablation;
   int default_seeds = 3;
   std::vector<Option> options;
   void (*run)(Report&) = nullptr;

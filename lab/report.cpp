@@ -225,15 +225,20 @@ Report::Report(const Lab& lab, std::map<std::string, std::string> settings, std:
   json_["title"] = lab.title;
   json_["reference"] = lab.reference;
   GF_CHECK(!control() || !lab.control.empty(), "lab {} has no negative control (--control)", lab.name);
+  GF_CHECK(!ablate() || !lab.ablation.empty(), "lab {} has no ablation (--ablate)", lab.name);
+  GF_CHECK(!(ablate() && control()), "lab {}: --control and --ablate are two runs; give one", lab.name);
   json_["settings"] = settings_;
-  json_["control"] = control();
-  json_["control_removes"] = lab.control;
+  json_["control"] = control() || ablate();  // either way a control run (lab_page.cpp pairs it with its lab)
+  json_["control_removes"] = ablate() ? lab.ablation : lab.control;
+  json_["ablate"] = ablate();
   json_["threads"] = max_threads();
   json_["blas_core"] = blas_core_in_use();
   json_["log"] = nlohmann::json::array();
   json_["tables"] = nlohmann::json::object();
   json_["data"] = nlohmann::json::object();
   fmt::print(out_, "lab {}: {}\n  {}\n  {}\n", lab.name, lab.title, lab.reference, lab.question);
+  if (ablate())
+    fmt::print(out_, "control: {} (an ablation: the claims marked as its targets must not be supported)\n", lab.ablation);
   if (control())
     fmt::print(out_, "control: {} ({})\n", lab.control,
                lab.placebo ? "a placebo: each paper claim's contrast between two groups of seeds of one arm, which the rule must call "
@@ -288,6 +293,8 @@ bool Report::on(const std::string& name) const {
 int Report::seeds() const { return static_cast<int>(integer("seeds")); }
 
 bool Report::control() const { return settings_.count("control") && on("control"); }
+
+bool Report::ablate() const { return settings_.count("ablate") && on("ablate"); }
 
 uint64_t Report::seed(int i) const { return static_cast<uint64_t>(integer("seed")) + static_cast<uint64_t>(i); }
 
@@ -514,12 +521,13 @@ std::string Report::verdict_line(int* code) const {
   } else {
     const char* head = con > 0 ? "DISAGREES with" : passed < checks ? "FAILS an exact check, for" : unset > 0 ? "UNSETTLED for" : "AGREES with";
     line = fmt::format("check: {} {}{}: supports {}, contradicts {}, unsettled {} of {} paper claims{}", head, lab_.reference,
-                       control() ? fmt::format(" (control: {})", lab_.control) : "", sup, con, unset, papers, exact);
+                       ablate() ? fmt::format(" (control: {})", lab_.ablation) : control() ? fmt::format(" (control: {})", lab_.control) : "",
+                       sup, con, unset, papers, exact);
   }
   if (!contradicted.empty()) line += fmt::format("; contradicted: {}", fmt::join(contradicted, ", "));
   if (!unsettled.empty()) line += fmt::format("; unsettled: {}", fmt::join(unsettled, ", "));
   if (!failed_checks.empty()) line += fmt::format("; fails: {}", fmt::join(failed_checks, ", "));
-  if (control() && !targets_supported.empty()) line += fmt::format("; targets of the control still supported: {}", fmt::join(targets_supported, ", "));
+  if (ablation_mode() && !targets_supported.empty()) line += fmt::format("; targets of the control still supported: {}", fmt::join(targets_supported, ", "));
   return line;
 }
 
@@ -584,7 +592,7 @@ int Report::finish() {
     claims.push_back(j);
   }
 
-  if (control() && !placebo_mode())
+  if (ablation_mode())
     fmt::print(out_, "\ncontrol: {} of {} targeted claims not supported{}\n", targets_failed, targets,
                targets_failed == targets && targets > 0 ? ": without the causal ingredient the lab does not find the effect, as it must"
                                                         : ": WARNING: the lab cannot tell the effect from its absence on the others");
@@ -593,7 +601,7 @@ int Report::finish() {
   json_["check"] = {{"agrees", code == 0},         {"code", code},           {"line", line},
                     {"paper_claims", papers},      {"paper_claims_hold", sup}, {"supported", sup},
                     {"contradicted", con},         {"unsettled", unset},      {"exact_checks", checks},
-                    {"exact_checks_pass", passed}, {"control", control()},    {"control_targets", targets},
+                    {"exact_checks_pass", passed}, {"control", control() || ablate()}, {"control_targets", targets},
                     {"control_targets_fail", targets_failed}, {"holm", "family-wise 95% across the lab's paper claims"}};
   if (placebo_mode()) {
     nlohmann::json ps = nlohmann::json::array();

@@ -138,7 +138,10 @@ class Report {
   const std::string& text(const std::string& name) const;
   bool on(const std::string& name) const;
   int seeds() const;                    // --seeds (>= 1)
-  bool control() const;                 // --control: run the protocol without the causal ingredient
+  bool control() const;                 // --control: the lab's placebo, or its ablation where it has no placebo
+  bool ablate() const;                  // --ablate: the protocol without the causal ingredient (Lab::ablation)
+  // Either way the causal ingredient is removed and the control's targets must not be supported.
+  bool ablation_mode() const { return ablate() || (control() && !lab_.placebo); }
   uint64_t seed(int i) const;           // --seed + i: the i-th run's seed
   const std::string& out_dir() const { return out_dir_; }
   const Lab& lab() const { return lab_; }

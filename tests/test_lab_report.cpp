@@ -762,3 +762,38 @@ TEST_CASE("Report placebo: the rule's false-positive rate over splits of one poo
   CHECK_THROWS_AS(plain.placebo("grows", [](int, int) { return 0.0; }, "x"), std::logic_error);
   std::fclose(out);
 }
+
+TEST_CASE("Report --ablate: a placebo lab's second control, named in the verdict; --control and --ablate are two runs") {
+  Lab l = test_lab();
+  l.control = "placebo: two groups of seeds of one arm";
+  l.placebo = true;
+  l.ablation = "the effect removed";
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  auto with = [](const fs::path& dir, const std::string& key) {
+    auto s = settings(dir);
+    s[key] = "1";
+    return s;
+  };
+  const fs::path dir = fresh_dir("ablate");
+  Report r(l, with(dir, "ablate"), out, test_specs());
+  CHECK(r.ablate());
+  CHECK(r.ablation_mode());
+  CHECK_FALSE(r.placebo_mode());
+  r.paper("grows", {2, 2.1, 2.2});  // a target still supported: the ablation failed
+  r.paper("small", {0.1, 0.2, 0.15});
+  r.check("exact_zero", 0);
+  r.finish();
+  CHECK(r.verdict().find("(control: the effect removed)") != std::string::npos);
+  CHECK(r.verdict().find("targets of the control still supported: grows") != std::string::npos);
+  const nlohmann::json j = read_json(dir / "testlab.json");
+  CHECK(j["control"] == true);
+  CHECK(j["ablate"] == true);
+  CHECK(j["control_removes"] == "the effect removed");
+  auto both = with(fresh_dir("ablate_both"), "ablate");
+  both["control"] = "1";
+  CHECK_THROWS_AS(Report(l, both, out, test_specs()), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Report(test_lab(), with(fresh_dir("no_ablation"), "ablate"), out, test_specs()), doctest::Contains("no ablation"),
+                       std::invalid_argument);
+  std::fclose(out);
+}

@@ -41,13 +41,14 @@ struct Run {
   bool svg = false;
 };
 
-Run run_gradflow_lab(const std::string& name, const std::string& args, bool control) {
-  const std::string tag = name + (control ? "_control" : "") + "_" + std::to_string(::getpid());
+// kind: "" for the lab, "control" or "ablate" for its control (the flag of that name).
+Run run_gradflow_lab(const std::string& name, const std::string& args, const std::string& kind) {
+  const std::string tag = name + (kind.empty() ? "" : "_" + kind) + "_" + std::to_string(::getpid());
   const fs::path out = fs::temp_directory_path() / ("gradflow_lab_full_" + tag);
   fs::remove_all(out);
   const fs::path log = out.string() + ".log";
   const std::string cmd = std::string(GRADFLOW_BINARY_DIR) + "/gradflow lab " + name + " --out " + out.string() + " " + args +
-                          (control ? " --control" : "") + " > " + log.string() + " 2>&1";
+                          (kind.empty() ? "" : " --" + kind) + " > " + log.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   Run r;
   std::ifstream in(log);
@@ -61,6 +62,14 @@ Run run_gradflow_lab(const std::string& name, const std::string& args, bool cont
     r.j = json::parse(jf);
   }
   r.svg = fs::exists(out / (name + ".svg"));
+  // GRADFLOW_LABS_KEEP=DIR keeps each run's JSON and log as DIR/NAME[-kind]/ (the outcome tables in
+  // the closing notes come from there: scripts/lab_tables.py DIR).
+  if (const char* keep = std::getenv("GRADFLOW_LABS_KEEP"); keep && *keep) {
+    const fs::path dir = fs::path(keep) / (name + (kind.empty() ? "" : "-" + kind));
+    fs::create_directories(dir);
+    if (fs::exists(jpath)) fs::copy_file(jpath, dir / (name + ".json"), fs::copy_options::overwrite_existing);
+    fs::copy_file(log, dir / (name + ".log"), fs::copy_options::overwrite_existing);
+  }
   fs::remove_all(out);
   fs::remove(log);
   return r;
@@ -112,7 +121,7 @@ bool outcome_accepted(const json& c, const std::string& recorded) {
 // The lab at its CI settings: each paper claim as recorded (`recorded`, default supported), every
 // exact check passing, paper claims across >= 3 seeds with some spread.
 void lab_as_recorded(const std::string& name, const std::string& args, const std::string& short_args, const std::vector<Recorded>& recorded) {
-  const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, false);
+  const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, "");
   INFO(r.log);
   REQUIRE((r.exit_code == 0 || r.exit_code == 3 || r.exit_code == 4));  // other: an error
   CHECK(r.svg);
@@ -158,10 +167,11 @@ void lab_as_recorded(const std::string& name, const std::string& args, const std
 }
 
 // Its control. A placebo (Lab::placebo: two groups of seeds of one arm) must have the decision rule
-// call each contrast supported in at most 5% of its splits (exit 0); an ablation (the causal
-// ingredient removed) must leave every claim marked control_targets unsupported.
-void control_no_target(const std::string& name, const std::string& args, const std::string& short_args) {
-  const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, true);
+// call each contrast supported in at most 5% of its splits; an ablation (the causal ingredient
+// removed: --control of a lab without a placebo, or --ablate) must leave every claim marked
+// control_targets unsupported. Either way the control exits 0 when it did its job.
+void control_no_target(const std::string& name, const std::string& args, const std::string& short_args, const std::string& kind = "control") {
+  const Run r = run_gradflow_lab(name, gf::test::short_budget() ? args + " " + short_args : args, kind);
   INFO(r.log);
   CHECK(r.log.find("control: ") != std::string::npos);
   REQUIRE(r.j.is_object());
@@ -179,7 +189,7 @@ void control_no_target(const std::string& name, const std::string& args, const s
     CHECK(tested >= 1);
     return;
   }
-  REQUIRE((r.exit_code == 3 || r.exit_code == 4));
+  CHECK(r.exit_code == 0);  // a control's exit: 0 when it did its job
   int targets = 0;
   for (const auto& c : r.j.at("claims")) {
     check_fields(c);
@@ -210,7 +220,10 @@ TEST_CASE("lab padding") { lab_and_control("padding", "", "", {}); }
 TEST_CASE("lab nan") { lab_and_control("nan", "", "", {}, false); }
 TEST_CASE("lab scale") { lab_and_control("scale", "", "--seeds 3 --steps 100", {}); }
 TEST_CASE("lab depth") { lab_and_control("depth", "", "--depths 1,2,4,8,16", {}); }
-TEST_CASE("lab entropy") { lab_and_control("entropy", "", "", {}); }
+TEST_CASE("lab entropy") {
+  lab_and_control("entropy", "", "", {});
+  SUBCASE("its ablation (the safe rate in both arms) supports no target") { control_no_target("entropy", "", "", "ablate"); }
+}
 // The two labs that train translators start from an empty cache, as a fresh build would; the
 // control then loads the lab's models (it changes what is measured, not the models).
 namespace {
