@@ -137,10 +137,11 @@ TEST_CASE("a damaged latest checkpoint: resume falls back to the previous one an
   Setup s;
   const fs::path out = s.trained("damaged", 2);
   const RunState latest = load_state(out.string());
+  const RunState previous = saved_states(out.string()).at(1).state;  // epoch 1's checkpoint, which will load
   const std::string model = (out / latest.model_file).string();
   const std::string bytes = slurp(model);
   std::ofstream(model, std::ios::binary | std::ios::trunc) << bytes.substr(0, 1000);
-  Ran r = run(gradflow_binary(), Setup::resume_args(out, 1), s.tmp.path / "damaged-resume");
+  Ran r = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "damaged-resume");  // --epochs: the total
   INFO(r.err);
   CHECK(r.exit_code() == 0);
   CHECK(r.err.find("resuming from the previous checkpoint") != std::string::npos);
@@ -148,6 +149,16 @@ TEST_CASE("a damaged latest checkpoint: resume falls back to the previous one an
   const RunState now = load_state(out.string());
   CHECK(now.epoch == 3);  // epoch 2 was trained again from the epoch-1 checkpoint
   CHECK(now.step == latest.step);
+  // The save after the fallback keeps the checkpoint that loaded as the fallback (issue 36): not
+  // the damaged one, whose files are gone, and with the good files still there.
+  const std::vector<SavedState> after = saved_states(out.string());
+  REQUIRE(after.size() == 2);
+  CHECK(after[1].error.empty());
+  CHECK(after[1].state.model_file == previous.model_file);
+  CHECK(after[1].state.step == previous.step);
+  CHECK_NOTHROW(load_safetensors((out / previous.model_file).string()));
+  CHECK_NOTHROW(load_safetensors((out / previous.optim_file).string()));
+  CHECK_NOTHROW(load_safetensors(model));  // the same step saved again, whole this time
   // With both damaged, the error lists both.
   for (const SavedState& st : saved_states(out.string())) {
     const std::string f = (out / st.state.model_file).string();
@@ -158,6 +169,29 @@ TEST_CASE("a damaged latest checkpoint: resume falls back to the previous one an
   CHECK(both.err.find("no loadable checkpoint") != std::string::npos);
   CHECK(both.err.find("state.json") != std::string::npos);
   CHECK(both.err.find("state.prev.json") != std::string::npos);
+}
+
+TEST_CASE("a malformed state.json: resume falls back, and the save after it keeps the good state.prev.json (issue 36)") {
+  Setup s;
+  const fs::path out = s.trained("malformed", 2);
+  const RunState previous = saved_states(out.string()).at(1).state;
+  std::ofstream(out / "state.json", std::ios::trunc) << "{ \"step\": ";
+  Ran r = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "malformed-resume");  // epoch 2 again, then a save
+  INFO(r.err);
+  REQUIRE(r.exit_code() == 0);  // before the fix the first save overwrote state.prev.json, then threw
+  CHECK(r.err.find("resuming from the previous checkpoint") != std::string::npos);
+  CHECK(r.err.find("malformed run state") != std::string::npos);
+  const std::vector<SavedState> after = saved_states(out.string());
+  REQUIRE(after.size() == 2);
+  CHECK_MESSAGE(after[0].error.empty(), after[0].error);
+  CHECK_MESSAGE(after[1].error.empty(), after[1].error);
+  CHECK(after[1].state.model_file == previous.model_file);  // the checkpoint that loaded
+  // state.json malformed again: the next resume still finds a checkpoint.
+  std::ofstream(out / "state.json", std::ios::trunc) << "not json";
+  Ran again = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "malformed-again");
+  INFO(again.err);
+  CHECK(again.exit_code() == 0);
+  CHECK(again.err.find("no loadable checkpoint") == std::string::npos);
 }
 
 TEST_CASE("NaN in the loss: the run stops naming the step and the op, or skips it with --skip-nonfinite") {

@@ -197,7 +197,7 @@ TEST_CASE("malformed: dtype and shape") {
     return raw_file("{\"t\":{\"dtype\":" + dtype + ",\"shape\":" + shape + ",\"data_offsets\":" + offs + "}}",
                     std::string(4, '\0'));
   };
-  expect_rejected(entry("\"F16\"", "[2]"), "tensor 't': unsupported dtype \"F16\" (gradflow reads F32, F64, I64, BOOL)");
+  expect_rejected(entry("\"F16\"", "[2]"), "tensor 't': unsupported dtype \"F16\" (gradflow reads F32, F64, I64, BOOL, BF16)");
   expect_rejected(entry("\"f32\"", "[1]"), "unsupported dtype \"f32\"");
   expect_rejected(entry("32", "[1]"), "tensor 't': dtype is 32, not a string");
   expect_rejected(entry("\"F32\"", "[1, -2]"), "tensor 't': shape dim 1 is -2, not a non-negative integer");

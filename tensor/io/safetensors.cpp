@@ -50,8 +50,17 @@ const char* st_dtype_name(DType t) {
   return "?";
 }
 
+// The dtypes gradflow reads: one list, for the parser and for its error message.
+constexpr DType kReadable[] = {DType::Float32, DType::Float64, DType::Int64, DType::Bool, DType::BFloat16};
+
+std::string readable_names() {
+  std::string s;
+  for (DType t : kReadable) s += (s.empty() ? "" : ", ") + std::string(st_dtype_name(t));
+  return s;
+}
+
 bool st_dtype_from_name(const std::string& s, DType& out) {
-  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::Bool, DType::BFloat16})
+  for (DType t : kReadable)
     if (s == st_dtype_name(t)) {
       out = t;
       return true;
@@ -140,7 +149,7 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_size, co
   const json& dt = v["dtype"];
   if (!dt.is_string()) bad(what, "{}dtype is {}, not a string", t, brief(dt));
   if (!st_dtype_from_name(dt.get_ref<const std::string&>(), e.dtype))
-    bad(what, "{}unsupported dtype {} (gradflow reads F32, F64, I64, BOOL)", t, brief(dt));
+    bad(what, "{}unsupported dtype {} (gradflow reads {})", t, brief(dt), readable_names());
 
   const json& sh = v["shape"];
   if (!sh.is_array()) bad(what, "{}shape is {}, not an array", t, brief(sh));

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -94,22 +95,32 @@ RunState state_from_json(const std::string& text, const std::string& where) {
 }
 
 void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::string, Tensor>& weights,
-                     const std::map<std::string, Tensor>& optimizer, const std::map<std::string, std::string>& metadata) {
+                     const std::map<std::string, Tensor>& optimizer, const std::map<std::string, std::string>& metadata,
+                     const RunState* last_good) {
   char tag[32];
   std::snprintf(tag, sizeof tag, "%07lld", static_cast<long long>(s.step));
   const std::string model_file = std::string("model-") + tag + ".safetensors";
   const std::string optim_file = std::string("optim-") + tag + ".safetensors";
   save_safetensors((fs::path(dir) / model_file).string(), weights, metadata);
   save_safetensors((fs::path(dir) / optim_file).string(), optimizer, metadata);
-  // The checkpoint being replaced stays resumable as state.prev.json, in case the new one is later
-  // damaged on disk (resume falls back to it); the one before it is dropped.
+  // The last checkpoint known to load stays resumable as state.prev.json, in case the new one is
+  // later damaged on disk (resume falls back to it). It is parsed before anything is overwritten:
+  // a malformed state.json (the very case resume falls back from) must not replace a good
+  // state.prev.json, nor a state.json whose files failed to load send it to state.prev.json.
   const fs::path state = fs::path(dir) / "state.json", prev = fs::path(dir) / "state.prev.json";
   std::set<std::string> keep{model_file, optim_file};
-  if (fs::exists(state)) {
-    const std::string old_text = read_text_file(state.string());
-    write_file_atomic(prev.string(), old_text);
-    const RunState old = state_from_json(old_text, state.string());
-    keep.insert({old.model_file, old.optim_file});
+  std::optional<RunState> rotate;
+  if (last_good) {
+    rotate = *last_good;
+  } else if (fs::exists(state)) {
+    try {
+      rotate = state_from_json(read_text_file(state.string()), state.string());
+    } catch (const std::runtime_error&) {  // unreadable: not a checkpoint that can be relied on
+    }
+  }
+  if (rotate) {
+    write_file_atomic(prev.string(), state_to_json(*rotate));
+    keep.insert({rotate->model_file, rotate->optim_file});
   }
   s.model_file = model_file;
   s.optim_file = optim_file;

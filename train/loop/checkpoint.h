@@ -6,11 +6,14 @@
 //   optim-NNNNNNN.safetensors   Adam state for the same step
 //   best.safetensors            the weights with the lowest validation loss so far
 //   state.json                  which files are current + progress; written last
-//   state.prev.json             the checkpoint before (its model-/optim- files are kept too)
+//   state.prev.json             the last checkpoint known to load (its model-/optim- files are kept too)
 // Every file is written atomically (temp file, fsync, rename). state.json is replaced only after
 // the files it names are complete, so a run killed at any moment leaves the previous state.json
 // pointing at a complete, loadable checkpoint. Files neither state names are deleted afterwards.
 // If the current checkpoint's files are later found damaged, --resume falls back to the previous.
+// The rule that keeps that fallback: a save never removes the last checkpoint that loaded. So the
+// state rotated into state.prev.json is the one the caller knows good (resumed from, or saved by
+// this process), never an unread or unparsable state.json.
 #include <map>
 #include <string>
 #include <vector>
@@ -41,9 +44,13 @@ std::string state_to_json(const RunState& s);
 // a negative count, a non-finite number or a checkpoint file name that is not a plain file name.
 RunState state_from_json(const std::string& text, const std::string& where);
 
-// Writes weights and optimizer state for s.step, then state.json naming them; removes stale files.
+// Writes weights and optimizer state for s.step, then state.prev.json naming `last_good` (the last
+// checkpoint known to load: the one resumed from, or this process's previous save), then
+// state.json naming the new files, then removes the files neither names. With no `last_good` (a
+// new run) an existing state.json is rotated only when it parses; a malformed one is left out.
 void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::string, Tensor>& weights,
-                     const std::map<std::string, Tensor>& optimizer, const std::map<std::string, std::string>& metadata);
+                     const std::map<std::string, Tensor>& optimizer, const std::map<std::string, std::string>& metadata,
+                     const RunState* last_good = nullptr);
 // Reads state.json; throws naming the file when absent or malformed.
 RunState load_state(const std::string& dir);
 

@@ -42,8 +42,9 @@ void RunWriter::checkpoint(RunState& state, const nn::Module& model, const optim
   const std::map<std::string, Tensor> weights = model.state_dict(), optimizer = adam.state_dict();
   check_finite(weights, "a checkpoint", state.step);
   check_finite(optimizer, "a checkpoint", state.step);
-  save_checkpoint(dir_, state, weights, optimizer, file_meta_);
+  save_checkpoint(dir_, state, weights, optimizer, file_meta_, last_good_ ? &*last_good_ : nullptr);
   saved_step_ = state.step;
+  last_good_ = state;
   std::vector<std::pair<double, double>> tr, va;
   for (const CurvePoint& p : state.train_curve) tr.emplace_back(p.step, p.loss);
   for (const CurvePoint& p : state.valid_curve) va.emplace_back(p.step, p.loss);

@@ -33,7 +33,8 @@ class RunWriter {
   // Whether the last checkpoint (written, or resumed from) is of this step.
   bool saved(int64_t step) const { return saved_step_ == step; }
   int64_t saved_step() const { return saved_step_; }
-  void resumed_at(int64_t step) { saved_step_ = step; }
+  // The checkpoint resume loaded: the last one known good, which the next save keeps as the fallback.
+  void resumed_at(const RunState& loaded) { saved_step_ = loaded.step, last_good_ = loaded; }
 
   void best(const nn::Module& model, int64_t step);
   void best_if_missing(const nn::Module& model, int64_t step);  // at the end of a run that never validated
@@ -57,6 +58,7 @@ class RunWriter {
   std::map<std::string, std::string> file_meta_;  // every file's safetensors metadata: the format and the config
   int saves_ = 0;                                 // checkpoints written by this process
   int64_t saved_step_ = -1;                       // the step of the last checkpoint written or resumed from
+  std::optional<RunState> last_good_;             // that checkpoint's state, once one loaded or was written
 };
 
 }  // namespace gf::train

@@ -187,7 +187,7 @@ void Run::resume_everywhere() {
     if (!root_) state_ = state_from_json(state, "rank 0's run state");
     dist::share_optimizer_state(*adam_);
   }
-  writer_.resumed_at(state_.step);
+  writer_.resumed_at(state_);
 }
 
 void Run::print_setup() const {
