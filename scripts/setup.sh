@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(build-essential cmake libopenblas-dev libtbb-dev doctest-dev libfmt-dev nlohmann-json3-dev graphviz
+PACKAGES=(build-essential cmake libopenblas-dev libtbb-dev doctest-dev libfmt-dev nlohmann-json3-dev libxxhash-dev graphviz
           pkg-config libsentencepiece-dev libopenmpi-dev openmpi-bin libdnnl-dev)
 
 if [ "${GRADFLOW_SKIP_APT:-0}" != 1 ]; then

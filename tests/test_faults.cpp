@@ -171,6 +171,56 @@ TEST_CASE("a damaged latest checkpoint: resume falls back to the previous one an
   CHECK(both.err.find("state.prev.json") != std::string::npos);
 }
 
+namespace {
+// Flips one bit in the middle of a file's tensor data, as a failing disk or memory would.
+void flip_data_bit(const fs::path& file) {
+  std::string bytes = slurp(file);
+  bytes.at(bytes.size() - bytes.size() / 4) ^= 0x04;
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+}
+}  // namespace
+
+TEST_CASE("a flipped bit in saved weights is found by its digest: resume falls back, eval and translate refuse (issue 36)") {
+  Setup s;
+  const fs::path out = s.trained("bitflip", 2);
+  const RunState latest = load_state(out.string());
+  CHECK(latest.model_digest.rfind("xxh3-64:", 0) == 0);
+  CHECK(latest.optim_digest.rfind("xxh3-64:", 0) == 0);
+  // best.safetensors: translate and eval name the file and the damage.
+  const fs::path best = out / "best.safetensors";
+  const std::string good_best = slurp(best);
+  flip_data_bit(best);
+  for (const std::string cmd : {"translate", "eval"}) {
+    std::vector<std::string> args{cmd, "--model", out.string()};
+    if (cmd == "translate") args.insert(args.end(), {"--input", (s.data / "test.en").string()});
+    Ran r = run(gradflow_binary(), args, s.tmp.path / ("bitflip-" + cmd));
+    INFO(r.err);
+    CHECK(r.exit_code() == 1);
+    CHECK(r.err.find(best.string() + "': the contents hash to xxh3-64:") != std::string::npos);
+    CHECK(r.err.find("damaged or changed after it was written") != std::string::npos);
+  }
+  std::ofstream(best, std::ios::binary | std::ios::trunc) << good_best;
+  // The latest optimizer state: resume falls back to the previous checkpoint, naming the file.
+  flip_data_bit(out / latest.optim_file);
+  Ran r = run(gradflow_binary(), Setup::resume_args(out, 2), s.tmp.path / "bitflip-resume");
+  INFO(r.err);
+  CHECK(r.exit_code() == 0);
+  CHECK(r.err.find("resuming from the previous checkpoint") != std::string::npos);
+  CHECK(r.err.find(latest.optim_file + "': the contents hash to") != std::string::npos);
+  // A checkpoint file whose own digest was removed is caught by state.json's copy.
+  const RunState now = load_state(out.string());
+  const std::map<std::string, Tensor> weights = load_safetensors((out / now.model_file).string()).tensors;
+  std::string bytes = slurp(out / now.model_file);
+  const size_t key = bytes.find("gradflow.digest");
+  REQUIRE(key != std::string::npos);
+  bytes.replace(key, 15, "gradflow.digesT");  // another writer's metadata key now: the file loads unverified
+  std::ofstream(out / now.model_file, std::ios::binary | std::ios::trunc) << bytes;
+  Ran m = run(gradflow_binary(), Setup::resume_args(out, 3), s.tmp.path / "bitflip-key");
+  INFO(m.err);
+  CHECK(m.exit_code() == 0);
+  CHECK(m.err.find(now.model_file + "': its digest is missing but the run state recorded xxh3-64:") != std::string::npos);
+}
+
 TEST_CASE("a malformed state.json: resume falls back, and the save after it keeps the good state.prev.json (issue 36)") {
   Setup s;
   const fs::path out = s.trained("malformed", 2);

@@ -120,7 +120,8 @@ TEST_CASE("written layout: padded header, tensors in name order, back to back") 
   std::string header = bytes.substr(8, n);
   CHECK(header.find("\"a\":{\"data_offsets\":[0,8],\"dtype\":\"F64\",\"shape\":[1]}") != std::string::npos);
   CHECK(header.find("\"b\":{\"data_offsets\":[8,16],\"dtype\":\"F32\",\"shape\":[2]}") != std::string::npos);
-  CHECK(header.find("__metadata__") == std::string::npos);  // omitted when empty
+  // The only metadata: the file's digest (no user metadata was given).
+  CHECK(header.find("{\"__metadata__\":{\"gradflow.digest\":\"xxh3-64:") == 0);
   double a;
   float b[2];
   std::memcpy(&a, bytes.data() + 8 + n, 8);
@@ -394,7 +395,7 @@ TEST_CASE("fuzz: random mutations of a valid file are either loaded or rejected 
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(valid[i]);
   std::mt19937_64 rng(12345);
   auto below = [&](uint64_t n) { return n == 0 ? 0 : rng() % n; };
-  int accepted = 0, rejected = 0, other = 0;
+  int accepted = 0, rejected = 0, other = 0, changed_but_accepted = 0;
   for (int iter = 0; iter < 4000; ++iter) {
     std::string b = valid;
     int kind = static_cast<int>(rng() % 6);
@@ -439,6 +440,9 @@ TEST_CASE("fuzz: random mutations of a valid file are either loaded or rejected 
     try {
       SafetensorsFile f = load_safetensors_from_bytes(b, "fuzz");
       ++accepted;
+      // A file whose digest key itself was damaged loads as another writer's file, unverified;
+      // state.json's copy of the digest catches that for checkpoints (train/loop/checkpoint.h).
+      if (!f.digest.empty() && safetensors_to_bytes(f.tensors, f.metadata) != valid) ++changed_but_accepted;
       for (const auto& [name, t] : f.tensors) CHECK(static_cast<uint64_t>(t.nbytes()) <= b.size());
     } catch (const std::runtime_error&) {
       ++rejected;
@@ -451,5 +455,49 @@ TEST_CASE("fuzz: random mutations of a valid file are either loaded or rejected 
   MESSAGE("fuzz: " << accepted << " accepted, " << rejected << " rejected");
   CHECK(other == 0);
   CHECK(rejected > 1000);
-  CHECK(accepted > 0);  // some byte flips land in tensor data and still make a valid file
+  CHECK(changed_but_accepted == 0);  // the digest: any change to what it covers is refused
+}
+
+namespace {
+// A copy of `bytes` with one bit of byte `at` flipped.
+std::string flip_bit(std::string bytes, size_t at) {
+  bytes.at(at) ^= 0x10;
+  return bytes;
+}
+uint64_t header_length(const std::string& bytes) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  return n;
+}
+}  // namespace
+
+TEST_CASE("digest: a flipped bit anywhere in the data or the header's values is refused by name (issue 36)") {
+  const std::string valid = safetensors_to_bytes(sample_tensors(), {{"config", "{\"d_model\": 32}"}});
+  const SafetensorsFile ok = load_safetensors_from_bytes(valid, "ok");
+  CHECK(ok.digest.rfind("xxh3-64:", 0) == 0);
+  CHECK(ok.metadata == std::map<std::string, std::string>{{"config", "{\"d_model\": 32}"}});  // the digest is not metadata
+  const uint64_t n = header_length(valid);
+  // Every byte of the data section: one flipped bit is a different tensor value, and refused.
+  for (size_t at = 8 + n; at < valid.size(); ++at) {
+    CAPTURE(at);
+    CHECK_THROWS_WITH_AS(load_safetensors_from_bytes(flip_bit(valid, at), "weights.safetensors"),
+                         doctest::Contains("safetensors: 'weights.safetensors': the contents hash to xxh3-64:"), std::runtime_error);
+  }
+  // A metadata value and the digest itself.
+  const size_t cfg = valid.find("d_model"), dig = valid.find("xxh3-64:") + 10;
+  CHECK_THROWS_WITH_AS(load_safetensors_from_bytes(flip_bit(valid, cfg), "m"), doctest::Contains("damaged or changed after it was written"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(load_safetensors_from_bytes(flip_bit(valid, dig), "m"), doctest::Contains("but the header records xxh3-64:"),
+                       std::runtime_error);
+  // The key is the writer's own.
+  CHECK_THROWS_WITH_AS(safetensors_to_bytes(sample_tensors(), {{"gradflow.digest", "x"}}), doctest::Contains("reserved for the file's digest"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("digest: a file from another writer, without one, loads unverified") {
+  const std::string plain = raw_file(R"({"__metadata__":{"format":"pt"},"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(4, '\0'));
+  const SafetensorsFile f = load_safetensors_from_bytes(plain, "torch");
+  CHECK(f.digest.empty());
+  CHECK(f.metadata.at("format") == "pt");
+  CHECK(f.tensors.at("x").item() == 0.0);
 }

@@ -17,6 +17,7 @@
 
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
+#include "tensor/io/digest.h"
 
 namespace gf {
 
@@ -97,9 +98,18 @@ struct Entry {
   uint64_t begin, end;  // relative to the start of the data section
 };
 
+// A file's digest (tensor/io/digest.h) of the header without the digest itself (as
+// nlohmann::json dumps it: keys sorted, no padding), then the data section. save_safetensors
+// writes it under "__metadata__"; every load of a file that carries it checks it, so a flipped bit
+// in weights, optimizer state or the header is found before anything uses them. Files from other
+// writers (PyTorch's) have none and load unchecked.
+constexpr const char* kDigestKey = "gradflow.digest";
+
 struct Header {
   std::vector<Entry> entries;
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // without the digest
+  std::string digest;                           // kDigestKey's value, "" when the file has none
+  std::string canonical;                        // the header as the digest covers it
 };
 
 // Parses the JSON text, rejecting duplicate keys (nlohmann would silently keep the last one)
@@ -208,10 +218,22 @@ void check_layout(std::vector<Entry>& entries, uint64_t data_size, const std::st
   if (pos != data_size) bad(what, "hole in the data section: the last {} bytes belong to no tensor", data_size - pos);
 }
 
+// The header as its digest covers it, and the digest it records ("" when none).
+void take_digest(json& root, Header& h) {
+  auto m = root.find("__metadata__");
+  if (m != root.end() && m->is_object() && m->contains(kDigestKey) && (*m)[kDigestKey].is_string()) {
+    h.digest = (*m)[kDigestKey].get<std::string>();
+    m->erase(kDigestKey);
+    if (m->empty()) root.erase(m);
+  }
+  h.canonical = root.dump();
+}
+
 Header parse_header(const std::string& text, uint64_t data_size, const std::string& what) {
   json root = parse_json(text, what);
   if (!root.is_object()) bad(what, "header is a JSON {}, not an object", root.type_name());
   Header h;
+  take_digest(root, h);
   for (auto it = root.begin(); it != root.end(); ++it) {
     if (it.key() == "__metadata__") {
       const json& m = it.value();
@@ -250,6 +272,19 @@ Header read_header(uint64_t file_size, const ReadFn& read, const std::string& wh
   return parse_header(text, file_size - data_start, what);
 }
 
+// The data section is the tensors in offset order, back to back (check_layout).
+void check_digest(const Header& h, const SafetensorsFile& f, const std::string& what) {
+  std::vector<const Entry*> order;
+  for (const Entry& e : h.entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  Digest d;
+  d.add(h.canonical.data(), h.canonical.size());
+  for (const Entry* e : order) d.add(f.tensors.at(e->name).raw_data(), e->end - e->begin);
+  if (d.text() != h.digest)
+    bad(what, "the contents hash to {} but the header records {}: the file was damaged or changed after it was written", d.text(),
+        brief(h.digest));
+}
+
 SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string& what) {
   uint64_t data_start = 0;
   Header h = read_header(file_size, read, what, data_start);
@@ -260,15 +295,19 @@ SafetensorsFile decode(uint64_t file_size, const ReadFn& read, const std::string
     Tensor t = Tensor::empty(e.shape, e.dtype);
     const size_t nbytes = e.end - e.begin;
     if (nbytes > 0) read(data_start + e.begin, t.raw_data(), nbytes);
+    out.tensors.emplace(e.name, std::move(t));
+  }
+  // Damage is named as damage before any check of the values it produced.
+  if (!h.digest.empty()) check_digest(h, out, what);
+  out.digest = h.digest;
+  for (const Entry& e : h.entries)
     if (e.dtype == DType::Bool) {
       // Any byte but 0 or 1 would be an invalid bool object; inspect the raw bytes first.
-      const unsigned char* b = static_cast<const unsigned char*>(t.raw_data());
-      for (size_t i = 0; i < nbytes; ++i)
+      const unsigned char* b = static_cast<const unsigned char*>(out.tensors.at(e.name).raw_data());
+      for (size_t i = 0; i < e.end - e.begin; ++i)
         if (b[i] > 1)
           bad(what, "tensor '{}': BOOL element {} is byte {}, not 0 or 1", brief(e.name), i, b[i]);
     }
-    out.tensors.emplace(e.name, std::move(t));
-  }
   return out;
 }
 
@@ -281,20 +320,28 @@ struct Fd {
 };
 
 // Writes the file: length, padded header, then each tensor's bytes in name order.
-void encode(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata,
-            const ByteSink& sink) {
+// Returns the digest it recorded.
+std::string encode(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata,
+                   const ByteSink& sink) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
+  std::vector<Tensor> data;  // each tensor row-major: a copy only for strided views
   for (const auto& [name, t] : tensors) {
     const uint64_t nbytes = t.nbytes();
     header[name] = {{"dtype", st_dtype_name(t.dtype())},
                     {"shape", t.shape()},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
+    data.push_back(t.contiguous());
   }
+  Digest digest;
   std::string text;
   try {
+    text = header.dump();
+    digest.add(text.data(), text.size());
+    for (const Tensor& c : data) digest.add(c.raw_data(), c.nbytes());
+    header["__metadata__"][kDigestKey] = digest.text();
     text = header.dump();
   } catch (const json::exception&) {
     GF_FAIL("save_safetensors: a tensor name or metadata string is not valid UTF-8");
@@ -305,13 +352,13 @@ void encode(const std::map<std::string, Tensor>& tensors, const std::map<std::st
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
   sink(len_bytes, 8);
   sink(text.data(), text.size());
-  for (const auto& [name, t] : tensors) {
-    Tensor c = t.contiguous();  // (same shape) row-major; a copy only for strided views
+  for (const Tensor& c : data)
     if (c.nbytes() > 0) sink(c.raw_data(), c.nbytes());
-  }
+  return header["__metadata__"][kDigestKey].get<std::string>();
 }
 
-void check_savable(const std::map<std::string, Tensor>& tensors) {
+void check_savable(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  GF_CHECK(!metadata.contains(kDigestKey), "save_safetensors: metadata key '{}' is reserved for the file's digest", kDigestKey);
   for (const auto& [name, t] : tensors) {
     GF_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot name a tensor");
     GF_CHECK(t.defined(), "save_safetensors: tensor '{}' is undefined", name);
@@ -374,16 +421,18 @@ std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
 
 std::string safetensors_to_bytes(const std::map<std::string, Tensor>& tensors,
                                  const std::map<std::string, std::string>& metadata) {
-  check_savable(tensors);
+  check_savable(tensors, metadata);
   std::string out;
   encode(tensors, metadata, [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
   return out;
 }
 
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  check_savable(tensors);
-  write_file_atomic_with(path, [&](const ByteSink& sink) { encode(tensors, metadata, sink); });
+std::string save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
+  check_savable(tensors, metadata);
+  std::string digest;
+  write_file_atomic_with(path, [&](const ByteSink& sink) { digest = encode(tensors, metadata, sink); });
+  return digest;
 }
 
 }  // namespace gf

@@ -4,7 +4,12 @@
 //   N bytes   UTF-8 JSON object: name -> {"dtype", "shape", "data_offsets": [begin, end]},
 //             plus an optional "__metadata__" object of string -> string; padded with spaces
 //   the rest  the tensors' raw little-endian bytes, back to back; offsets count from here
-// Dtypes read and written: F32, F64, I64 and BOOL (one byte, 0 or 1).
+// Dtypes read and written: F32, F64, I64, BOOL (one byte, 0 or 1) and BF16.
+//
+// Integrity: the writer records a digest of the file (xxHash's XXH3, 64 bits, over the header
+// without the digest and the data) as "__metadata__"."gradflow.digest"; the readers check it when
+// present, so a file damaged after it was written is refused by name wherever it is loaded (resume
+// then falls back to the previous checkpoint). read_safetensors_header reads no data: it cannot.
 //
 // The reader trusts nothing: every malformed file is rejected with a std::runtime_error that
 // names the file and what is wrong, before any out-of-bounds read or any allocation larger than
@@ -19,7 +24,8 @@ namespace gf {
 
 struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;          // each contiguous, in its own storage
-  std::map<std::string, std::string> metadata;   // "__metadata__"; empty if absent
+  std::map<std::string, std::string> metadata;   // "__metadata__" without the digest; empty if absent
+  std::string digest;                             // the digest it carried, which matched; "" if none
 };
 
 // The header may not exceed this many bytes (the reference implementation's limit too).
@@ -43,8 +49,9 @@ SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std:
 // tensor/io/atomic_file.h): a crash or error mid-write leaves any previous file intact.
 // Throws std::invalid_argument for an undefined tensor, the reserved name "__metadata__" or a name
 // or metadata string that is not valid UTF-8, and std::runtime_error if the file cannot be written.
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+// Returns the file's digest.
+std::string save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
 // The exact bytes save_safetensors writes.
 std::string safetensors_to_bytes(const std::map<std::string, Tensor>& tensors,
                                  const std::map<std::string, std::string>& metadata = {});

@@ -38,6 +38,8 @@ std::string state_to_json(const RunState& s) {
   j["best_valid_loss"] = s.best_valid_loss;
   j["model_file"] = s.model_file;
   j["optim_file"] = s.optim_file;
+  j["model_digest"] = s.model_digest;
+  j["optim_digest"] = s.optim_digest;
   j["skipped_long"] = s.skipped_long;
   j["skipped_nonfinite"] = s.skipped_nonfinite;
   auto curve = [](const std::vector<CurvePoint>& c) {
@@ -63,6 +65,8 @@ RunState state_from_json(const std::string& text, const std::string& where) {
     read_required(j, "best_valid_loss", s.best_valid_loss);
     read_required(j, "model_file", s.model_file);
     read_required(j, "optim_file", s.optim_file);
+    read_optional(j, "model_digest", s.model_digest);
+    read_optional(j, "optim_digest", s.optim_digest);
     read_optional(j, "skipped_long", s.skipped_long);
     read_optional(j, "skipped_nonfinite", s.skipped_nonfinite);
     for (const auto& [key, v] : {std::pair<const char*, int64_t>{"step", s.step}, {"epoch", s.epoch}, {"batch_in_epoch", s.batch_in_epoch},
@@ -101,8 +105,8 @@ void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::st
   std::snprintf(tag, sizeof tag, "%07lld", static_cast<long long>(s.step));
   const std::string model_file = std::string("model-") + tag + ".safetensors";
   const std::string optim_file = std::string("optim-") + tag + ".safetensors";
-  save_safetensors((fs::path(dir) / model_file).string(), weights, metadata);
-  save_safetensors((fs::path(dir) / optim_file).string(), optimizer, metadata);
+  const std::string model_digest = save_safetensors((fs::path(dir) / model_file).string(), weights, metadata);
+  const std::string optim_digest = save_safetensors((fs::path(dir) / optim_file).string(), optimizer, metadata);
   // The last checkpoint known to load stays resumable as state.prev.json, in case the new one is
   // later damaged on disk (resume falls back to it). It is parsed before anything is overwritten:
   // a malformed state.json (the very case resume falls back from) must not replace a good
@@ -124,6 +128,8 @@ void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::st
   }
   s.model_file = model_file;
   s.optim_file = optim_file;
+  s.model_digest = model_digest;
+  s.optim_digest = optim_digest;
   write_file_atomic(state.string(), state_to_json(s));
   // Only now are the other checkpoints' files unreferenced (also those of a run killed mid-save).
   std::error_code ec;

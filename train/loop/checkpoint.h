@@ -33,6 +33,10 @@ struct RunState {
   double train_seconds = 0;
   double best_valid_loss = 1e300;
   std::string model_file, optim_file;  // relative to the folder
+  // Each file's digest as written (tensor/io/safetensors.h); "" in states from before digests.
+  // The file checks itself against its own copy on every load; this copy also catches a file whose
+  // own digest was damaged or removed.
+  std::string model_digest, optim_digest;
   std::vector<CurvePoint> train_curve, valid_curve;
   int64_t skipped_long = 0;
   int64_t skipped_nonfinite = 0;  // steps skipped by --skip-nonfinite
