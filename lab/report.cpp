@@ -381,6 +381,13 @@ void Report::print_claim(const Claim& c) const {
                           c.decisive.method);
     if (c.bootstrap.n > 0) line += fmt::format("          bootstrap [{}, {}] ({}, beside the t interval)\n", num(c.bootstrap.lo), num(c.bootstrap.hi), c.bootstrap.method);
     if (!c.values.empty()) line += fmt::format("          per seed: {}\n", fmt::join(c.values, ", "));
+    if (c.seeds_to_settle == 0)
+      line += "          unsettled: the mean sits on the threshold (or a value is not finite); more seeds would not settle it\n";
+    else if (c.seeds_to_settle > 0)
+      line += fmt::format("          unsettled at n {}: an effect of this size ({} from the threshold) with this spread would need {}{} seeds to be settled "
+                          "at the level it was held to\n",
+                          iv.n, num(std::abs(iv.mean - c.spec.threshold)), c.seeds_to_settle >= 1000 ? "1000 or more" : "about ",
+                          c.seeds_to_settle >= 1000 ? std::string() : std::to_string(c.seeds_to_settle));
   }
   if (!c.evidence.empty()) line += fmt::format("          {}\n", c.evidence);
   fmt::print(out_, "{}", line);
@@ -421,6 +428,16 @@ void Report::check(const std::string& id, double value, const std::string& evide
 // one unsettled. Each claim's decisive interval is the t interval at the level it was held to
 // (those after the stop: the stopping level), so the printed interval and the outcome agree. A claim
 // given as an interval (no per-seed values) is decided on that interval alone.
+int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha) {
+  const Interval iv = t_interval_at(per_seed, 0.95, -INFINITY, INFINITY);
+  const double effect = std::abs(iv.mean - spec.threshold);
+  const double sd = (iv.hi - iv.mean) / t_quantile_975(iv.n - 1) * std::sqrt(static_cast<double>(iv.n));
+  if (!std::isfinite(effect) || !std::isfinite(sd) || effect == 0) return 0;
+  int n = 2;
+  while (n < 1000 && t_quantile(1 - alpha / 2, n - 1) * sd / std::sqrt(static_cast<double>(n)) >= effect) ++n;
+  return n;
+}
+
 void Report::decide_paper_claims() {
   std::vector<Claim*> tested;
   for (auto& c : claims_) {
@@ -449,6 +466,7 @@ void Report::decide_paper_claims() {
     c.outcome = stopped ? Outcome::Unsettled : decide(c.spec, c.values, alpha);
     if (c.outcome == Outcome::Unsettled) stopped = true;
     c.decisive = t_interval_at(c.values, 1 - alpha, c.spec.range_lo, c.spec.range_hi);
+    if (c.outcome == Outcome::Unsettled) c.seeds_to_settle = seeds_to_settle(c.spec, c.values, alpha);
   }
   for (auto& c : claims_)
     if (c.spec.kind == ClaimKind::Paper) c.holds = c.outcome == Outcome::Supported;
@@ -589,6 +607,7 @@ int Report::finish() {
     if (c.bootstrap.n > 0)
       j["bootstrap"] = {{"lo", number_json(c.bootstrap.lo)}, {"hi", number_json(c.bootstrap.hi)}, {"method", c.bootstrap.method}};
     if (c.spec.bounded()) j["range"] = {number_json(c.spec.range_lo), number_json(c.spec.range_hi)};
+    if (c.seeds_to_settle >= 0) j["seeds_to_settle"] = c.seeds_to_settle;
     claims.push_back(j);
   }
 

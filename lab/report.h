@@ -93,6 +93,11 @@ const char* outcome_name(Outcome o);  // "supported", "contradicted", "unsettled
 // interval is held to (0.05 for a plain 95% interval; Holm gives each claim its own).
 // Zero spread decides by the mean alone; a non-finite value leaves the claim unsettled.
 Outcome decide(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha);
+// How many seeds an unsettled claim would need for its interval, at two-sided level alpha, to
+// leave the threshold behind if the effect it showed (mean - threshold) and its seed-to-seed
+// spread stayed as measured: the smallest n with t(1 - alpha/2, n - 1) * sd / sqrt(n) < |mean -
+// threshold|. 0 when the mean sits on the threshold or the values are not finite; capped at 1000.
+int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha);
 // The one-sided p-values of a t test of the per-seed mean against the threshold: for the claimed
 // side (the evidence that the claim is supported) and for the other side (contradicted).
 struct SidePValues {
@@ -121,6 +126,7 @@ struct Claim {
   Outcome outcome = Outcome::Unsettled;  // paper: decided in finish() (check: supported or contradicted)
   Interval decisive;           // paper: the Holm-adjusted interval that decided it
   Interval bootstrap;          // a bounded statistic's percentile bootstrap (n 0 when not computed)
+  int seeds_to_settle = -1;    // paper, unsettled: seeds_to_settle() at the level it was held to
 };
 
 class Report {

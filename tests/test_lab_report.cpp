@@ -394,6 +394,7 @@ TEST_CASE("Report: Holm's step-down across the paper claims asks more of each th
     CHECK(c["outcome"] == "unsettled");
     CHECK(c["decisive"]["method"] == "t 97.5%");  // the stopping level, 1 - 0.05 / 2
     CHECK(c["decisive"]["lo"].get<double>() < c["lo"].get<double>());
+    CHECK(c["seeds_to_settle"].get<int>() == 4);  // t(0.9875, 3) = 4.18: 4.18 * 0.15 / 2 = 0.31 < 0.5 (grows); small likewise
   }
   // With the second claim decided first (p 0.0034 < 0.0125), the first is held to 95% and supported.
   Report s(l, settings(fresh_dir("holm2")), out, specs);
@@ -402,6 +403,18 @@ TEST_CASE("Report: Holm's step-down across the paper claims asks more of each th
   s.check("exact_zero", 0);
   CHECK(s.finish() == 0);
   std::fclose(out);
+}
+
+TEST_CASE("seeds_to_settle: the smallest n whose interval would leave the threshold at the effect and spread seen") {
+  ClaimSpec spec{"t", "c", ClaimKind::Paper, "", Compare::Above, 0.9, "", false};
+  // mean 1.0, sd 0.2, effect 0.1: t(0.975, n - 1) / sqrt(n) < 0.5 first at n 18 (2.110 / 4.243 = 0.497;
+  // n 17: 2.120 / 4.123 = 0.514).
+  CHECK(seeds_to_settle(spec, {0.8, 1.0, 1.2}, 0.05) == 18);
+  CHECK(seeds_to_settle(spec, {0.8, 1.0, 1.2}, 0.01) > 18);  // a stricter level needs more
+  spec.threshold = 1.0;
+  CHECK(seeds_to_settle(spec, {0.8, 1.0, 1.2}, 0.05) == 0);  // on the threshold: no number of seeds
+  spec.threshold = 0.999;
+  CHECK(seeds_to_settle(spec, {0.8, 1.0, 1.2}, 0.05) == 1000);  // capped
 }
 
 TEST_CASE("t_cdf and t_quantile: against closed forms and the table") {
