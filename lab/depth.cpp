@@ -187,13 +187,9 @@ Amplification amplification(Report& r, const std::vector<int64_t>& depths) {
   for (int64_t N : depths) x.push_back(static_cast<double>(N));
   std::vector<std::vector<double>> per_seed[2];
   for (int pre = 1; pre >= 0; --pre) {
-    if (!pre && r.control()) {  // --control: Pre-LN in both arms, the same runs
-      per_seed[0] = per_seed[1];
-    } else {
-      per_seed[pre].resize(static_cast<size_t>(r.seeds()));
-      for (int64_t N : depths)
-        for (int i = 0; i < r.seeds(); ++i) per_seed[pre][i].push_back(rms_change(data, batch, r, N, pre, i));
-    }
+    per_seed[pre].resize(static_cast<size_t>(r.seeds()));
+    for (int64_t N : depths)
+      for (int i = 0; i < r.seeds(); ++i) per_seed[pre][i].push_back(rms_change(data, batch, r, N, pre, i));
     a.change[pre] = spread_per_column(per_seed[pre]);
     std::vector<double> sq;
     for (const auto& s : a.change[pre]) sq.push_back(s.mean * s.mean);
@@ -258,8 +254,7 @@ Collapse collapse(Report& r) {
   for (int skip = 0; skip < 2; ++skip) {
     std::vector<std::vector<double>> res, qk, q, k;
     for (int i = 0; i < r.seeds(); ++i) {
-      // --control: skips in both arms (the same stacks, computed again: they are cheap).
-      AttentionStack s = attention_stack(L, skip || r.control(), d, heads, n, B, r.seed(i) * 104729 + 17);
+      AttentionStack s = attention_stack(L, skip, d, heads, n, B, r.seed(i) * 104729 + 17);
       res.push_back(s.res), q.push_back(s.q_over_v), k.push_back(s.k_over_v);
       std::vector<double> both;
       for (size_t l = 0; l < s.q_over_v.size(); ++l) both.push_back(std::sqrt(0.5 * (s.q_over_v[l] * s.q_over_v[l] + s.k_over_v[l] * s.k_over_v[l])));
@@ -322,9 +317,39 @@ void check_claims(Report& r, const std::vector<int64_t>& depths, const Amplifica
   r.paper("qk_gradients_vanish", vanish, fmt::format("QK/V without against with skips, per seed: {}", fmt::join(at, "; ")));
 }
 
+// --control: the placebo. A pool of Pre-LN models and of attention stacks with skips, each on its
+// own seed; the two contrasts between arms (Post-LN against Pre-LN, without against with skips)
+// between two groups of them. The other claims hold one arm against a threshold.
+void placebo(Report& r, const std::vector<int64_t>& depths) {
+  const int n = r.placebo_pool();
+  const int64_t L = r.integer("attn-layers");
+  r.say(fmt::format("PLACEBO: {} Pre-LN models and {} attention stacks with skips on seeds {}-{}; each contrast compares two groups of them, "
+                    "unpaired.", n, n, r.seed(0), r.seed(n - 1)));
+  const IdData data = builtin_corpus(r.integer("pairs"), 1);
+  const train::Batch batch = batches(data.train, r.integer("max-tokens"), 1).front();
+  std::vector<double> x, slope, qk;
+  for (int64_t N : depths) x.push_back(static_cast<double>(N));
+  Table t("the pool", {"seed", "Pre-LN: slope of the squared change", "with skips: QK/V at the last layer"});
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> sq;
+    for (int64_t N : depths) sq.push_back(std::pow(rms_change(data, batch, r, N, true, i), 2));
+    slope.push_back(loglog_slope(x, sq));
+    const AttentionStack s = attention_stack(L, true, r.integer("attn-d-model"), r.integer("attn-heads"), r.integer("tokens"),
+                                             r.integer("attn-batch"), r.seed(i) * 104729 + 17);
+    qk.push_back(std::sqrt(0.5 * (s.q_over_v.back() * s.q_over_v.back() + s.k_over_v.back() * s.k_over_v.back())));
+    t.row({static_cast<int64_t>(r.seed(i)), slope.back(), qk.back()});
+  }
+  r.print(t);
+  r.placebo("postln_amplifies_more", [&](int a, int b) { return slope[b] - slope[a]; }, "Pre-LN model a as Pre-LN, b as Post-LN");
+  const std::string one_arm = "one arm against a threshold, no contrast between arms";
+  for (const char* id : {"preln_nearer_log", "collapse_without_skips", "skips_prevent_collapse"}) r.no_placebo(id, one_arm);
+  r.placebo("qk_gradients_vanish", [&](int a, int b) { return std::log10(qk[b] / qk[a]); },
+            "stack a with skips as 'with skips', b as 'without' (its last layer)");
+}
+
 void run(Report& r) {
   const std::vector<int64_t> depths = parse_increasing_ints(r.text("depths"), "lab depth: --depths");
-  if (r.control()) r.say("CONTROL: (a) Pre-LN in both arms; (b, c) skip connections in both arms (the columns keep their names).");
+  if (r.placebo_mode()) return placebo(r, depths);
   const Amplification a = amplification(r, depths);
   const Collapse c = collapse(r);
   check_claims(r, depths, a, c);
@@ -339,7 +364,8 @@ Lab depth_lab() {
   l.reference = "Liu et al. 2020, arXiv:2004.08249 (Admin, Theorem 2); Dong et al. 2021, arXiv:2103.03404; Noci et al. 2022, arXiv:2206.03126";
   l.question = "How much does a small change of the weights move the output of a deep Post-LN or Pre-LN Transformer, and how fast do "
                "tokens become alike through attention-only layers, with and without skip connections?";
-  l.control = "Pre-LN in both arms of (a), skip connections in both arms of (b, c)";
+  l.control = "placebo: two groups of seeds of the Pre-LN model (a) and of the stack with skips (b, c)";
+  l.placebo = true;
   l.default_seeds = 5;
   l.options = {{"pairs", Option::Int, "500", "built-in corpus pairs for (a)"},
                {"d-model", Option::Int, "64", "(a) model width"},

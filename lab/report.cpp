@@ -380,7 +380,11 @@ void Report::print_claim(const Claim& c) const {
       line += fmt::format("          decided on [{}, {}] ({}, Holm-adjusted across the lab's paper claims)\n", num(c.decisive.lo), num(c.decisive.hi),
                           c.decisive.method);
     if (c.bootstrap.n > 0) line += fmt::format("          bootstrap [{}, {}] ({}, beside the t interval)\n", num(c.bootstrap.lo), num(c.bootstrap.hi), c.bootstrap.method);
-    if (!c.values.empty()) line += fmt::format("          per seed: {}\n", fmt::join(c.values, ", "));
+    if (!c.values.empty()) {
+      std::vector<std::string> v;
+      for (double x : c.values) v.push_back(num(x));
+      line += fmt::format("          per seed: {}\n", fmt::join(v, ", "));
+    }
     if (c.seeds_to_settle == 0)
       line += "          unsettled: the mean sits on the threshold (or a value is not finite); more seeds would not settle it\n";
     else if (c.seeds_to_settle > 0)

@@ -158,7 +158,7 @@ struct Row {
   Spread grad_un, grad_sc;
 };
 
-std::vector<Row> synthetic(Report& r, bool control) {
+std::vector<Row> synthetic(Report& r) {
   const int64_t B = r.integer("batch"), L = r.integer("queries"), S = r.integer("keys");
   const std::vector<int64_t> dks = {8, 16, 32, 64, 128, 256, 512};
   r.section(fmt::format("1. the paper's assumption: q, k, v ~ N(0, 1); {} sequences of {} queries x {} keys per d_k, {} seeds; float64", B, L, S,
@@ -169,7 +169,7 @@ std::vector<Row> synthetic(Report& r, bool control) {
     std::vector<double> gu, gs;
     for (int i = 0; i < r.seeds(); ++i) {
       for (bool scaled : {false, true}) {
-        Measure m = measure(dk, scaled || control, B, L, S, r.seed(i) * 7919 + static_cast<uint64_t>(dk));
+        Measure m = measure(dk, scaled, B, L, S, r.seed(i) * 7919 + static_cast<uint64_t>(dk));
         Measure& acc = scaled ? row.sc : row.un;
         acc.score_var += m.score_var / r.seeds(), acc.max_prob += m.max_prob / r.seeds(), acc.entropy += m.entropy / r.seeds();
         acc.saturated += m.saturated / r.seeds(), acc.jacobian += m.jacobian / r.seeds();
@@ -228,7 +228,7 @@ struct RealResult {
   std::vector<double> slope_un, drop_un, drop_sc;             // per seed
 };
 
-RealResult real_embeddings(Report& r, const IdData& data, bool control) {
+RealResult real_embeddings(Report& r, const IdData& data) {
   const std::vector<int64_t> dks = {16, 32, 64, 128, 256, 512};
   const int64_t count = r.integer("sentences");
   RealResult res;
@@ -238,7 +238,7 @@ RealResult real_embeddings(Report& r, const IdData& data, bool control) {
       std::vector<double> var, grad, sat;
       for (int64_t dk : dks) {
         const QKV x = real_qkv(data, dk, count, r.seed(i));
-        const Measure m = measure_qkv(x.q, x.k, x.v, x.upstream, sc || control ? 1.0 / std::sqrt(static_cast<double>(dk)) : 1.0);
+        const Measure m = measure_qkv(x.q, x.k, x.v, x.upstream, sc ? 1.0 / std::sqrt(static_cast<double>(dk)) : 1.0);
         var.push_back(m.score_var), grad.push_back(m.grad), sat.push_back(m.saturated);
       }
       res.var[sc].push_back(var), res.grad[sc].push_back(grad), res.sat[sc].push_back(sat);
@@ -275,33 +275,39 @@ struct TrainResult {
   std::vector<std::vector<double>> losses[2];     // [scaled] per seed
 };
 
-TrainResult train_runs(Report& r, bool control) {
+// One model on seed i's data, weights and batches, trained with or without 1/sqrt(d_k).
+struct Trained {
+  double nll;                 // held-out, teacher-forced (the first loss when training diverged)
+  std::vector<double> losses;  // per step, NaN after a divergence stop
+};
+
+Trained train_one(Report& r, int i, bool scaled) {
+  const int64_t D = r.integer("train-d-model"), heads = r.integer("train-heads");
+  const IdData data = synthetic_task(r.text("task"), r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("train"),
+                                     r.integer("eval"), r.seed(i));
+  nn::Seq2SeqTransformer model(small_model(data, D, heads, r.integer("train-layers"), 4 * D, false), r.seed(i));
+  if (!scaled)
+    for (auto* a : attention_modules(model)) a->score_scale = 1.0;
+  FitOptions fo;
+  fo.steps = r.integer("steps");
+  fo.lr = r.real("lr");
+  fo.warmup = fo.steps / 10;
+  fo.max_tokens = r.integer("max-tokens");
+  fo.seed = r.seed(i);
+  FitResult f = fit(model, data.train, fo);
+  model.eval();
+  f.losses.resize(static_cast<size_t>(fo.steps), NAN);
+  return {f.diverged ? f.losses.front() : teacher_forced(model, data.test).nll, f.losses};
+}
+
+TrainResult train_runs(Report& r) {
   const int64_t D = r.integer("train-d-model"), heads = r.integer("train-heads");
   TrainResult res;
-  for (int i = 0; i < r.seeds(); ++i) {
-    const IdData data = synthetic_task(r.text("task"), r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("train"),
-                                       r.integer("eval"), r.seed(i));
+  for (int i = 0; i < r.seeds(); ++i)
     for (int sc = 1; sc >= 0; --sc) {
-      if (sc == 0 && control) {  // the scale in both arms: the same run as the scaled one
-        res.nll[0].push_back(res.nll[1].back()), res.losses[0].push_back(res.losses[1].back());
-        continue;
-      }
-      nn::Seq2SeqTransformer model(small_model(data, D, heads, r.integer("train-layers"), 4 * D, false), r.seed(i));
-      if (!sc)
-        for (auto* a : attention_modules(model)) a->score_scale = 1.0;
-      FitOptions fo;
-      fo.steps = r.integer("steps");
-      fo.lr = r.real("lr");
-      fo.warmup = fo.steps / 10;
-      fo.max_tokens = r.integer("max-tokens");
-      fo.seed = r.seed(i);
-      FitResult f = fit(model, data.train, fo);
-      model.eval();
-      f.losses.resize(static_cast<size_t>(fo.steps), NAN);
-      res.losses[sc].push_back(f.losses);
-      res.nll[sc].push_back(f.diverged ? f.losses.front() : teacher_forced(model, data.test).nll);
+      Trained t = train_one(r, i, sc == 1);
+      res.nll[sc].push_back(t.nll), res.losses[sc].push_back(std::move(t.losses));
     }
-  }
   r.section(fmt::format("3. training a Post-LN translator (d_model {}, {} head(s): d_k {}, {} layers) on the {} task, {} steps of Adam at lr {}, "
                         "with and without 1/sqrt(d_k); the seed draws the data, the weights and the batches",
                         D, heads, D / heads, r.integer("train-layers"), r.text("task"), r.integer("steps"), r.real("lr")));
@@ -321,14 +327,33 @@ TrainResult train_runs(Report& r, bool control) {
   return res;
 }
 
+// --control: the placebo. A pool of models trained with 1/sqrt(d_k), each on its own seed; the
+// training claim's difference between two groups of them. Parts 1 and 2 compare the arms on the
+// same draws, and their paper claims each hold one arm against a threshold: no contrast to split.
+void placebo(Report& r) {
+  const int n = r.placebo_pool();
+  r.say(fmt::format("PLACEBO: {} models trained with 1/sqrt(d_k) on seeds {}-{}; the training claim compares two groups of them, unpaired.", n,
+                    r.seed(0), r.seed(n - 1)));
+  std::vector<double> nll;
+  Table t("the pool: scaled models", {"seed", "held-out NLL"});
+  for (int i = 0; i < n; ++i) {
+    nll.push_back(train_one(r, i, true).nll);
+    t.row({static_cast<int64_t>(r.seed(i)), nll.back()});
+  }
+  r.print(t);
+  const std::string one_arm = "one arm's gradient ratio against its threshold, no contrast between arms";
+  r.no_placebo("real_unscaled_gradient_vanishes", one_arm);
+  r.no_placebo("real_scaled_gradient_stays", one_arm);
+  r.placebo("unscaled_trains_worse", [&](int a, int b) { return nll[b] - nll[a]; }, "scaled model a as 'scaled', b as 'unscaled'");
+}
+
 void run(Report& r) {
-  const bool control = r.control();
-  if (control) r.say("CONTROL: 1/sqrt(d_k) in both arms (the arms named 'unscaled' are scaled too).");
-  const std::vector<Row> rows = synthetic(r, control);
+  if (r.placebo_mode()) return placebo(r);
+  const std::vector<Row> rows = synthetic(r);
   synthetic_figure(r, rows);
   const IdData corpus = builtin_corpus(r.integer("pairs"), 1);
-  const RealResult real = real_embeddings(r, corpus, control);
-  const TrainResult tr = train_runs(r, control);
+  const RealResult real = real_embeddings(r, corpus);
+  const TrainResult tr = train_runs(r);
 
   // ---- claims (lab/claims.cpp's rows for scale) ----
   std::vector<double> x, var_un, var_sc;
@@ -367,7 +392,8 @@ Lab scale_lab() {
   l.reference = "Vaswani et al. 2017, arXiv:1706.03762 (section 3.2.1)";
   l.question = "How do the scores, the softmax and its gradient change with d_k, with and without the scaling, in an initialised "
                "layer reading real sentences, and does a model train worse without it?";
-  l.control = "1/sqrt(d_k) in both arms";
+  l.control = "placebo: two groups of seeds of the model trained with 1/sqrt(d_k)";
+  l.placebo = true;
   l.default_seeds = 5;
   l.options = {{"batch", Option::Int, "16", "(1) sequences per d_k and seed"},
                {"queries", Option::Int, "32", "(1) queries per sequence"},
