@@ -85,10 +85,10 @@ struct Settings {
   std::vector<int64_t> depths;
   int64_t steps, warmup;
   double lr;
-  bool control;  // --control: Pre-LN in every arm (Post-LN's LayerNorm placement, the causal ingredient, removed)
+  bool control;  // --ablate: Pre-LN in every arm (Post-LN's LayerNorm placement, the causal ingredient, removed)
 };
 
-// What an arm runs: under --control every arm is Pre-LN.
+// What an arm runs: under --ablate every arm is Pre-LN.
 Arch effective(Arch a, const Settings& s) { return s.control ? Arch::PreLN : a; }
 
 // DeepNorm's constants for an encoder-decoder of N encoder and M decoder layers (Wang et al. 2022,
@@ -353,7 +353,7 @@ TrainResult warmup_runs(Report& r, const IdData& data, const Settings& s) {
   TrainResult res;
   std::vector<ChartSeries> curves;
   const int window = static_cast<int>(std::max<int64_t>(1, s.steps / 20));
-  // Arms that are the same model under --control (every one Pre-LN) run once.
+  // Arms that are the same model under --ablate (every one Pre-LN) run once.
   std::map<std::tuple<Arch, bool, uint64_t>, OneRun> done;
   for (const TrainArm& arm : train_arms()) {
     std::vector<std::vector<double>> losses;
@@ -427,17 +427,42 @@ void check_claims(Report& r, const LayerResult& lr, const DepthResult& dr, const
                       }()));
 }
 
+// --control: the placebo. A pool of Post-LN models trained without warm-up, each on its own seed:
+// the arm both training contrasts start from (against warm-up, against DeepNorm), so that each
+// contrast is read between two groups of the same arm. The gradient claims hold one arm against a
+// threshold; preln_needs_less is the difference of two contrasts.
+void placebo(Report& r, const IdData& data, const Settings& s) {
+  const int n = r.placebo_pool();
+  r.say(fmt::format("PLACEBO: {} Post-LN models trained {} steps at lr {} without warm-up, on seeds {}-{}; each training contrast "
+                    "compares two groups of them, unpaired.", n, s.steps, s.lr, r.seed(0), r.seed(n - 1)));
+  std::vector<double> nll;
+  Table t("the pool: Post-LN, no warm-up", {"seed", "held-out NLL", "diverged"});
+  for (int i = 0; i < n; ++i) {
+    const OneRun run = train_once(data, s, Arch::PostLN, false, r.seed(i));
+    nll.push_back(run.nll);
+    t.row({static_cast<int64_t>(r.seed(i)), run.nll, run.diverged ? "yes" : "no"});
+  }
+  r.print(t);
+  const std::string one_arm = "one arm's gradients against a threshold, no contrast between arms";
+  for (const char* id : {"postln_grows", "preln_not_growing", "preln_falls_with_depth", "postln_flat_with_depth"}) r.no_placebo(id, one_arm);
+  r.placebo("postln_needs_warmup", [&](int a, int b) { return nll[b] - nll[a]; }, "run a in the warm-up arm's place, b in the no-warm-up arm's");
+  r.no_placebo("preln_needs_less", "the difference of two arms' warm-up gaps; postln_needs_warmup's placebo is the gap's");
+  r.placebo("deepnorm_trains", [&](int a, int b) { return nll[a] - nll[b]; }, "run a in Post-LN's place, b in DeepNorm's");
+}
+
 void run(Report& r) {
   Settings s{r.integer("d-model"), r.integer("heads"), r.integer("ff"), r.integer("layers"), r.integer("batches"), r.integer("max-tokens"),
-             parse_increasing_ints(r.text("depths"), "lab norm: --depths"), r.integer("steps"), r.integer("warmup"), r.real("lr"), r.control()};
+             parse_increasing_ints(r.text("depths"), "lab norm: --depths"), r.integer("steps"), r.integer("warmup"), r.real("lr"),
+             r.ablation_mode()};
   GF_CHECK(s.layers >= 2, "lab norm: --layers must be at least 2, got {}", s.layers);
   const IdData data = builtin_corpus(r.integer("pairs"), 1);
+  if (r.placebo_mode()) return placebo(r, data, s);
   r.say(fmt::format("built-in English -> Korean corpus: {} training pairs, vocabularies {} / {}; d_model {}, {} heads, FFN {}, no dropout",
                     data.train.size(), data.src_vocab, data.tgt_vocab, s.d_model, s.heads, s.ff));
   r.say("gradients: teacher-forced cross-entropy (mean per target token, PAD ignored) of one batch at initialisation,");
   r.say(fmt::format("averaged over the first {} batches ({} tokens at most) of each seed's order; the seed also draws the weights.",
                     s.batches, s.max_tokens));
-  if (s.control) r.say("CONTROL: every arm is Pre-LN (the columns keep their names); the arms then differ only where the protocol does.");
+  if (s.control) r.say("ABLATION: every arm is Pre-LN (the columns keep their names); the arms then differ only where the protocol does.");
 
   const LayerResult lr = layer_profile(r, data, s);
   const DepthResult dr = depth_sweep(r, data, s);
@@ -454,7 +479,9 @@ Lab norm_lab() {
   l.reference = "Xiong et al. 2020, arXiv:2002.04745 (Theorem 1, Figure 3)";
   l.question = "Where does the gradient concentrate at initialisation with the LayerNorm after (Post-LN) or before (Pre-LN) each "
                "residual branch, how does it scale with depth, and which one needs a learning-rate warm-up?";
-  l.control = "Pre-LN in every arm (Post-LN's and DeepNorm's included)";
+  l.control = "placebo: two groups of seeds of Post-LN trained without warm-up";
+  l.placebo = true;
+  l.ablation = "Pre-LN in every arm (Post-LN's and DeepNorm's included)";
   l.default_seeds = 5;
   l.options = {{"pairs", Option::Int, "2000", "built-in corpus pairs (train split 90%)"},
                {"d-model", Option::Int, "64", "model width"},

@@ -219,7 +219,10 @@ void lab_and_control(const std::string& name, const std::string& args, const std
 // name, CI settings, what the short budget adds, and the recorded outcomes of the paper claims that
 // are not supported (every other paper claim: supported). Recorded alone on a 2-core AMD EPYC (Zen 4,
 // OpenBLAS's own kernel choice), docs/labs.md; the margin above covers the other kernels.
-TEST_CASE("lab norm") { lab_and_control("norm", "", "--seeds 3 --steps 100", {}); }
+TEST_CASE("lab norm") {
+  lab_and_control("norm", "", "--seeds 3 --steps 100", {});
+  SUBCASE("its ablation (Pre-LN in every arm) supports no target") { control_no_target("norm", "", "--seeds 3 --steps 100", "ablate"); }
+}
 TEST_CASE("lab leak") { lab_and_control("leak", "", "", {}); }
 TEST_CASE("lab padding") { lab_and_control("padding", "", "", {}); }
 // nan and graph are demonstrations: exact checks only, so no control.
