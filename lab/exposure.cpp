@@ -193,14 +193,13 @@ struct Example {
 };
 
 // One sentence's forced error at step k, added into the drift counts.
-// no_error (the control): the token fed at step k is the reference's own.
-void force_one(const nn::Seq2SeqTransformer& model, const train::EncodedPair& pair, int64_t k, bool no_error, Drift& dr, Example* keep) {
+void force_one(const nn::Seq2SeqTransformer& model, const train::EncodedPair& pair, int64_t k, Drift& dr, Example* keep) {
   std::vector<int64_t> ref = pair.tgt;
   ref.push_back(Vocab::kEos);
   std::vector<int64_t> prefix{Vocab::kBos};
   prefix.insert(prefix.end(), ref.begin(), ref.begin() + k);  // <bos> + the true tokens before step k
   std::vector<int64_t> forced = prefix;
-  forced.push_back(no_error ? ref[k] : runner_up(model, pair.src, prefix, ref[k]));
+  forced.push_back(runner_up(model, pair.src, prefix, ref[k]));
   const int64_t max_len = static_cast<int64_t>(ref.size()) + 10;
   const std::vector<int64_t> clean_run = continue_greedy(model, pair.src, {prefix}, max_len)[0];
   const std::vector<int64_t> forced_run = continue_greedy(model, pair.src, {forced}, max_len)[0];
@@ -252,7 +251,7 @@ struct SeedResult {
   double tf_accuracy = 0, fr_tokens = 0, fr_exact = 0;
 };
 
-SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, size_t show, bool no_error) {
+SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, size_t show) {
   SeedResult res;
   const nn::Seq2SeqTransformer& model = *tm.model;
   res.pos = per_position(model, tm.test, n);
@@ -268,7 +267,7 @@ SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, 
     const int64_t k = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(len)));
     Example ex;
     const bool look = i >= show && res.derailed.k < 0;
-    force_one(model, tm.test[i], k, no_error, res.drift, i == show || look ? &ex : nullptr);
+    force_one(model, tm.test[i], k, res.drift, i == show || look ? &ex : nullptr);
     ex.index = i;
     auto after_k = [k](const std::vector<int64_t>& v) { return std::vector<int64_t>(v.begin() + std::min<int64_t>(k + 1, std::ssize(v)), v.end()); };
     if (look && after_k(ex.clean) != after_k(ex.forced)) res.derailed = ex;
@@ -355,10 +354,9 @@ struct DriftSeries {
   std::array<std::vector<double>, 2> e_forced, e_clean, changed, tv;
 };
 
-DriftSeries drift_section(Report& r, const Results& res, int64_t D, bool no_error) {
+DriftSeries drift_section(Report& r, const Results& res, int64_t D) {
   DriftSeries dr;
-  r.section(fmt::format("{} at one step k, then greedy decoding, against greedy decoding from the same true prefix (means over seeds)",
-                        no_error ? "the reference's own token fed (control: no error)" : "a wrong token forced"));
+  r.section("a wrong token forced at one step k, then greedy decoding, against greedy decoding from the same true prefix (means over seeds)");
   Table f("forced", {"offset d", "TF: tokens changed", "error, forced", "error, clean", "TV of attention rows", "SS: tokens changed", "error, forced",
                      "error, clean", "TV of attention rows"});
   for (int64_t d = 0; d < D; ++d) {
@@ -533,23 +531,51 @@ Recipe recipe_of(const Report& r, ArmId arm) {
   return rc;
 }
 
+// --control: the placebo. A pool of teacher-forced models (the lab's own seeds come from the cache),
+// each on its own seed; the two scheduled-sampling contrasts between two groups of them.
+void placebo(Report& r, int64_t D, int64_t min_support) {
+  const int pool = r.placebo_pool();
+  r.say(fmt::format("PLACEBO: {} teacher-forced models on seeds {}-{}; each scheduled-sampling contrast compares two groups of them, unpaired.",
+                    pool, r.seed(0), r.seed(pool - 1)));
+  Results res;
+  for (int i = 0; i < pool; ++i) {
+    TrainedModel tm = trained_model(r, i, recipe_of(r, kTeacher));
+    const size_t n = std::min(static_cast<size_t>(r.integer("sentences")), tm.test.size());
+    res[kTeacher].push_back(run_seed(tm, n, D, r.seed(i), std::min<size_t>(static_cast<size_t>(r.integer("show")), n - 1)));
+  }
+  res[kSampling] = res[kTeacher];
+  const size_t P = common_positions(res, min_support);
+  GF_CHECK_AS(std::runtime_error, P >= 4, "lab exposure: only {} positions have enough sentences in every model (--min-support)", P);
+  std::vector<double> late, derail;
+  Table t("the pool: teacher-forced models", {"seed", "late-half gap", "derailment"});
+  for (int i = 0; i < pool; ++i) {
+    late.push_back(pooled_gap(res[kTeacher][i].pos, P / 2, P)), derail.push_back(derailment(res[kTeacher][i].drift));
+    t.row({static_cast<int64_t>(r.seed(i)), late.back(), derail.back()});
+  }
+  r.print(t);
+  const std::string one_arm = "the teacher-forced arm against a threshold, no contrast between arms";
+  r.no_placebo("gap_grows", one_arm);
+  r.no_placebo("derails", one_arm);
+  r.placebo("ss_narrows_gap", [&](int a, int b) { return late[a] - late[b]; }, "model a in teacher forcing's place, b in scheduled sampling's");
+  r.placebo("ss_less_derailment", [&](int a, int b) { return derail[a] - derail[b]; }, "model a in teacher forcing's place, b in scheduled sampling's");
+}
+
 void run(Report& r) {
   GF_CHECK(r.text("model").empty(), "lab exposure: --model is not supported (the lab trains both arms the same way)");
   const int64_t D = r.integer("offsets"), min_support = r.integer("min-support");
   GF_CHECK(D >= kDerailSteps, "lab exposure: --offsets must be at least {}, got {}", kDerailSteps, D);
   GF_CHECK(r.real("ss-k") > 0, "lab exposure: --ss-k must be positive, got {}", r.real("ss-k"));
-  const bool no_error = r.control();
-  if (no_error) r.say("the token fed at step k is the reference's own; everything else as the lab");
   r.say(fmt::format("training: until the held-out NLL has not improved by {:g}% for {} measurements {} steps apart (at most --train-steps {}); "
                     "scheduled sampling: true token with probability k / (k + exp(step / k)), k = {:g}",
                     100 * r.real("min-improvement"), r.integer("patience"), r.integer("valid-every"), r.integer("train-steps"), r.real("ss-k")));
+  if (r.placebo_mode()) return placebo(r, D, min_support);
   Results res;
   std::array<std::vector<TrainedModel>, 2> models;
   for (int i = 0; i < r.seeds(); ++i)
     for (int arm : {kTeacher, kSampling}) {
       TrainedModel tm = trained_model(r, i, recipe_of(r, static_cast<ArmId>(arm)));
       const size_t n = std::min(static_cast<size_t>(r.integer("sentences")), tm.test.size());
-      res[arm].push_back(run_seed(tm, n, D, r.seed(i), std::min<size_t>(static_cast<size_t>(r.integer("show")), n - 1), no_error));
+      res[arm].push_back(run_seed(tm, n, D, r.seed(i), std::min<size_t>(static_cast<size_t>(r.integer("show")), n - 1)));
       r.say(fmt::format("  {}: {} test sentences: token accuracy teacher-forced {:.3f}, free-running {:.3f}; free-running sentences exactly right {:.3f}",
                         kArmName[arm], n, res[arm].back().tf_accuracy, res[arm].back().fr_tokens, res[arm].back().fr_exact));
       tm.model.reset();  // the numbers are kept; the weights are not needed any more
@@ -557,7 +583,7 @@ void run(Report& r) {
     }
   const size_t P = common_positions(res, min_support);
   const PositionSeries ps = position_section(r, res, P, min_support);
-  const DriftSeries dr = drift_section(r, res, D, no_error);
+  const DriftSeries dr = drift_section(r, res, D);
   save_numbers(r, res, models);
   figure(r, ps, dr, res, models);
   claims(r, res, P);
@@ -573,7 +599,8 @@ Lab exposure_lab() {
   l.question =
       "How does a translator trained with teacher forcing until converged do on its own prefix, position by position, and after one wrong token; "
       "and does scheduled sampling, on the same data and rule, narrow both?";
-  l.control = "no forced error (the reference's own token fed at step k)";
+  l.control = "placebo: two groups of seeds of the teacher-forced model";
+  l.placebo = true;
   l.default_seeds = 3;
   // Six models trained until converged must fit the lab's two minutes: a narrower, shallower model
   // on a smaller corpus than the attribution lab's (docs/labs/exposure.md).
