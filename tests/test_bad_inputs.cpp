@@ -4,12 +4,14 @@
 // "terminate called"), hang, or change a run folder that already holds good output.
 // docs/errors.md lists the same table with the full messages.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -104,6 +106,24 @@ std::string message_line(const std::string& out, const std::string& fragment) {
 }
 
 const std::string kNorm = "transformer.decoder.norm.bias";
+
+// The error for a safetensors file of `bytes` cut to `size` bytes, shown as `name`: the first
+// tensor in the header's (sorted) order whose data_offsets run past the shortened data section.
+std::string truncation_error(const std::string& bytes, size_t size, const std::string& name) {
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), sizeof header);
+  const nlohmann::json h = nlohmann::json::parse(bytes.substr(sizeof header, header));
+  const uint64_t data = size - sizeof header - header;
+  for (const auto& [tensor, v] : h.items()) {
+    if (tensor == "__metadata__") continue;
+    const uint64_t begin = v["data_offsets"][0], end = v["data_offsets"][1];
+    if (end > data)
+      return fmt::format("safetensors: '{}': tensor '{}': data_offsets [{}, {}] run past the end of the data section ({} bytes)", name, tensor,
+                         begin, end, data);
+  }
+  FAIL("a checkpoint cut to ", size, " bytes still holds every tensor");
+  return "";
+}
 
 const char* const kErrorsIntro = R"(# Errors: bad input, tried on purpose
 
@@ -272,7 +292,8 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
       {"a checkpoint with an extra tensor", "translate --model extra", 1, "unexpected key 'extra.weight'", "extra/best.safetensors"},
       {"a mis-shaped tensor", "translate --model misshaped", 1, "'" + kNorm + "' has shape (16,) in the checkpoint but (32,) in the model", "misshaped/best.safetensors"},
       {"a tensor of the wrong dtype", "translate --model wrongdtype", 1, "'" + kNorm + "' is int64 in the checkpoint but float32 in the model", "wrongdtype/best.safetensors"},
-      {"a truncated checkpoint", "translate --model truncated", 1, "truncated/best.safetensors", "truncated/best.safetensors"},
+      {"a truncated checkpoint", "translate --model truncated", 1, truncation_error(good_best, good_best.size() / 2, "truncated/best.safetensors"),
+       "truncated/best.safetensors"},
       {"a vocabulary that does not match the checkpoint", "translate --model vocab", 1, "vocab/best.safetensors' does not fit the model", "vocab/best.safetensors"},
       {"a malformed config.json", "translate --model badconfig", 1, "badconfig/config.json: malformed run config", "badconfig/config.json"},
       {"a malformed state.json", "train --resume badstate --steps 1", 1, "badstate/state.json: malformed run state", "badstate/state.json"},
@@ -323,6 +344,7 @@ TEST_CASE("a 10,000-token line is translated from its head, with a warning namin
   s.write("in.txt", "i read a book .\n" + long_line + "\n");
   const Outcome r = gradflow(s.path, "translate --model good --input in.txt");
   CHECK(r.exit_code == 0);
+  CHECK(r.stdout_lines == 2);
   CHECK(r.out.find("input line 2 has 10000 tokens; the model reads at most 100") != std::string::npos);
 }
 
