@@ -13,7 +13,7 @@
 namespace gf::train {
 
 // The longest line readers accept by default, without its line ending: far above any sentence,
-// far below what would exhaust memory. translate, eval and train take --max-line-bytes.
+// far below what would exhaust memory. translate, eval, train and bleu take --max-line-bytes.
 inline constexpr size_t kMaxLineBytes = size_t{1} << 20;
 
 class LineReader {
