@@ -59,6 +59,7 @@ Flags train_flags() {
   f.add_string("valid-split", "", "validation split (default: val or valid; with a .tsv: a TSV file)");
   f.add_string("test-split", "", "test split (default: test or the first test* split; with a .tsv: a TSV file)");
   f.add_int("max-len", d.max_len, "skip training pairs longer than this many tokens");
+  add_max_line_bytes_flag(f);
   f.add_double("clip", d.clip, "clip the gradient norm to this (0: off)");
   f.add_int("epochs", 0, "stop after this many epochs");
   f.add_int("steps", 0, "stop after this many steps");
@@ -88,6 +89,7 @@ train::TrainOptions train_options(const Flags& f) {
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
   opt.skip_nonfinite = f.on("skip-nonfinite");
+  opt.max_line_bytes = max_line_bytes(f);
   opt.handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint, then exit 128 + signal (main.cpp)
   GF_CHECK_AS(UsageError, f.integer("grad-stats") >= 0, "train: --grad-stats must be 0 (off) or a positive step interval, got {}",
               f.integer("grad-stats"));

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <exception>
 #include <memory>
+#include <optional>
 
 #include "app/commands.h"
 #include "app/command_flags.h"
@@ -57,12 +58,12 @@ train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) 
 }
 
 // The model reads at most max_len source tokens; translate() cut longer lines to their head.
-// `first` is the input line number of pieces' first sentence.
-void warn_long_lines(const train::Translator& t, const train::Translator::Pieces& pieces, size_t first) {
+// number[i] is the input line number of pieces' sentence i.
+void warn_long_lines(const train::Translator& t, const train::Translator::Pieces& pieces, const std::vector<size_t>& number) {
   for (size_t i = 0; i < pieces.source_length.size(); ++i)
     if (static_cast<int64_t>(pieces.source_length[i]) > t.config.max_len)
       fmt::print(stderr, "translate: warning: input line {} has {} tokens; the model reads at most {} (--max-len of its run), so only its first {} are translated\n",
-                 first + i, pieces.source_length[i], t.config.max_len, t.config.max_len);
+                 number[i], pieces.source_length[i], t.config.max_len, t.config.max_len);
 }
 
 // The input, stdin or --input: stdin must be a pipe or a file, not a terminal.
@@ -70,16 +71,16 @@ struct Input {
   int fd = 0;
   bool owned = false;
   std::unique_ptr<train::LineReader> lines;
-  explicit Input(const std::string& path) {
+  Input(const std::string& path, size_t max_line_bytes) {
     if (path.empty() || path == "-") {
       GF_CHECK_AS(UsageError, !::isatty(0),
                   "translate: no input on stdin (it is a terminal): pipe sentences in, one a line (echo \"...\" | gradflow translate ...), "
                   "or name a file with --input FILE");
-      lines = std::make_unique<train::LineReader>(0, "stdin");
+      lines = std::make_unique<train::LineReader>(0, "stdin", max_line_bytes);
     } else {
       fd = train::open_text_file(path, "translate");
       owned = true;
-      lines = std::make_unique<train::LineReader>(fd, path);
+      lines = std::make_unique<train::LineReader>(fd, path, max_line_bytes);
     }
   }
   ~Input() {
@@ -89,20 +90,59 @@ struct Input {
   Input& operator=(const Input&) = delete;
 };
 
-// The next lines to translate: at least one (waiting for it), then whatever else has already
-// arrived, up to `most`. Empty at the end of the input. A bad line after the first (invalid UTF-8)
-// ends the group and is kept in `error`, so the lines before it are still translated first.
-std::vector<std::string> arrived_lines(train::LineReader& in, size_t most, std::exception_ptr& error) {
-  std::vector<std::string> lines;
+// An input line: its text, or nothing for a bad line skipped under --skip-bad-lines (its output
+// line is left empty, so that output line i still answers input line i).
+using InputLine = std::optional<std::string>;
+
+// The next line into `out`; false at the end. A bad line (invalid UTF-8, too long) throws, or
+// with `skip_bad` gives nothing and a warning naming it.
+bool next_line(train::LineReader& in, bool skip_bad, InputLine& out) {
   std::string line;
-  if (!in.next(line)) return lines;
+  try {
+    if (!in.next(line)) return false;
+    out = std::move(line);
+  } catch (const std::invalid_argument& e) {
+    if (!skip_bad) throw;
+    fmt::print(stderr, "translate: warning: {}; its output line is left empty (--skip-bad-lines)\n", e.what());
+    out.reset();
+  }
+  return true;
+}
+
+// The next lines to translate: at least one (waiting for it), then whatever else has already
+// arrived, up to `most`. Empty at the end of the input. A bad line after the first ends the group
+// and is kept in `error`, so the lines before it are still translated first.
+std::vector<InputLine> arrived_lines(train::LineReader& in, size_t most, bool skip_bad, std::exception_ptr& error) {
+  std::vector<InputLine> lines;
+  InputLine line;
+  if (!next_line(in, skip_bad, line)) return lines;
   lines.push_back(std::move(line));
   try {
-    while (lines.size() < most && in.ready() && in.next(line)) lines.push_back(std::move(line));
+    while (lines.size() < most && in.ready() && next_line(in, skip_bad, line)) lines.push_back(std::move(line));
   } catch (const std::exception&) {
     error = std::current_exception();
   }
   return lines;
+}
+
+// Translates a group of lines and writes one output line for each, empty for a skipped one, then
+// flushes stdout. `first` is the input line number of lines[0].
+void translate_group(const train::Translator& t, const std::vector<InputLine>& lines, size_t first, const Flags& f,
+                     const train::DecodeOptions& options, train::DecodeStats& stats) {
+  std::vector<std::string> text;
+  std::vector<size_t> number;  // the input line number of each of `text`
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i]) text.push_back(*lines[i]), number.push_back(first + i);
+  train::Translator::Pieces pieces;
+  std::vector<std::string> out;
+  if (!text.empty()) out = t.translate(text, options, f.integer("batch-size"), &stats, &pieces);
+  warn_long_lines(t, pieces, number);
+  for (size_t i = 0, k = 0; i < lines.size(); ++i) fmt::print("{}\n", lines[i] ? out[k++] : std::string());
+  std::fflush(stdout);
+  if (f.on("verbose"))
+    for (size_t k = 0; k < text.size(); ++k)
+      fmt::print(stderr, "{}: source pieces: {}\n{}: output pieces: {}\n", number[k], train::join_tokens(pieces.source[k]), number[k],
+                 train::join_tokens(pieces.output[k]));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -116,11 +156,16 @@ Flags translate_flags() {
           "Translates sentences (one a line) from stdin or --input with a trained model, one output line per input line: raw\n"
           "text in and detokenised text out for a run trained with --subwords, whitespace-tokenised text otherwise.\n"
           "Lines are translated as they arrive (a pipe's lines together as far as they have arrived), each output line\n"
-          "written at once.\n"
+          "written at once. A line that is not valid UTF-8 or is longer than --max-line-bytes stops it with an error\n"
+          "naming the line, or with --skip-bad-lines gets an empty output line and a warning.\n"
           "--model is a run folder (its best checkpoint) or one of its .safetensors files.");
   f.add_string("model", "", "run folder or weights file");
   f.add_string("input", "", "input file (default: stdin)");
   add_decode_flags(f);
+  add_max_line_bytes_flag(f);
+  f.add_bool("skip-bad-lines",
+             "an input line that is not valid UTF-8 or is longer than --max-line-bytes gets an empty output line and a warning naming "
+             "it, and translation goes on (default: stop with the error)");
   f.add_bool("verbose", "report each sentence's source and output pieces, speed and KV-cache memory on stderr");
   return f;
 }
@@ -129,6 +174,7 @@ Flags translate_flags() {
 void check_translate_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "translate: --model DIR is required");
   check_decode_flags(f);
+  (void)max_line_bytes(f);
 }
 
 int cmd_translate(int argc, char** argv) {
@@ -137,7 +183,7 @@ int cmd_translate(int argc, char** argv) {
   check_translate_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   apply_precision(f.str("precision"), "translate");
-  Input input(f.str("input"));
+  Input input(f.str("input"), max_line_bytes(f));
   train::Translator t = train::Translator::load(f.str("model"));
   const train::DecodeOptions options = decode_options(f, t);
   // Line by line as the input arrives: each group of lines that have arrived (up to 16 batches,
@@ -148,17 +194,9 @@ int cmd_translate(int argc, char** argv) {
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
   std::exception_ptr bad_line;
-  for (std::vector<std::string> lines; !bad_line && !(lines = arrived_lines(*input.lines, group, bad_line)).empty(); done += lines.size()) {
-    train::Translator::Pieces pieces;
-    const std::vector<std::string> out = t.translate(lines, options, f.integer("batch-size"), &stats, &pieces);
-    warn_long_lines(t, pieces, done + 1);
-    for (const auto& line : out) fmt::print("{}\n", line);
-    std::fflush(stdout);
-    if (f.on("verbose"))
-      for (size_t i = 0; i < lines.size(); ++i)
-        fmt::print(stderr, "{}: source pieces: {}\n{}: output pieces: {}\n", done + i + 1, train::join_tokens(pieces.source[i]), done + i + 1,
-                   train::join_tokens(pieces.output[i]));
-  }
+  for (std::vector<InputLine> lines; !bad_line && !(lines = arrived_lines(*input.lines, group, f.on("skip-bad-lines"), bad_line)).empty();
+       done += lines.size())
+    translate_group(t, lines, done + 1, f, options, stats);
   if (bad_line) std::rethrow_exception(bad_line);
   GF_CHECK_AS(UsageError, done > 0 || !f.str("input").empty(),
               "translate: no input on stdin (it was empty): pipe sentences in, one a line, or name a file with --input FILE");
@@ -189,6 +227,7 @@ Flags eval_flags() {
   f.add_string("tokenize", "", "BLEU tokenizer: 13a (sacreBLEU's default, for detokenised text) or none (pre-tokenised text); default: 13a for a run with --subwords, none otherwise");
   f.add_string("output", "", "also write the translations to this file");
   add_decode_flags(f);
+  add_max_line_bytes_flag(f);
   return f;
 }
 
@@ -197,6 +236,7 @@ void check_eval_flags(const Flags& f) {
   const std::string tok_flag = f.str("tokenize");
   GF_CHECK_AS(UsageError, tok_flag.empty() || tok_flag == "13a" || tok_flag == "none", "eval: --tokenize must be 13a or none, got '{}'", tok_flag);
   check_decode_flags(f);
+  (void)max_line_bytes(f);
 }
 
 int cmd_eval(int argc, char** argv) {
@@ -210,7 +250,7 @@ int cmd_eval(int argc, char** argv) {
   train::RunConfig c = t.config;
   if (!f.str("data").empty()) c.data = f.str("data");
   if (!f.str("split").empty()) c.test_split = f.str("split");
-  train::RunData data = train::load_run_data(c, false);
+  train::RunData data = train::load_run_data(c, false, max_line_bytes(f));
   GF_CHECK_AS(std::runtime_error, !data.test.empty(), "eval: no test split found for {}; name one with --split", c.data_description());
   const std::string tok = tok_flag.empty() ? t.bleu_tokenize() : tok_flag;
   train::DecodeOptions o = decode_options(f, t);
@@ -236,12 +276,14 @@ Flags bleu_flags() {
   f.add_positional("HYP", "hypotheses file");
   f.add_positional("REF", "references file");
   f.add_string("tokenize", "13a", "13a (sacreBLEU's default) or none (whitespace only)");
+  add_max_line_bytes_flag(f);
   return f;
 }
 
 void check_bleu_flags(const Flags& f) {
   const std::string tok = f.str("tokenize");
   GF_CHECK_AS(UsageError, tok == "13a" || tok == "none", "bleu: --tokenize must be 13a or none, got '{}'", tok);
+  (void)max_line_bytes(f);
 }
 
 int cmd_bleu(int argc, char** argv) {
@@ -249,8 +291,8 @@ int cmd_bleu(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   std::string tok = f.str("tokenize");
   check_bleu_flags(f);
-  std::vector<std::string> hyps = train::read_text_lines(f.positional(0), "bleu");
-  std::vector<std::string> refs = train::read_text_lines(f.positional(1), "bleu");
+  std::vector<std::string> hyps = train::read_text_lines(f.positional(0), "bleu", max_line_bytes(f));
+  std::vector<std::string> refs = train::read_text_lines(f.positional(1), "bleu", max_line_bytes(f));
   GF_CHECK_AS(std::runtime_error, hyps.size() == refs.size(), "bleu: {} has {} lines but {} has {}", f.positional(0), hyps.size(),
               f.positional(1), refs.size());
   BleuResult r = corpus_bleu(hyps, refs, tok);

@@ -2,7 +2,9 @@
 
 #include "nn/activation.h"
 #include "nn/norm.h"
+#include "tensor/check.h"
 #include "tensor/kernels/bf16.h"
+#include "train/data/line_reader.h"
 
 namespace gf::app {
 
@@ -25,6 +27,18 @@ void apply_precision(const std::string& value, const std::string& command) {
     GF_FAIL_AS(UsageError, "{}: {}", command, e.what());
   }
   kernels::set_precision(p);
+}
+
+void add_max_line_bytes_flag(Flags& f) {
+  f.add_int("max-line-bytes", static_cast<long long>(train::kMaxLineBytes),
+            "refuse an input line longer than this many bytes, naming its file and line (a file without line breaks is "
+            "refused after this much, not read whole)");
+}
+
+size_t max_line_bytes(const Flags& f) {
+  const long long n = f.integer("max-line-bytes");
+  GF_CHECK_AS(UsageError, n >= 1, "{}: --max-line-bytes must be at least 1, got {}", f.command(), n);
+  return static_cast<size_t>(n);
 }
 
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {

@@ -17,6 +17,10 @@ void read_recipe_flags(const Flags& f, train::RunConfig& c);
 // std::runtime_error where the CPU cannot run bf16.
 void add_precision_flag(Flags& f, const std::string& def, const std::string& more = "");
 void apply_precision(const std::string& value, const std::string& command);
+// --max-line-bytes N (translate, eval, train, bleu): the longest input line accepted, default
+// train::kMaxLineBytes; max_line_bytes() reads it, UsageError below 1.
+void add_max_line_bytes_flag(Flags& f);
+size_t max_line_bytes(const Flags& f);
 // The flags that define the model (a resumed run cannot change them).
 const std::vector<std::string>& model_flag_names();
 

@@ -4,11 +4,14 @@
 // "terminate called"), hang, or change a run folder that already holds good output.
 // docs/errors.md lists the same table with the full messages.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -41,13 +44,15 @@ std::string slurp(const fs::path& file) {
 
 struct Outcome {
   int exit_code = -1;  // -1: killed by a signal
-  std::string out;     // stdout and stderr
+  std::string out;     // stdout, then stderr
+  size_t stdout_lines = 0;
 };
 
 // Runs build/gradflow ARGS in `cwd` with stdin from /dev/null and a 120 s limit (a hang fails).
 Outcome gradflow(const fs::path& cwd, const std::string& args) {
+  const fs::path err = cwd / ".gradflow.err";
   const std::string cmd = "cd '" + cwd.string() + "' && timeout 120 " + std::string(GRADFLOW_BINARY_DIR) + "/gradflow " + args +
-                          " < /dev/null 2>&1";
+                          " < /dev/null 2> '" + err.string() + "'";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   Outcome r;
@@ -55,6 +60,8 @@ Outcome gradflow(const fs::path& cwd, const std::string& args) {
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
   const int st = pclose(p);
   r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.stdout_lines = static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n'));
+  r.out += slurp(err);
   return r;
 }
 
@@ -100,6 +107,24 @@ std::string message_line(const std::string& out, const std::string& fragment) {
 
 const std::string kNorm = "transformer.decoder.norm.bias";
 
+// The error for a safetensors file of `bytes` cut to `size` bytes, shown as `name`: the first
+// tensor in the header's (sorted) order whose data_offsets run past the shortened data section.
+std::string truncation_error(const std::string& bytes, size_t size, const std::string& name) {
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), sizeof header);
+  const nlohmann::json h = nlohmann::json::parse(bytes.substr(sizeof header, header));
+  const uint64_t data = size - sizeof header - header;
+  for (const auto& [tensor, v] : h.items()) {
+    if (tensor == "__metadata__") continue;
+    const uint64_t begin = v["data_offsets"][0], end = v["data_offsets"][1];
+    if (end > data)
+      return fmt::format("safetensors: '{}': tensor '{}': data_offsets [{}, {}] run past the end of the data section ({} bytes)", name, tensor,
+                         begin, end, data);
+  }
+  FAIL("a checkpoint cut to ", size, " bytes still holds every tensor");
+  return "";
+}
+
 const char* const kErrorsIntro = R"(# Errors: bad input, tried on purpose
 
 Every row below is what the command printed when `tests/test_bad_inputs.cpp` ran it on
@@ -120,7 +145,10 @@ allocated: a model's weights, gradients, Adam state and activations are estimate
 header against its config.json. A float64
 checkpoint loads into a float32 model (converted, as PyTorch's `load_state_dict` does); integer
 weights do not. A line longer than the model's `--max-len` is not an error for `translate`: its
-head is translated and a warning names the line (tested separately). Subword runs' own errors
+head is translated and a warning names the line (tested separately). A line longer than
+`--max-line-bytes` (default 1 MiB) is, naming file and line; `translate --skip-bad-lines` writes an
+empty output line for it, or for a line that is not UTF-8, and goes on
+(`tests/test_translate_stream.cpp`). Subword runs' own errors
 (a missing or mismatched SentencePiece model, a `--subwords` size the text cannot fill) are in
 `tests/test_subwords.cpp`.
 
@@ -134,6 +162,7 @@ struct BadInput {
   int exit_code;        // 2 usage, 1 data or file
   std::string message;  // a fragment of the message that must appear
   std::string names;    // what the message must name: the flag, value, file or file:line at fault
+  int stdout_lines = 0; // translate's output lines: those before the bad input line (none for the others)
 };
 
 // The command a row runs ("train", "translate", ...), or "" for a global flag or an unknown command.
@@ -178,6 +207,11 @@ void write_fixtures(const Scratch& s) {
   s.write("twotabs.tsv", "a\tb\tc\n");
   s.write("afile", "not a folder\n");
   s.write("bad_utf8.txt", "hello \xc3\x28 world\n");
+  s.write("long_line.txt", "i read a book .\n" + std::string(300, 'a') + "\ni read a book .\n");
+  s.write("longline/train.de", "a b\n" + std::string(300, 'a') + "\n");
+  s.write("longline/train.en", "c d\ne f\n");
+  s.write("longline/val.de", "a\n");
+  s.write("longline/val.en", "b\n");
   s.write("hyp.txt", "a b\nc d\n");
   s.write("ref3.txt", "a b\nc d\ne f\n");
 }
@@ -246,6 +280,11 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
       {"a data folder that does not exist", "train --data nowhere --out r8", 1, "--data 'nowhere' does not exist", "'nowhere'"},
       {"a data folder without a validation split", "train --data noval --out r9", 1, "has no validation split", "'noval'"},
       {"invalid UTF-8 to translate", "translate --model good --input bad_utf8.txt", 1, "bad_utf8.txt:1: invalid UTF-8 at byte 7 (0xc3)", "bad_utf8.txt:1"},
+      {"a line over --max-line-bytes to translate", "translate --model good --input long_line.txt --max-line-bytes 200", 1,
+       "long_line.txt:2: line is longer than 200 bytes (the limit; --max-line-bytes raises it)", "long_line.txt:2", 1},
+      {"a line over --max-line-bytes to train on", "train --data longline --max-line-bytes 200 --out r12", 1,
+       "longline/train.de:2: line is longer than 200 bytes", "longline/train.de:2"},
+      {"--max-line-bytes 0", "translate --model good --max-line-bytes 0", 2, "--max-line-bytes must be at least 1, got 0", "--max-line-bytes"},
       {"BLEU of files with different line counts", "bleu hyp.txt ref3.txt", 1, "hyp.txt has 2 lines but ref3.txt has 3", "hyp.txt"},
       // ---- checkpoints and run folders
       {"a model that does not exist", "translate --model nowhere", 1, "--model 'nowhere' does not exist", "'nowhere'"},
@@ -253,7 +292,8 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
       {"a checkpoint with an extra tensor", "translate --model extra", 1, "unexpected key 'extra.weight'", "extra/best.safetensors"},
       {"a mis-shaped tensor", "translate --model misshaped", 1, "'" + kNorm + "' has shape (16,) in the checkpoint but (32,) in the model", "misshaped/best.safetensors"},
       {"a tensor of the wrong dtype", "translate --model wrongdtype", 1, "'" + kNorm + "' is int64 in the checkpoint but float32 in the model", "wrongdtype/best.safetensors"},
-      {"a truncated checkpoint", "translate --model truncated", 1, "truncated/best.safetensors", "truncated/best.safetensors"},
+      {"a truncated checkpoint", "translate --model truncated", 1, truncation_error(good_best, good_best.size() / 2, "truncated/best.safetensors"),
+       "truncated/best.safetensors"},
       {"a vocabulary that does not match the checkpoint", "translate --model vocab", 1, "vocab/best.safetensors' does not fit the model", "vocab/best.safetensors"},
       {"a malformed config.json", "translate --model badconfig", 1, "badconfig/config.json: malformed run config", "badconfig/config.json"},
       {"a malformed state.json", "train --resume badstate --steps 1", 1, "badstate/state.json: malformed run state", "badstate/state.json"},
@@ -284,6 +324,7 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
     CHECK(line.find(b.names) != std::string::npos);
     CHECK(r.out.find("terminate called") == std::string::npos);
     CHECK(r.out.find("Segmentation") == std::string::npos);
+    if (command == "translate") CHECK(r.stdout_lines == static_cast<size_t>(b.stdout_lines));
     // A refused run leaves no checkpoint behind: none in a new --out, the same one in a --resume.
     if (!folder.empty()) CHECK(slurp(s.path / folder / "state.json") == state_before);
     doc += "| " + b.what + " | `gradflow " + b.args + "` | " + std::to_string(r.exit_code) + " | `` " + line + " `` |\n";
@@ -303,6 +344,7 @@ TEST_CASE("a 10,000-token line is translated from its head, with a warning namin
   s.write("in.txt", "i read a book .\n" + long_line + "\n");
   const Outcome r = gradflow(s.path, "translate --model good --input in.txt");
   CHECK(r.exit_code == 0);
+  CHECK(r.stdout_lines == 2);
   CHECK(r.out.find("input line 2 has 10000 tokens; the model reads at most 100") != std::string::npos);
 }
 

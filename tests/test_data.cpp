@@ -3,7 +3,10 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "train/data/batching.h"
+#include "train/data/line_reader.h"
 #include "train/data/parallel_text.h"
 #include "train/data/utf8.h"
 #include "train/data/vocab.h"
@@ -36,6 +40,33 @@ struct TempDir {
     return path / name;
   }
 };
+
+// `bytes` bytes of 'x' and no '\n', written in 1 MiB pieces.
+fs::path write_one_line(const TempDir& dir, const std::string& name, size_t bytes) {
+  const std::string piece(size_t{1} << 20, 'x');
+  std::ofstream out(dir.path / name, std::ios::binary);
+  for (size_t left = bytes; left > 0; left -= std::min(left, piece.size())) out.write(piece.data(), static_cast<std::streamsize>(std::min(left, piece.size())));
+  REQUIRE(out.good());
+  return dir.path / name;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Every line of a reader; a line it refuses becomes "<error: message>".
+std::vector<std::string> all_lines(LineReader& in) {
+  std::vector<std::string> out;
+  for (;;) {
+    std::string line;
+    try {
+      if (!in.next(line)) return out;
+      out.push_back(line);
+    } catch (const std::invalid_argument& e) {
+      out.push_back(std::string("<error: ") + e.what() + ">");
+    }
+  }
+}
 
 // doctest::Contains from a std::string (it copies the text).
 doctest::Contains contains(const std::string& text) { return doctest::Contains(text.c_str()); }
@@ -98,6 +129,72 @@ TEST_CASE("read_parallel: errors name the file and the line") {
   const fs::path ok = dir.write("ok.ko", "1\n2\n3\n");
   CHECK_THROWS_WITH_AS(read_parallel_files(bad, ok),
                        contains(bad.string() + ":3: invalid UTF-8 at byte 8 (0xff)"), std::invalid_argument);
+}
+
+TEST_CASE("LineReader: a 200 MB line without a newline is refused after about 1 MiB, naming the file and line") {
+  TempDir dir("endless");
+  const fs::path file = write_one_line(dir, "endless.txt", size_t{200} << 20);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  LineReader in(fd, file.string());
+  std::string line;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(in.next(line), contains(file.string() + ":1: line is longer than 1048576 bytes (the limit; --max-line-bytes raises it)"),
+                       std::invalid_argument);
+  MESSAGE("refused the 200 MB line in ", seconds_since(t0), " s");
+  const off_t read_so_far = ::lseek(fd, 0, SEEK_CUR);
+  MESSAGE("bytes read before the refusal: ", read_so_far);
+  CHECK(read_so_far <= static_cast<off_t>(kMaxLineBytes + (size_t{2} << 16)));  // the limit and a read's worth, not 200 MB
+  // Going on drops the rest of that line: the file then has nothing more.
+  CHECK_FALSE(in.next(line));
+  CHECK(in.lines() == 1);
+  ::close(fd);
+}
+
+TEST_CASE("LineReader: a line of exactly the limit is accepted, one byte more is refused, and reading goes on after it") {
+  TempDir dir("limit");
+  const std::string at(100, 'a'), over(101, 'b'), long_one(200000, 'c');  // longer than a 64 KiB read
+  const std::string text = at + "\n" + over + "\r\n" + at + "\r\n" + long_one + "\n" + "\xEF\xBB\xBF" + "after\n";
+  const std::vector<std::string> expected = {at, "<error: f.txt:2: line is longer than 100 bytes (the limit; --max-line-bytes raises it)>", at,
+                                             "<error: f.txt:4: line is longer than 100 bytes (the limit; --max-line-bytes raises it)>",
+                                             "\xEF\xBB\xBF" "after"};  // a BOM only counts as one on line 1
+  {  // in memory
+    LineReader in(text, "f.txt", 100);
+    CHECK(all_lines(in) == expected);
+    CHECK(in.lines() == 5);
+  }
+  {  // from a file, read in 64 KiB pieces: line 4 is refused before its end has arrived
+    const fs::path file = dir.write("f.txt", text);
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    LineReader in(fd, "f.txt", 100);
+    CHECK(all_lines(in) == expected);
+    CHECK(in.lines() == 5);
+    ::close(fd);
+  }
+  {  // a BOM and a '\r' are not part of the line
+    const std::string framed = "\xEF\xBB\xBF" + at + "\r\n";
+    LineReader in(framed, "g.txt", 100);
+    CHECK(all_lines(in) == std::vector<std::string>{at});
+  }
+}
+
+TEST_CASE("LineReader: a 64 MiB line is read in one pass (the limit raised)") {
+  TempDir dir("long");
+  const size_t n = size_t{64} << 20;
+  const fs::path file = write_one_line(dir, "long.txt", n);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  LineReader in(fd, file.string(), n);
+  std::string line;
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(in.next(line));
+  // Rescanning the line from its start after every 64 KiB read would look at 1024 * 32 MiB on
+  // average, 32 GiB: minutes, not this.
+  MESSAGE("read a 64 MiB line in ", seconds_since(t0), " s");
+  CHECK(line.size() == n);
+  CHECK_FALSE(in.next(line));
+  ::close(fd);
 }
 
 TEST_CASE("read_parallel_tsv: source<TAB>target lines") {

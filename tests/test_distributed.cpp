@@ -353,9 +353,12 @@ TEST_CASE("processes that built different runs stop together, naming the rank an
     Ran r = run_child(mpirun(), under_mpirun_each(a, b), s.tmp.path / "plan", kTimeout, {.env = mpi_env({})});
     INFO(r.err);
     CHECK(r.exit_code() == 1);
+    CHECK(r.err.find("the 2 processes did not build the same run") != std::string::npos);
     CHECK(r.err.find("rank 1 differs from rank 0 in its batch plan (") != std::string::npos);
     CHECK(r.err.find("rank 1 differs from rank 0 in its run config (config.json)") != std::string::npos);
     CHECK(r.err.find("vocabulary") == std::string::npos);
+    CHECK(r.err.find("no process has trained") != std::string::npos);
+    CHECK(r.err.find("MPI_ABORT") == std::string::npos);
   }
 }
 
@@ -379,8 +382,9 @@ TEST_CASE("an error on one rank ends the job with its message (MPI_Abort), not a
   Setup s;
   Ran r = s.two(s.train_args(s.tmp.path / "error", 512, 100000), "error", {"GRADFLOW_TEST_THROW_AT_STEP=4", "GRADFLOW_TEST_RANK=1"});
   INFO(r.err);
-  CHECK(r.exit_code() != 0);
-  CHECK(r.err.find("rank 1 of 2: gradflow train: error: train: GRADFLOW_TEST_THROW_AT_STEP") != std::string::npos);
+  CHECK(r.exit_code() == 1);  // mpirun passes on the code rank 1 gave MPI_Abort: its error's
+  CHECK(r.err.find("rank 1 of 2: gradflow train: error: train: GRADFLOW_TEST_THROW_AT_STEP: a test fault on this process before step 4") !=
+        std::string::npos);
 }
 
 TEST_CASE("a NaN on one rank: every rank stops together, or with --skip-nonfinite skips together") {

@@ -19,6 +19,7 @@
 
 #include "tensor/io/safetensors.h"
 #include "tests/fault_util.h"
+#include "tests/test_budget.h"
 #include "train/loop/checkpoint.h"
 
 using namespace gf;
@@ -36,7 +37,8 @@ TEST_CASE("kill -9 in the middle of checkpoint files, at ten points: the run alw
   const RunState rs = load_state(ref.string());
   const double epoch_bytes = static_cast<double>(2 * fs::file_size(ref / rs.model_file) + fs::file_size(ref / rs.optim_file));
   int resumed = 0, torn = 0;
-  for (double f : {0.05, 0.2, 0.45, 0.7, 0.9, 1.1, 1.35, 1.6, 1.85, 2.3}) {
+  const std::vector<double> points = {0.05, 0.2, 0.45, 0.7, 0.9, 1.1, 1.35, 1.6, 1.85, 2.3};
+  for (double f : points) {
     const long long at = static_cast<long long>(head + f * epoch_bytes);
     CAPTURE(at);
     const fs::path out = s.tmp.path / fmt::format("killed-{}", at);
@@ -58,7 +60,9 @@ TEST_CASE("kill -9 in the middle of checkpoint files, at ten points: the run alw
     CHECK(temp_files(out) == 0);  // resume removed what the killed writer left
     ++resumed;
   }
-  CHECK(torn >= 6);  // most kills landed inside a file, not between files
+  // The seam kills only from inside a write, and every file is written to a temporary file
+  // created before its first byte, so each kill leaves one: every point is a torn file.
+  CHECK(torn == static_cast<int>(points.size()));
   CHECK(resumed == 5);  // the five kill points after the first epoch's files
 }
 
@@ -329,7 +333,7 @@ TEST_CASE("Ctrl-C saves a checkpoint, says where and exits 130; SIGTERM 143") {
   }
 }
 
-TEST_CASE("a second Ctrl-C ends the run at once, within 1 s, without a checkpoint") {
+TEST_CASE("a second Ctrl-C ends the run at once, within 1 s (Release), without a checkpoint") {
   Setup s;
   const fs::path out = s.trained("twice", 1);
   const auto before = snapshot(out);
@@ -348,7 +352,7 @@ TEST_CASE("a second Ctrl-C ends the run at once, within 1 s, without a checkpoin
   MESSAGE("the run ended ", seconds, " s after the second Ctrl-C");
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGINT);  // the signal's default action, not an exit after saving
-  CHECK(seconds < 1.0);
+  CHECK(seconds < time_limit(1.0));
   CHECK(slurp(c.err).find("stopping after this step to save a checkpoint") != std::string::npos);  // the first one was seen
   CHECK(snapshot(out) == before);  // no checkpoint, no temporary file
   check_loadable(out);

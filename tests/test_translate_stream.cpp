@@ -95,6 +95,20 @@ struct Translate {
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 
+// `gradflow translate --model MODEL --input FILE ARGS`, run to its end.
+Ran translate_file(const TempDir& tmp, const std::string& model, const std::string& file, const std::vector<std::string>& args = {}) {
+  std::vector<std::string> all{"translate", "--model", model, "--input", tmp.file(file)};
+  all.insert(all.end(), args.begin(), args.end());
+  return run_child(std::string(GRADFLOW_BINARY_DIR) + "/gradflow", all, tmp.path / (file + ".run"), 120);
+}
+
+// The lines of `text`, each without its '\n'.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) lines.push_back(text.substr(at, nl - at));
+  return lines;
+}
+
 void write_all(int fd, const std::string& s) { REQUIRE(::write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size())); }
 
 }  // namespace
@@ -138,6 +152,11 @@ TEST_CASE("translate checks its flags before reading anything") {
 TEST_CASE("an empty stdin, or a terminal, is 'no input on stdin'; bad UTF-8 names stdin and the line") {
   TempDir tmp("gf_translate_stream");
   const std::string model = trained(tmp).string();
+  tmp.write("first.txt", "i read a book .\n");
+  const Ran ref = translate_file(tmp, model, "first.txt");
+  REQUIRE(ref.exit_code() == 0);
+  REQUIRE(lines_of(ref.out).size() == 1);
+  const std::string first = lines_of(ref.out)[0];
   {  // empty
     int in[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // close-on-exec: the child holds only its stdin
@@ -167,7 +186,7 @@ TEST_CASE("an empty stdin, or a terminal, is 'no input on stdin'; bad UTF-8 name
     Translate t({"--model", model}, in[0], tmp.path / "utf.err");
     ::close(in[0]);
     write_all(in[1], "i read a book .\n");
-    CHECK(t.line(60) != "<timeout>");
+    CHECK(t.line(60) == first);
     write_all(in[1], "bad \xC3\x28 byte\n");
     ::close(in[1]);
     CHECK(exit_code(t.wait(60)) == 1);
@@ -180,10 +199,47 @@ TEST_CASE("an empty stdin, or a terminal, is 'no input on stdin'; bad UTF-8 name
     ::close(in[0]);
     write_all(in[1], "i read a book .\nbad \xC3\x28 byte\n");
     ::close(in[1]);
-    const std::string first = t.line(60);
-    CHECK(first != "<timeout>");
-    CHECK(first != "<eof>");
+    CHECK(t.line(60) == first);
+    CHECK(t.line(60) == "<eof>");  // nothing for the bad line
     CHECK(exit_code(t.wait(60)) == 1);
     CHECK(slurp(tmp.path / "utf2.err").find("stdin:2: invalid UTF-8") != std::string::npos);
   }
+}
+
+TEST_CASE("--skip-bad-lines: a bad or over-long line gets an empty output line and a warning; without it, the error stops translate") {
+  TempDir tmp("gf_translate_stream");
+  const std::string model = trained(tmp).string();
+  const std::string a = "i read a book .", b = "the teacher will not drink coffee tomorrow .";
+  tmp.write("good.txt", a + "\n" + b + "\n");
+  const Ran ref = translate_file(tmp, model, "good.txt");
+  REQUIRE(ref.exit_code() == 0);
+  const std::vector<std::string> good = lines_of(ref.out);
+  REQUIRE(good.size() == 2);
+  // Line 2 is not UTF-8; line 3 is 200,000 bytes, over --max-line-bytes 1000 and longer than one
+  // 64 KiB read, so it is refused before its end has arrived and the rest of it is skipped.
+  tmp.write("mixed.txt", a + "\n" + "bad \xC3\x28 byte\n" + std::string(200000, 'x') + "\n" + b + "\n");
+  const Ran skipped = translate_file(tmp, model, "mixed.txt", {"--max-line-bytes", "1000", "--skip-bad-lines"});
+  INFO(skipped.err);
+  CHECK(skipped.exit_code() == 0);
+  CHECK(lines_of(skipped.out) == std::vector<std::string>{good[0], "", "", good[1]});
+  CHECK(skipped.out == good[0] + "\n\n\n" + good[1] + "\n");
+  const std::string in = tmp.file("mixed.txt");
+  CHECK(skipped.err.find("translate: warning: " + in + ":2: invalid UTF-8 at byte 5 (0xc3); its output line is left empty (--skip-bad-lines)") !=
+        std::string::npos);
+  CHECK(skipped.err.find("translate: warning: " + in + ":3: line is longer than 1000 bytes (the limit; --max-line-bytes raises it); its output "
+                         "line is left empty (--skip-bad-lines)") != std::string::npos);
+
+  const Ran stopped = translate_file(tmp, model, "mixed.txt", {"--max-line-bytes", "1000"});
+  INFO(stopped.err);
+  CHECK(stopped.exit_code() == 1);
+  CHECK(lines_of(stopped.out) == std::vector<std::string>{good[0]});  // the line before the bad one, then the stop
+  CHECK(stopped.err.find(in + ":2: invalid UTF-8 at byte 5 (0xc3)") != std::string::npos);
+  CHECK(stopped.err.find("warning") == std::string::npos);
+
+  tmp.write("long.txt", a + "\n" + std::string(200000, 'x') + "\n" + b + "\n");
+  const Ran too_long = translate_file(tmp, model, "long.txt", {"--max-line-bytes", "1000"});
+  INFO(too_long.err);
+  CHECK(too_long.exit_code() == 1);
+  CHECK(lines_of(too_long.out) == std::vector<std::string>{good[0]});
+  CHECK(too_long.err.find(tmp.file("long.txt") + ":2: line is longer than 1000 bytes") != std::string::npos);
 }

@@ -93,9 +93,9 @@ std::vector<std::string> split_text_lines(std::string_view text, std::string_vie
   return lines;
 }
 
-std::vector<std::string> read_text_lines(const std::filesystem::path& file, std::string_view op) {
+std::vector<std::string> read_text_lines(const std::filesystem::path& file, std::string_view op, size_t max_line_bytes) {
   OpenFile f(file, op);
-  LineReader in(f.fd, file.string());
+  LineReader in(f.fd, file.string(), max_line_bytes);
   std::vector<std::string> lines;
   for (std::string line; in.next(line);) lines.push_back(std::move(line));
   return lines;
@@ -107,9 +107,9 @@ ParallelText parse_parallel_texts(std::string_view src_text, std::string_view sr
   return parse_parallel(src, tgt);
 }
 
-ParallelText read_parallel_files(const std::filesystem::path& src_file, const std::filesystem::path& tgt_file) {
+ParallelText read_parallel_files(const std::filesystem::path& src_file, const std::filesystem::path& tgt_file, size_t max_line_bytes) {
   OpenFile a(src_file, "read_parallel"), b(tgt_file, "read_parallel");
-  LineReader src(a.fd, src_file.string()), tgt(b.fd, tgt_file.string());
+  LineReader src(a.fd, src_file.string(), max_line_bytes), tgt(b.fd, tgt_file.string(), max_line_bytes);
   return parse_parallel(src, tgt);
 }
 
@@ -123,8 +123,8 @@ std::string join_tokens(const Tokens& tokens) {
 }
 
 ParallelText read_parallel_dir(const std::filesystem::path& dir, std::string_view split, std::string_view src_ext,
-                               std::string_view tgt_ext) {
-  return read_parallel_files(dir / fmt::format("{}.{}", split, src_ext), dir / fmt::format("{}.{}", split, tgt_ext));
+                               std::string_view tgt_ext, size_t max_line_bytes) {
+  return read_parallel_files(dir / fmt::format("{}.{}", split, src_ext), dir / fmt::format("{}.{}", split, tgt_ext), max_line_bytes);
 }
 
 ParallelText parse_parallel_tsv(std::string_view text, std::string_view name) {
@@ -132,9 +132,9 @@ ParallelText parse_parallel_tsv(std::string_view text, std::string_view name) {
   return parse_tsv(in);
 }
 
-ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file) {
+ParallelText read_parallel_tsv(const std::filesystem::path& tsv_file, size_t max_line_bytes) {
   OpenFile f(tsv_file, "read_parallel_tsv");
-  LineReader in(f.fd, tsv_file.string());
+  LineReader in(f.fd, tsv_file.string(), max_line_bytes);
   return parse_tsv(in);
 }
 

@@ -26,7 +26,7 @@ bool split_exists(const fs::path& dir, const std::string& split, const RunConfig
 
 }  // namespace
 
-RunData load_run_data(const RunConfig& c, bool need_train) {
+RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes) {
   RunData d;
   if (c.builtin()) {
     CorpusSplits corpus = make_korean_corpus(c.corpus_seed, static_cast<size_t>(c.corpus_size));
@@ -41,11 +41,11 @@ RunData load_run_data(const RunConfig& c, bool need_train) {
   fs::path data(c.data);
   GF_CHECK_AS(std::runtime_error, fs::exists(data), "--data '{}' does not exist", c.data);
   if (fs::is_regular_file(data)) {
-    ParallelText all = read_parallel_tsv(data);
+    ParallelText all = read_parallel_tsv(data, max_line_bytes);
     d.skipped_empty += all.stats.skipped_empty;
     d.train_name = data.string();
     if (!c.valid_split.empty()) {
-      ParallelText v = read_parallel_tsv(c.valid_split);
+      ParallelText v = read_parallel_tsv(c.valid_split, max_line_bytes);
       d.valid = std::move(v.pairs);
       d.train = std::move(all.pairs);
       d.valid_name = c.valid_split;
@@ -54,14 +54,14 @@ RunData load_run_data(const RunConfig& c, bool need_train) {
       d.valid_name = "every 50th pair of " + data.string();
     }
     if (!c.test_split.empty()) {
-      d.test = read_parallel_tsv(c.test_split).pairs;
+      d.test = read_parallel_tsv(c.test_split, max_line_bytes).pairs;
       d.test_name = c.test_split;
     }
     return d;
   }
   GF_CHECK_AS(std::runtime_error, fs::is_directory(data), "--data '{}' is neither a folder nor a file", c.data);
   auto read = [&](const std::string& split, std::vector<TokenPair>& into) {
-    ParallelText t = read_parallel_dir(data, split, c.src, c.tgt);
+    ParallelText t = read_parallel_dir(data, split, c.src, c.tgt, max_line_bytes);
     d.skipped_empty += t.stats.skipped_empty;
     into = std::move(t.pairs);
   };

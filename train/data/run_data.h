@@ -18,6 +18,7 @@ struct RunData {
 // valid_split "" means val or valid (the first present), test_split "" means test or the first
 // test* split present (none: test stays empty). With a .tsv file, the valid split is the TSV file
 // named by valid_split, or else every 50th training pair held out; test_split names a TSV file.
-RunData load_run_data(const RunConfig& config, bool need_train = true);
+// A line longer than max_line_bytes is an error naming its file and line.
+RunData load_run_data(const RunConfig& config, bool need_train = true, size_t max_line_bytes = kMaxLineBytes);
 
 }  // namespace gf::train

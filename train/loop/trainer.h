@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "train/data/line_reader.h"
 #include "train/loop/run_config.h"
 
 namespace gf::train {
@@ -20,6 +21,7 @@ struct TrainOptions {
   bool skip_nonfinite = false;  // skip a step whose loss or gradient is NaN/Inf instead of stopping
   bool handle_signals = false;  // SIGINT/SIGTERM save a checkpoint and end the run (train/loop/interrupt.h)
   double max_memory = 0;        // bytes the model may need (train/loop/memory_estimate.h); 0: what the machine has available
+  size_t max_line_bytes = kMaxLineBytes;  // a longer line in the data is an error naming its file and line
 };
 
 struct TrainResult {
