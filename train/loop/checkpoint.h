@@ -31,6 +31,7 @@ struct RunState {
   double best_valid_loss = 1e300;
   std::string model_file, optim_file;  // relative to the folder
   std::vector<CurvePoint> train_curve, valid_curve;
+  std::vector<CurvePoint> lr_curve;  // (step, learning rate) beside each train_curve point; absent from older state.json
   int64_t skipped_long = 0;
   int64_t skipped_nonfinite = 0;  // steps skipped by --skip-nonfinite
 };
