@@ -40,6 +40,8 @@ void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
   if (!f.given("epochs") && !f.given("steps") && !f.given("minutes")) c.minutes = 4;
 }
 
+constexpr int64_t kBuiltinGradStats = 10;  // the built-in recipe's --grad-stats: about 0.3% of its training time (docs/grad-stats.md)
+
 }  // namespace
 
 Flags train_flags() {
@@ -61,13 +63,21 @@ Flags train_flags() {
   f.add_int("max-len", d.max_len, "skip training pairs longer than this many tokens");
   add_max_line_bytes_flag(f);
   f.add_double("clip", d.clip, "clip the gradient norm to this (0: off)");
+  f.add_string("schedule", d.schedule,
+               "learning-rate schedule after the warm-up: inverse-sqrt (decay as 1/sqrt(step)), or wsd (warm-up, stable, decay: the "
+               "peak --lr until the last --decay-fraction of the budget, then a decay to 0 by its end; measured in time with "
+               "--minutes, else in steps or epochs)");
+  f.add_double("decay-fraction", d.decay_fraction, "--schedule wsd: the last share of the budget over which the rate decays to 0");
+  f.add_int("patience", d.patience,
+            "end the run after this many validation evaluations (epochs) in a row without a better validation loss (0: off)");
   f.add_int("epochs", 0, "stop after this many epochs");
   f.add_int("steps", 0, "stop after this many steps");
   f.add_double("minutes", 0, "stop after this much time (built-in default: 4)");
   f.add_int("seed", 1, "random seed (data order, initial weights, dropout)");
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
   f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
-  f.add_string("resume", "", "continue the run in this folder (budget flags and --precision may be given again)");
+  f.add_string("resume", "", "continue the run in this folder (budget flags, --schedule, --decay-fraction, --patience and --precision may "
+               "be given again)");
   f.add_int("threads", 0, "threads (default: the hardware's)");
   f.add_int("samples", 5, "sample translations printed at the end");
   f.add_bool("quiet", "no progress bar or lines");
@@ -78,8 +88,8 @@ Flags train_flags() {
                "the machine has available)");
   f.add_int("grad-stats", 0,
             "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
-            "OUT/grad_stats.jsonl and .svg (0: off; about 6 ms per recorded step on the built-in model, about 0.3% of training "
-            "time at N 10: docs/grad-stats.md)");
+            "OUT/grad_stats.jsonl and .svg (0: off; built-in: " + std::to_string(kBuiltinGradStats) + "; about 6 ms per recorded step "
+            "on the built-in model, about 0.3% of training time at N 10: docs/grad-stats.md)");
   f.add_bool("report", "at the end, write OUT/report.html: settings, curves, gradient statistics, attention explorer (gradflow report; docs/report.md)");
   return f;
 }
@@ -115,6 +125,9 @@ train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
     for (const std::string& flag : fixed)
       GF_CHECK_AS(UsageError, !f.given(flag), "train: --{} cannot change when resuming (the run folder fixes it)", flag);
     if (f.given("precision")) c.precision = f.str("precision");
+    if (f.given("schedule")) c.schedule = f.str("schedule");
+    if (f.given("decay-fraction")) c.decay_fraction = f.real("decay-fraction");
+    if (f.given("patience")) c.patience = f.integer("patience");
     if (f.given("epochs") || f.given("steps") || f.given("minutes")) {
       c.epochs = f.integer("epochs");
       c.steps = f.integer("steps");
@@ -133,6 +146,9 @@ train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
     c.test_split = f.str("test-split");
     c.max_len = f.integer("max-len");
     c.clip = f.real("clip");
+    c.schedule = f.str("schedule");
+    c.decay_fraction = f.real("decay-fraction");
+    c.patience = f.integer("patience");
     c.epochs = f.integer("epochs");
     c.steps = f.integer("steps");
     c.minutes = f.real("minutes");
@@ -148,6 +164,10 @@ train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
   return c;
 }
 
+void apply_builtin_options(const Flags& f, const train::RunConfig& c, train::TrainOptions& opt) {
+  if (c.builtin() && !f.given("grad-stats")) opt.grad_stats = kBuiltinGradStats;
+}
+
 void check_train_flags(const Flags& f) {
   (void)train_options(f);
   const train::RunConfig resumed;  // stands for the run folder's config.json, read only when running
@@ -161,7 +181,7 @@ int cmd_train(int argc, char** argv) {
   dist::start();  // under mpirun or srun: one of several processes (docs/distributed.md)
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   else if (dist::running() && !num_threads_set()) set_num_threads(dist::default_threads());  // processes on one machine share its cores
-  const train::TrainOptions opt = train_options(f);
+  train::TrainOptions opt = train_options(f);
   train::RunConfig c;
   std::shared_ptr<train::RunFolderLock> lock;  // rank 0 holds the folder from here to the end (the trainer shares it)
   if (opt.resume) {
@@ -178,6 +198,7 @@ int cmd_train(int argc, char** argv) {
     GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
                 "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
   }
+  apply_builtin_options(f, c, opt);
   apply_precision(c.precision, "train");
   if (dist::several()) {
     if (dist::is_root())

@@ -61,7 +61,7 @@ void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
   f.add_bool("norm-first", "pre-norm layers (default post-norm, as the 2017 paper)");
   f.add_bool("tie", "tie the output projection to the target embedding");
   f.add_double("lr", d.lr, "peak learning rate" + note("0.002"));
-  f.add_int("warmup", d.warmup, "warmup steps before inverse square root decay" + note("400"));
+  f.add_int("warmup", d.warmup, "steps of linear warm-up to the peak --lr" + note("400"));
   f.add_double("label-smoothing", d.label_smoothing, "label smoothing");
   add_precision_flag(f, d.precision);
 }

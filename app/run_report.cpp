@@ -40,10 +40,20 @@ nlohmann::json rounded(const std::vector<double>& v) {
   return out;
 }
 
-// The learning rate the trainer set at each step, as optim::scheduled_update does (step s, 1-based,
-// is optimizer step s - 1): enough points to draw the warm-up's corner and the decay.
-nlohmann::json lr_schedule(const train::RunConfig& c, int64_t steps) {
+// The learning rate the trainer set at each step (step s, 1-based, is optimizer step s - 1). The
+// inverse-sqrt schedule depends on the step alone: enough points to draw the warm-up's corner and
+// the decay. wsd's depends on the budget's progress (time, with --minutes): the rates the trainer
+// recorded in state.json every 20 steps, after the warm-up's corner.
+nlohmann::json lr_schedule(const train::RunConfig& c, const train::RunState& state) {
   nlohmann::json out = nlohmann::json::array();
+  const int64_t steps = state.step;
+  if (c.schedule != "inverse-sqrt") {
+    const optim::LrSchedule sched = c.lr_schedule();
+    for (int64_t s : {int64_t{1}, c.warmup})
+      if (s <= steps && (state.lr_curve.empty() || s < state.lr_curve.front().step)) out.push_back({s, round_significant(sched.lr(c.lr, s - 1, 0.0))});
+    for (const train::CurvePoint& p : state.lr_curve) out.push_back({static_cast<int64_t>(p.step), round_significant(p.loss)});
+    return out;
+  }
   const int64_t last = std::max<int64_t>(steps, 1);
   std::vector<int64_t> at;
   const int64_t every = std::max<int64_t>(1, last / 400);
@@ -54,6 +64,15 @@ nlohmann::json lr_schedule(const train::RunConfig& c, int64_t steps) {
   at.erase(std::unique(at.begin(), at.end()), at.end());
   for (int64_t s : at) out.push_back({s, round_significant(optim::warmup_inverse_sqrt(c.lr, s - 1, c.warmup))});
   return out;
+}
+
+// How the learning-rate chart was drawn, for the page's note.
+std::string lr_note(const train::RunConfig& c) {
+  if (c.schedule == "wsd")
+    return fmt::format("warm-up-stable-decay: linear warm-up over {} steps, constant, then a 1-sqrt decay to 0 over the last {:g}% of the {}; "
+                       "the rates recorded every 20 steps",
+                       c.warmup, 100 * c.decay_fraction, c.minutes > 0 ? "time budget" : c.steps > 0 ? "steps" : "epochs");
+  return fmt::format("linear warm-up over {} steps, then inverse square root decay", c.warmup);
 }
 
 nlohmann::json curve_json(const std::vector<train::CurvePoint>& points) {
@@ -215,7 +234,8 @@ nlohmann::json run_report_data(const std::string& run_dir, const RunReportOption
                  {"train_note", "label-smoothed training loss, means of 20 steps"},
                  {"valid", curve_json(state.valid_curve)},
                  {"valid_note", "validation NLL per target token, after each epoch"},
-                 {"lr", lr_schedule(t.config, state.step)}};
+                 {"lr", lr_schedule(t.config, state)},
+                 {"lr_note", lr_note(t.config)}};
   const std::string stats = train::run_file(run_dir, "grad_stats.jsonl");
   d["grad_stats"] = fs::exists(stats) ? grad_stats_data(stats, o.max_steps) : nlohmann::json();
   d["attention"] = attention_json(t, o);

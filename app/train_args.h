@@ -17,5 +17,8 @@ train::TrainOptions train_options(const Flags& f);
 // given again (UsageError for a flag the run folder fixes). Validated: UsageError naming the first
 // bad setting.
 train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed = nullptr);
+// The built-in recipe's run options (no --data): gradient statistics every 10 steps unless
+// --grad-stats is given (0 turns them off).
+void apply_builtin_options(const Flags& f, const train::RunConfig& c, train::TrainOptions& opt);
 
 }  // namespace gf::app

@@ -185,12 +185,16 @@ double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup) {
   return base_lr * std::min(s / w, std::sqrt(w / s));
 }
 
-UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup,
-                            std::optional<double> known_norm) {
+UpdateInfo clipped_update(Adam& adam, const std::vector<Variable>& params, double clip, double lr, std::optional<double> known_norm) {
   const double norm = clip > 0 ? clip_grad_norm(params, clip, known_norm) : known_norm.value_or(NAN);
-  adam.set_lr(warmup_inverse_sqrt(base_lr, step, warmup));
+  adam.set_lr(lr);
   adam.step();
   return {norm, adam.lr()};
+}
+
+UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup,
+                            std::optional<double> known_norm) {
+  return clipped_update(adam, params, clip, warmup_inverse_sqrt(base_lr, step, warmup), known_norm);
 }
 
 }  // namespace gf::optim

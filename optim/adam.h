@@ -67,5 +67,8 @@ struct UpdateInfo {
 // known_norm: grad_norm(params), when the caller has computed it (the trainer checks it first).
 UpdateInfo scheduled_update(Adam& adam, const std::vector<Variable>& params, double clip, double base_lr, int64_t step, int64_t warmup,
                             std::optional<double> known_norm = {});
+// The same update at a rate the caller chose (optim/schedule.h's LrSchedule: the trainer's
+// --schedule); scheduled_update is this at warmup_inverse_sqrt's rate.
+UpdateInfo clipped_update(Adam& adam, const std::vector<Variable>& params, double clip, double lr, std::optional<double> known_norm = {});
 
 }  // namespace gf::optim

@@ -260,6 +260,9 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
       {"label smoothing of 1", "train --label-smoothing 1", 2, "--label-smoothing must be in [0, 1)", "--label-smoothing"},
       {"--warmup 0", "train --warmup 0", 2, "--warmup must be at least 1", "--warmup"},
       {"--log-every 0", "train --log-every 0", 2, "--log-every must be at least 1, got 0", "--log-every"},  // was a SIGFPE in the trainer
+      {"an unknown schedule", "train --schedule cosine", 2, "--schedule must be inverse-sqrt or wsd, got 'cosine'", "--schedule"},
+      {"--decay-fraction 0", "train --schedule wsd --decay-fraction 0", 2, "--decay-fraction must be in (0, 1], got 0", "--decay-fraction"},
+      {"a negative --patience", "train --patience -2", 2, "--patience cannot be negative, got -2", "--patience"},
       {"a negative --subwords", "train --subwords -1", 2, "--subwords cannot be negative", "--subwords"},
       {"an unknown subword model type", "train --subwords 100 --subword-type word", 2, "--subword-type must be unigram or bpe", "--subword-type"},
       {"an unknown flag", "train --frobnicate", 2, "unknown flag --frobnicate", "--frobnicate"},

@@ -193,8 +193,9 @@ TEST_CASE("the run report of a decoder-only model opens in Chromium and its sele
   const std::string chromium = browser_or_fail();
   gf::test::TempDir tmp("gf_report_browser");
   const std::string run = tmp.file("run");
+  // --grad-stats 0: the built-in recipe records them by default; this page shows the section without them.
   run_ok({"train", "--arch", "decoder-only", "--steps", "30", "--d-model", "32", "--heads", "2", "--ff", "64", "--layers",
-          "2", "--samples", "0", "--quiet", "--out", run},
+          "2", "--grad-stats", "0", "--samples", "0", "--quiet", "--out", run},
          tmp, "train");
   run_ok({"report", run, "--sentences", "3"}, tmp, "report");
   Browser b(chromium, tmp.path / "profile");

@@ -54,7 +54,7 @@ function curvesSection(curves, steps) {
   s.append(el("p", {class: "note"},
               "Drag across either chart to zoom into those steps; double-click to zoom out. Both charts share the step axis. " +
               `Training: ${curves.train_note}; validation: ${curves.valid_note}. The learning rate is the schedule the trainer applied ` +
-              "(linear warm-up, then inverse square root decay)."));
+              `(${curves.lr_note}).`));
   const group = [];
   const lossSeries = [
     {name: "training loss", points: curves.train, color: PALETTE[0]},

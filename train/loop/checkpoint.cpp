@@ -49,6 +49,7 @@ std::string state_to_json(const RunState& s) {
   };
   j["train_curve"] = curve(s.train_curve);
   j["valid_curve"] = curve(s.valid_curve);
+  j["lr_curve"] = curve(s.lr_curve);
   return j.dump(1) + "\n";
 }
 
@@ -76,8 +77,10 @@ RunState state_from_json(const std::string& text, const std::string& where) {
     for (const auto& [key, name] : {std::pair<const char*, const std::string&>{"model_file", s.model_file}, {"optim_file", s.optim_file}})
       if (name.empty() || name == "." || name == ".." || name.find_first_of(std::string_view("/\0", 2)) != std::string::npos)
         bad_field(key, j.at(key), "a file name in the run folder");
-    for (const auto& [key, curve] : {std::pair<const char*, std::vector<CurvePoint>*>{"train_curve", &s.train_curve}, {"valid_curve", &s.valid_curve}}) {
+    for (const auto& [key, curve] : {std::pair<const char*, std::vector<CurvePoint>*>{"train_curve", &s.train_curve}, {"valid_curve", &s.valid_curve},
+                                     {"lr_curve", &s.lr_curve}}) {
       auto it = j.find(key);
+      if (it == j.end() && curve == &s.lr_curve) continue;  // optional: state.json written before it was kept
       if (it == j.end()) throw FieldError(fmt::format("missing field '{}'", key));
       if (!it->is_array()) bad_field(key, *it, "an array of [step, loss] pairs");
       for (size_t i = 0; i < it->size(); ++i) {

@@ -38,6 +38,7 @@ struct RunState {
   // own digest was damaged or removed.
   std::string model_digest, optim_digest;
   std::vector<CurvePoint> train_curve, valid_curve;
+  std::vector<CurvePoint> lr_curve;  // (step, learning rate) beside each train_curve point; absent from older state.json
   int64_t skipped_long = 0;
   int64_t skipped_nonfinite = 0;  // steps skipped by --skip-nonfinite
 };

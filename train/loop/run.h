@@ -57,6 +57,7 @@ class Run {
   };
   StopVote agree_stop();
   bool out_of_budget() { return state_.epoch > clock_.max_epochs || agree_stop().budget_spent; }
+  double budget_progress() const;
   bool run_epoch();
   struct StepResult {
     double loss, grad_norm;  // loss NaN: the step was skipped
@@ -78,6 +79,7 @@ class Run {
   const bool root_ = world_.rank == 0;
   RunConfig config_;
   const TrainOptions& opt_;
+  optim::LrSchedule schedule_;  // config_'s --schedule
   std::shared_ptr<RunFolderLock> lock_;  // rank 0, for the whole run
 
   // The data: every process reads it and builds the same plan (agree_on_setup checks).
@@ -103,11 +105,13 @@ class Run {
   TrainResult result_;
   Progress progress_;
   int agreed_signal_ = 0;       // SIGINT/SIGTERM that reached any process (agree_stop)
+  bool stopped_early_ = false;  // --patience ended the run (train/loop/early_stop.h)
   bool poison_step_ = false;    // the test seam made this step's loss NaN
   struct Clock {
     double start = 0, seconds_before = 0, epoch_start = 0;  // seconds_before: trained before a resume
     int64_t max_epochs = 1;
     double budget_seconds = 0;
+    double time_fraction = 0;  // of --minutes spent, as the processes agreed at the last stop vote (0 without it)
   } clock_;
   struct Tally {  // this call's and this epoch's counts, and the running means the logs show
     int64_t tokens_this_call = 0, epoch_tokens = 0, recent_n = 0;

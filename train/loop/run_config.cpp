@@ -1,7 +1,9 @@
 #include "train/loop/run_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -34,7 +36,7 @@ nn::Seq2SeqOptions RunConfig::model_options(int64_t src_vocab, int64_t tgt_vocab
   X(data) X(src) X(tgt) X(train_split) X(valid_split) X(test_split) X(corpus_seed) X(corpus_size) X(min_freq) X(max_len) \
   X(subwords) X(subword_type) X(joint_vocab)                                                                             \
   X(max_tokens) X(arch) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
-  X(steps) X(minutes) X(seed) X(log_every) X(average_last) X(precision)
+  X(steps) X(minutes) X(seed) X(log_every) X(average_last) X(precision) X(schedule) X(decay_fraction) X(patience)
 #define GF_LAYER_FIELDS(X) \
   X(d_model) X(nhead) X(kv_heads) X(dim_feedforward) X(activation) X(feedforward) X(norm) X(norm_first) X(dropout) \
   X(layer_norm_eps)
@@ -116,6 +118,12 @@ void RunConfig::validate() const {
   GF_CHECK(layer.d_model % 2 == 0, "--d-model must be even for sinusoidal positions, got {}", layer.d_model);
   GF_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}", label_smoothing);  // NaN fails too
   GF_CHECK(warmup >= 1, "--warmup must be at least 1, got {}", warmup);
+  {
+    const std::vector<std::string>& names = optim::schedule_names();
+    GF_CHECK(std::find(names.begin(), names.end(), schedule) != names.end(), "--schedule must be {}, got '{}'", fmt::join(names, " or "), schedule);
+  }
+  GF_CHECK(decay_fraction > 0 && decay_fraction <= 1, "--decay-fraction must be in (0, 1], got {}", decay_fraction);  // NaN fails too
+  GF_CHECK(patience >= 0, "--patience cannot be negative, got {} (0: off)", patience);
   if (epochs < 0 || steps < 0 || !(minutes >= 0))
     GF_FAIL("--epochs, --steps and --minutes cannot be negative, got {}, {} and {}", epochs, steps, minutes);
   GF_CHECK(average_last >= 0, "--average-last cannot be negative, got {}", average_last);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nn/seq2seq.h"
+#include "optim/schedule.h"
 
 namespace gf::train {
 
@@ -29,6 +30,11 @@ struct RunConfig {
   // ---- recipe ----
   double lr = 1e-3, label_smoothing = 0.1, clip = 1.0;
   int64_t warmup = 800;
+  // The learning-rate schedule (optim/schedule.h): "inverse-sqrt", or "wsd" (warm-up, stable, then
+  // a decay to 0 over the last decay_fraction of the budget: time with --minutes, else steps or
+  // epochs). A resumed run may change both.
+  std::string schedule = "inverse-sqrt";
+  double decay_fraction = 0.15;
   double beta1 = 0.9, beta2 = 0.98, adam_eps = 1e-9;
   // The matrix products' precision: "fp32", or "bf16" (bfloat16 operands, float32 accumulation,
   // float32 master weights: tensor/kernels/bf16.h). A resumed run may change it.
@@ -39,10 +45,14 @@ struct RunConfig {
   double minutes = 0;
   uint64_t seed = 1;
   int64_t log_every = 100;  // steps between plain progress lines (non-terminal output)
+  // > 0: end the run after this many validation evaluations (epochs) in a row without a new best
+  // validation loss (train/loop/early_stop.h). A resumed run may change it.
+  int64_t patience = 0;
 
   bool builtin() const { return data.empty(); }
   std::string data_description() const;
   nn::Seq2SeqOptions model_options(int64_t src_vocab, int64_t tgt_vocab) const;
+  optim::LrSchedule lr_schedule() const { return {schedule, warmup, decay_fraction}; }
   std::string to_json() const;
   // Reads this format and the earlier one (model fields flat at the top level). Throws
   // std::runtime_error "<where>: ..." naming the field for bad JSON, a field of the wrong type or

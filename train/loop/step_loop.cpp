@@ -3,6 +3,7 @@
 // update, then the logs.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <limits>
@@ -38,12 +39,30 @@ uint64_t step_seed(uint64_t seed, int64_t step, int rank) {
 
 // Whether to stop before the next step, decided by every process together: the step budget (the
 // same everywhere), the time budget on any process's clock, and a signal that reached any process.
+// The share of the time budget spent (--schedule wsd's clock) is agreed in the same vote.
 // Every process calls this at the same points.
 Run::StopVote Run::agree_stop() {
-  double votes[2] = {elapsed() >= clock_.budget_seconds ? 1.0 : 0.0, opt_.handle_signals ? static_cast<double>(interrupt_signal()) : 0.0};
+  const double spent = elapsed();
+  double votes[3] = {spent >= clock_.budget_seconds ? 1.0 : 0.0, opt_.handle_signals ? static_cast<double>(interrupt_signal()) : 0.0,
+                     std::isfinite(clock_.budget_seconds) ? spent / clock_.budget_seconds : 0.0};
   dist::agree(dist::Agreement::StopVote, dist::Combine::Max, votes);
   if (votes[1] != 0) agreed_signal_ = static_cast<int>(votes[1]);
+  clock_.time_fraction = votes[2];  // the slowest clock's: every process sets the same learning rate
   return {(config_.steps > 0 && state_.step >= config_.steps) || votes[0] != 0, agreed_signal_};
+}
+
+// The share of the run's budget spent before the next step, for --schedule wsd: the largest of the
+// time (--minutes, agreed at the last stop vote), the steps (--steps) and the batches (--epochs,
+// or the one epoch of a run with no budget) spent, as the first budget to run out ends the run.
+double Run::budget_progress() const {
+  double p = clock_.time_fraction;
+  if (config_.steps > 0) p = std::max(p, static_cast<double>(state_.step) / static_cast<double>(config_.steps));
+  if (clock_.max_epochs != INT64_MAX && plan_->size() > 0) {
+    const double batches = static_cast<double>(plan_->size());
+    p = std::max(p, (static_cast<double>(state_.epoch - 1) * batches + static_cast<double>(state_.batch_in_epoch)) /
+                        (static_cast<double>(clock_.max_epochs) * batches));
+  }
+  return p;
 }
 
 // Runs the rest of the current epoch; true when the budget or a signal stopped it midway.
@@ -84,7 +103,8 @@ Run::StepResult Run::step(const Batch& batch, size_t bi, size_t batches) {
   if (grad_stats_) grad_stats_->after_backward();
   if (!std::isfinite(l) || !std::isfinite(norm)) return {non_finite_step(mine, batch.tgt_tokens, l, norm, bi, batches), norm};
   nonfinite_.good_step();
-  optim::scheduled_update(*adam_, params_, config_.clip, config_.lr, state_.step, config_.warmup, norm);
+  const double lr = schedule_.lr(config_.lr, state_.step, schedule_.uses_progress() ? budget_progress() : 0.0);
+  optim::clipped_update(*adam_, params_, config_.clip, lr, norm);
   if (grad_stats_) grad_stats_->after_update(l, adam_->lr());
   state_.step += 1;
   return {l, norm};
@@ -163,6 +183,7 @@ void Run::record(double loss, const Batch& batch) {
   tally_.curve_sum += loss;
   if (++tally_.curve_n == kCurveEvery) {
     state_.train_curve.push_back({static_cast<double>(state_.step), tally_.curve_sum / kCurveEvery});
+    state_.lr_curve.push_back({static_cast<double>(state_.step), adam_->lr()});
     tally_.curve_sum = 0, tally_.curve_n = 0;
   }
 }

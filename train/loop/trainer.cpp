@@ -19,6 +19,7 @@
 #include "train/decode/translator.h"
 #include "train/distributed/replicas.h"
 #include "train/eval/score.h"
+#include "train/loop/early_stop.h"
 #include "train/loop/interrupt.h"
 #include "train/loop/memory_estimate.h"
 #include "train/loop/resume.h"
@@ -34,6 +35,7 @@ double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_
 Run::Run(const RunConfig& config, const TrainOptions& opt)
     : config_(config),
       opt_(opt),
+      schedule_(config_.lr_schedule()),
       writer_(config_, opt.out, root_),
       nonfinite_(config_, opt.out, opt.skip_nonfinite),
       progress_(stderr, config_.log_every) {}
@@ -46,7 +48,12 @@ TrainResult Run::go() {
   clock_.start = now_seconds();
   clock_.seconds_before = state_.train_seconds;
   bool stopped = false;
-  while (!stopped && !out_of_budget()) {
+  if (const EarlyStop e = early_stop(state_.valid_curve, config_.patience); e.stop) {  // resumed after it stopped early
+    stopped_early_ = true;
+    result_.stopped_early = e.reason(config_.patience);
+    if (root_) fmt::print("the run has already stopped early: {}; nothing to train (a larger --patience, or 0, continues it)\n", result_.stopped_early);
+  }
+  while (!stopped && !stopped_early_ && !out_of_budget()) {
     stopped = run_epoch();
     if (!stopped) end_epoch();
   }
@@ -214,8 +221,12 @@ void Run::print_setup() const {
   if (config_.epochs) budget += fmt::format(" {} epochs", config_.epochs);
   if (config_.steps) budget += fmt::format(" {} steps", config_.steps);
   if (config_.minutes > 0) budget += fmt::format(" {} minutes", config_.minutes);
-  fmt::print(log, "train: lr {} warmup {} label smoothing {} clip {}, budget:{}{}\n", config_.lr, config_.warmup, config_.label_smoothing,
-             config_.clip, budget.empty() ? " 1 epoch" : budget,
+  if (config_.patience > 0) budget += fmt::format(", or {} epochs without a better validation loss", config_.patience);
+  const std::string schedule = config_.schedule == "wsd" ? fmt::format(" schedule wsd (decay over the last {:g}% of the {})", 100 * config_.decay_fraction,
+                                                                      config_.minutes > 0 ? "time" : config_.steps > 0 ? "steps" : "epochs")
+                                                         : "";
+  fmt::print(log, "train: lr {} warmup {}{} label smoothing {} clip {}, budget:{}{}\n", config_.lr, config_.warmup, schedule, config_.label_smoothing,
+             config_.clip, budget.empty() || budget[0] == ',' ? " 1 epoch" + budget : budget,
              opt_.resume ? fmt::format(" (resuming at step {}, epoch {})", state_.step, state_.epoch) : "");
   std::fflush(log);
 }
@@ -249,6 +260,15 @@ void Run::end_epoch() {
   writer_.checkpoint(state_, net_->module(), *adam_, grad_stats_.get());
   writer_.keep_epoch(state_.epoch - 1, net_->module(), state_.step);
   dist::quiet_barrier();  // the others wait for rank 0's files without taking its cores
+  if (const EarlyStop e = early_stop(state_.valid_curve, config_.patience); e.stop) {
+    stopped_early_ = true;
+    result_.stopped_early = e.reason(config_.patience);
+    if (root_) {
+      fmt::print("stopped early after epoch {} (step {}): {}; the best weights are best.safetensors\n", state_.epoch - 1, state_.step,
+                 result_.stopped_early);
+      std::fflush(stdout);
+    }
+  }
 }
 
 // Validation NLL per target token; with several processes each scores every N-th batch.

@@ -1,7 +1,8 @@
 #pragma once
 // The training loop of the translator: teacher forcing (input tgt[:, :-1], labels tgt[:, 1:]),
-// label-smoothed cross-entropy that ignores PAD, Adam with warmup and inverse-square-root decay,
-// gradient clipping, validation each epoch, atomic checkpoints, and exact resumption.
+// label-smoothed cross-entropy that ignores PAD, Adam with a warm-up schedule (inverse-square-root
+// decay, or warm-up-stable-decay over the budget: optim/schedule.h), gradient clipping, validation
+// each epoch (and --patience's early stop), atomic checkpoints, and exact resumption.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ struct TrainResult {
   double test_bleu = -1, test_exact = -1;               // -1: not measured
   double train_seconds = 0;
   double tokens_per_second = 0;                         // target tokens, this call
+  std::string stopped_early;                            // why --patience ended the run ("" when it did not)
 };
 
 // Throws std::runtime_error on bad data, an unwritable run folder, a run folder another run holds
