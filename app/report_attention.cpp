@@ -41,14 +41,6 @@ class StackRecorder {
   const nn::DecoderOnlyTransformer& model_;
 };
 
-Map matmul(const Map& a, const Map& b) {
-  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t k = 0; k < b.size(); ++k)
-      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
-  return c;
-}
-
 // ---------------------------------------------------------------- JSON of the maps
 
 // Weights and shares in [0, 1] to 3 decimals (what a colour or a tooltip shows, and half the
@@ -179,7 +171,7 @@ Map stack_rollout(const std::vector<Map>& layers) {
       for (double& v : a[i]) v *= 0.5;
       a[i][i] += 0.5;  // the residual connection, as Abnar and Zuidema add it
     }
-    r = matmul(a, r);  // (L, L)
+    r = lab::map_product(a, r);  // (L, L)
   }
   return r;
 }

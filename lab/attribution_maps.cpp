@@ -90,6 +90,14 @@ std::vector<Map> heads_of(const Tensor& w) {
   return out;
 }
 
+Map map_product(const Map& a, const Map& b) {
+  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t k = 0; k < b.size(); ++k)
+      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
+  return c;
+}
+
 Map head_mean(const std::vector<Map>& heads) {
   GF_CHECK(!heads.empty(), "head_mean: no heads");
   Map m(heads[0].size(), std::vector<double>(heads[0].at(0).size(), 0.0));
@@ -107,15 +115,6 @@ Map abs_map(const Map& m) {
 }
 
 namespace {
-
-// a (n, k) times b (k, m).
-Map matmul(const Map& a, const Map& b) {
-  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t k = 0; k < b.size(); ++k)
-      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
-  return c;
-}
 
 // 0.5 A + 0.5 I for a square A: the residual connection, as Abnar and Zuidema add it.
 Map with_residual(const Map& a, const char* what) {
@@ -140,7 +139,7 @@ Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Ma
   Rollout r;
   r.encoder = Map(S, std::vector<double>(S, 0.0));
   for (size_t i = 0; i < S; ++i) r.encoder[i][i] = 1;
-  for (const Map& a : enc_self) r.encoder = matmul(with_residual(a, "an encoder self-attention"), r.encoder);  // (S, S)
+  for (const Map& a : enc_self) r.encoder = map_product(with_residual(a, "an encoder self-attention"), r.encoder);  // (S, S)
   // P (T, S + T): source part first, then target tokens; each position starts at its own token.
   Map P(T, std::vector<double>(S + T, 0.0));
   for (size_t t = 0; t < T; ++t) P[t][S + t] = 1;
@@ -149,8 +148,8 @@ Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Ma
              "attention_rollout: decoder layer {} has maps of other sizes: self-attention {} rows, cross-attention {} rows; expected T = {} "
              "rows and S = {} source columns",
              l, dec_self[l].size(), cross[l].size(), T, S);
-    P = matmul(with_residual(dec_self[l], "a decoder self-attention"), P);  // (T, S + T)
-    const Map pulled = matmul(cross[l], r.encoder);                      // (T, S)
+    P = map_product(with_residual(dec_self[l], "a decoder self-attention"), P);  // (T, S + T)
+    const Map pulled = map_product(cross[l], r.encoder);                      // (T, S)
     for (size_t t = 0; t < T; ++t) {
       for (double& v : P[t]) v *= 0.5;
       for (size_t s = 0; s < S; ++s) P[t][s] += 0.5 * pulled[t][s];

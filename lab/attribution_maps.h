@@ -41,6 +41,8 @@ struct AttributionMaps {
 
 // Row 0 of a (B, H, L, S) attention-weights tensor as H maps (L, S), in double.
 std::vector<Map> heads_of(const Tensor& w);
+// The matrix product a (n, k) times b (k, m): (n, m).
+Map map_product(const Map& a, const Map& b);
 // Mean over heads: (rows, cols).
 Map head_mean(const std::vector<Map>& heads);
 // |x| of every entry.
