@@ -9,6 +9,7 @@
 #include "autograd/ops/arith.h"
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
+#include "lab/common.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "train/data/utf8.h"
@@ -16,31 +17,9 @@
 namespace gf::app {
 namespace {
 
+using lab::heads_of;
 using lab::Map;
 using train::Vocab;
-
-// Row 0 of a (B, H, L, S) weights tensor as H maps (L, S).
-std::vector<Map> heads_of(const Tensor& w) {
-  const Tensor t = w.select(0, 0).to(DType::Float64).contiguous();  // (H, L, S)
-  const int64_t H = t.size(0), L = t.size(1), S = t.size(2);
-  std::vector<Map> out(static_cast<size_t>(H), Map(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(S))));
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < S; ++j) out[h][i][j] = t.data<double>()[(h * L + i) * S + j];
-  return out;
-}
-
-// Records a graph while alive, whatever the caller's grad mode.
-class GradOn {
- public:
-  GradOn() : prev_(GradMode::enabled()) { GradMode::set_enabled(true); }
-  ~GradOn() { GradMode::set_enabled(prev_); }
-  GradOn(const GradOn&) = delete;
-  GradOn& operator=(const GradOn&) = delete;
-
- private:
-  bool prev_;
-};
 
 // Every layer's self-attention weights during one forward of the decoder-only model (row 0 of the
 // batch); the observers are removed when it goes out of scope.
@@ -61,21 +40,6 @@ class StackRecorder {
  private:
   const nn::DecoderOnlyTransformer& model_;
 };
-
-double log_softmax_at(const double* row, int64_t V, int64_t y) {
-  double m = row[0], z = 0;
-  for (int64_t v = 1; v < V; ++v) m = std::max(m, row[v]);
-  for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - m);
-  return row[y] - m - std::log(z);
-}
-
-Map matmul(const Map& a, const Map& b) {
-  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t k = 0; k < b.size(); ++k)
-      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
-  return c;
-}
 
 // ---------------------------------------------------------------- JSON of the maps
 
@@ -207,7 +171,7 @@ Map stack_rollout(const std::vector<Map>& layers) {
       for (double& v : a[i]) v *= 0.5;
       a[i][i] += 0.5;  // the residual connection, as Abnar and Zuidema add it
     }
-    r = matmul(a, r);  // (L, L)
+    r = lab::map_product(a, r);  // (L, L)
   }
   return r;
 }
@@ -227,7 +191,7 @@ StackMaps decoder_only_maps(const nn::DecoderOnlyTransformer& model, const std::
   }
   // T copies of the sequence: copy t's loss is -log p(out[t]) at position P - 1 + t alone, so one
   // backward gives every output token's gradient, each in its own copy.
-  GradOn grad_on;
+  EnableGradGuard grad_on;
   Variable x(x1.reshape({1, L, D}).expand({T, L, D}).contiguous(), true);  // (T, L, D)
   StackRecorder rec(model);
   Variable h = model.drop->forward(model.pos->forward(x));                                 // (T, L, D)
@@ -246,7 +210,7 @@ StackMaps decoder_only_maps(const nn::DecoderOnlyTransformer& model, const std::
   const Tensor xe = x1.to(DType::Float64).contiguous();             // (L, D)
   m.grad_dot.assign(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(L)));
   for (int64_t t = 0; t < T; ++t) {
-    m.log_probs.push_back(log_softmax_at(lg.data<double>() + (t * L + P - 1 + t) * V, V, out[t]));
+    m.log_probs.push_back(lab::log_softmax_at(lg.data<double>() + (t * L + P - 1 + t) * V, V, out[t]));
     for (int64_t j = 0; j < L; ++j) {
       double dot = 0;
       for (int64_t k = 0; k < D; ++k) dot -= g.data<double>()[(t * L + j) * D + k] * xe.data<double>()[j * D + k];  // minus: the gradient of +log p

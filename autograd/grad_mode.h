@@ -24,6 +24,19 @@ class NoGradGuard {
   bool prev_;
 };
 
+// While alive, ops record a graph whatever the caller's grad mode (e.g. a gradient taken for a
+// picture inside code that runs under a NoGradGuard); the mode before it comes back at the end.
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : prev_(GradMode::enabled()) { GradMode::set_enabled(true); }
+  ~EnableGradGuard() { GradMode::set_enabled(prev_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // Anomaly mode: every op that records a Node checks its forward output for NaN (not Inf: masked
 // attention scores hold -inf on purpose), and backward checks every gradient for NaN and Inf. The
 // std::runtime_error names the op, its input shapes, its creation number and the NameScope it was

@@ -10,24 +10,13 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "lab/attribution_maps.h"
+#include "lab/common.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "train/data/vocab.h"
 
 namespace gf::lab {
 namespace {
-
-// Row 0 of a (B, H, L, S) weights tensor as H maps (L, S).
-std::vector<Map> heads_of(const Tensor& w) {
-  const Tensor t = w.select(0, 0).to(DType::Float64).contiguous();  // (H, L, S)
-  const int64_t H = t.size(0), L = t.size(1), S = t.size(2);
-  const double* p = t.data<double>();
-  std::vector<Map> out(static_cast<size_t>(H), Map(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(S))));
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < S; ++j) out[h][i][j] = p[(h * L + i) * S + j];
-  return out;
-}
 
 // Every encoder and decoder self-attention's weights during one forward, row 0 of the batch.
 // Installs weights observers and removes them when it goes out of scope.
@@ -74,14 +63,6 @@ Tensor teacher_input(const std::vector<int64_t>& out, int64_t B) {
   return Tensor::from_vector(v, {B, static_cast<int64_t>(out.size())});
 }
 
-// log softmax(row)[y] for one row of V logits.
-double log_softmax_at(const double* row, int64_t V, int64_t y) {
-  double m = row[0], z = 0;
-  for (int64_t v = 1; v < V; ++v) m = std::max(m, row[v]);
-  for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - m);
-  return row[y] - m - std::log(z);
-}
-
 // log p(out[t]) at position t of row t (B = T rows), from logits (T, T, V).
 std::vector<double> diagonal_log_probs(const Tensor& logits, const std::vector<int64_t>& out) {
   const Tensor l = logits.to(DType::Float64).contiguous();  // (T, T, V)
@@ -91,24 +72,31 @@ std::vector<double> diagonal_log_probs(const Tensor& logits, const std::vector<i
   return lp;
 }
 
-// Records a graph while alive, whatever the caller's grad mode (e.g. under a NoGradGuard).
-class GradOn {
- public:
-  GradOn() : prev_(GradMode::enabled()) { GradMode::set_enabled(true); }
-  ~GradOn() { GradMode::set_enabled(prev_); }
-  GradOn(const GradOn&) = delete;
-  GradOn& operator=(const GradOn&) = delete;
-
- private:
-  bool prev_;
-};
-
 void check_inputs(const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
   GF_CHECK(!src.empty(), "attribution_maps: the source is empty");
   GF_CHECK(!out.empty() && out.back() == train::Vocab::kEos, "attribution_maps: the output ({} tokens) must end with <eos>", out.size());
 }
 
 }  // namespace
+
+std::vector<Map> heads_of(const Tensor& w) {
+  const Tensor t = w.select(0, 0).to(DType::Float64).contiguous();  // (H, L, S)
+  const int64_t H = t.size(0), L = t.size(1), S = t.size(2);
+  const double* p = t.data<double>();
+  std::vector<Map> out(static_cast<size_t>(H), Map(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(S))));
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < S; ++j) out[h][i][j] = p[(h * L + i) * S + j];
+  return out;
+}
+
+Map map_product(const Map& a, const Map& b) {
+  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t k = 0; k < b.size(); ++k)
+      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
+  return c;
+}
 
 Map head_mean(const std::vector<Map>& heads) {
   GF_CHECK(!heads.empty(), "head_mean: no heads");
@@ -127,15 +115,6 @@ Map abs_map(const Map& m) {
 }
 
 namespace {
-
-// a (n, k) times b (k, m).
-Map matmul(const Map& a, const Map& b) {
-  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t k = 0; k < b.size(); ++k)
-      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
-  return c;
-}
 
 // 0.5 A + 0.5 I for a square A: the residual connection, as Abnar and Zuidema add it.
 Map with_residual(const Map& a, const char* what) {
@@ -160,7 +139,7 @@ Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Ma
   Rollout r;
   r.encoder = Map(S, std::vector<double>(S, 0.0));
   for (size_t i = 0; i < S; ++i) r.encoder[i][i] = 1;
-  for (const Map& a : enc_self) r.encoder = matmul(with_residual(a, "an encoder self-attention"), r.encoder);  // (S, S)
+  for (const Map& a : enc_self) r.encoder = map_product(with_residual(a, "an encoder self-attention"), r.encoder);  // (S, S)
   // P (T, S + T): source part first, then target tokens; each position starts at its own token.
   Map P(T, std::vector<double>(S + T, 0.0));
   for (size_t t = 0; t < T; ++t) P[t][S + t] = 1;
@@ -169,8 +148,8 @@ Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Ma
              "attention_rollout: decoder layer {} has maps of other sizes: self-attention {} rows, cross-attention {} rows; expected T = {} "
              "rows and S = {} source columns",
              l, dec_self[l].size(), cross[l].size(), T, S);
-    P = matmul(with_residual(dec_self[l], "a decoder self-attention"), P);  // (T, S + T)
-    const Map pulled = matmul(cross[l], r.encoder);                      // (T, S)
+    P = map_product(with_residual(dec_self[l], "a decoder self-attention"), P);  // (T, S + T)
+    const Map pulled = map_product(cross[l], r.encoder);                      // (T, S)
     for (size_t t = 0; t < T; ++t) {
       for (double& v : P[t]) v *= 0.5;
       for (size_t s = 0; s < S; ++s) P[t][s] += 0.5 * pulled[t][s];
@@ -213,13 +192,7 @@ std::vector<Map> softmax_rows(const Tensor& logits_in) {
   const int64_t B = l.size(0), T = l.size(1), V = l.size(2);
   std::vector<Map> out(static_cast<size_t>(B), Map(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(V))));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const double* row = l.data<double>() + (b * T + t) * V;
-      const double m = *std::max_element(row, row + V);
-      double z = 0;
-      for (int64_t v = 0; v < V; ++v) z += out[b][t][v] = std::exp(row[v] - m);
-      for (double& p : out[b][t]) p /= z;
-    }
+    for (int64_t t = 0; t < T; ++t) out[b][t] = softmax_exact(l.data<double>() + (b * T + t) * V, V);
   return out;
 }
 
@@ -269,7 +242,7 @@ IntegratedGradients integrated_gradients(const nn::Seq2SeqTransformer& model, co
     const Tensor scaled = (Variable(x1) * ((static_cast<double>(k) + 0.5) / static_cast<double>(K))).data();  // (S, D)
     for (int64_t t = 0; t < T; ++t) path.select(0, k * T + t).copy_(scaled);
   }
-  GradOn grad_on;
+  EnableGradGuard grad_on;
   Variable x(path, true);
   nn::DecoderOutput d = forward_from_embeddings(model, x, teacher_input(out, K * T));
   const int64_t V = d.output.size(2);
@@ -325,7 +298,7 @@ AttributionMaps attribution_maps(const nn::Seq2SeqTransformer& model, const std:
   const int64_t D = x1.size(1);
   // T copies of the sentence: row t's loss is -log p(out[t]) at position t alone, so one backward
   // gives every output token's gradient, each in its own row.
-  GradOn grad_on;
+  EnableGradGuard grad_on;
   Variable x(x1.reshape({1, S, D}).expand({T, S, D}).contiguous(), true);  // (T, S, D)
   SelfAttentionRecorder rec(model);
   nn::DecoderOutput d = forward_from_embeddings(model, x, teacher_input(out, T));

@@ -39,6 +39,10 @@ struct AttributionMaps {
   std::vector<double> log_probs;  // (T): log p(y_t) of each output token
 };
 
+// Row 0 of a (B, H, L, S) attention-weights tensor as H maps (L, S), in double.
+std::vector<Map> heads_of(const Tensor& w);
+// The matrix product a (n, k) times b (k, m): (n, m).
+Map map_product(const Map& a, const Map& b);
 // Mean over heads: (rows, cols).
 Map head_mean(const std::vector<Map>& heads);
 // |x| of every entry.

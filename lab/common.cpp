@@ -45,6 +45,22 @@ int64_t count_nonfinite(const Tensor& t) {
   return n;
 }
 
+std::vector<double> softmax_exact(const double* row, int64_t n) {
+  const double m = *std::max_element(row, row + n);
+  std::vector<double> p(static_cast<size_t>(n));
+  double z = 0;
+  for (int64_t v = 0; v < n; ++v) z += p[v] = std::exp(row[v] - m);
+  for (double& x : p) x /= z;
+  return p;
+}
+
+double log_softmax_at(const double* row, int64_t n, int64_t y) {
+  const double m = *std::max_element(row, row + n);
+  double z = 0;
+  for (int64_t v = 0; v < n; ++v) z += std::exp(row[v] - m);
+  return row[y] - m - std::log(z);
+}
+
 Spread spread(const std::vector<double>& v) {
   Spread s;
   if (v.empty()) return s;
@@ -437,10 +453,7 @@ TeacherForced teacher_forced(const nn::Seq2SeqTransformer& model, const std::vec
       if (y == train::Vocab::kPad) continue;
       const double* row = flat.data<double>() + i * V;
       const int64_t arg = std::max_element(row, row + V) - row;
-      const double m = row[arg];
-      double z = 0;
-      for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - m);
-      nll += -(row[y] - m - std::log(z));
+      nll += -log_softmax_at(row, V, y);
       right += arg == y;
       ++total;
     }

@@ -46,6 +46,12 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b);
 // P(X >= wins), X ~ Binomial(n, 1/2). Ties are the caller's to drop from n.
 double sign_test_p(int64_t wins, int64_t n);
 
+// The reference softmax of one row of n logits, in double: the row's largest value subtracted, the
+// exponentials summed in order, each divided by the sum. (Named apart from gf::softmax, the op.)
+std::vector<double> softmax_exact(const double* row, int64_t n);
+// log softmax(row)[y] for one row of n logits, in double: row[y] - max - log(sum of exp(row - max)).
+double log_softmax_at(const double* row, int64_t n, int64_t y);
+
 // ---------------------------------------------------------------- data
 
 // A parallel data set as ids (train::Vocab's specials: PAD 0, UNK 1, BOS 2, EOS 3).

@@ -235,15 +235,7 @@ SoftmaxErrors softmax_errors(int64_t L, int64_t dk, int64_t rows, double score_s
       s1[j] = static_cast<float>(static_cast<float>(d_bf16) * static_cast<float>(scale));  // float32 scores of bf16 products
       s2[j] = bf16_value(static_cast<float>(s1[j]));                                          // rounded to bfloat16 as well
     }
-    auto softmax = [L](const std::vector<double>& s) {  // exact, in double
-      const double m = *std::max_element(s.begin(), s.end());
-      std::vector<double> p(static_cast<size_t>(L));
-      double sum = 0;
-      for (int64_t j = 0; j < L; ++j) sum += p[j] = std::exp(s[j] - m);
-      for (double& x : p) x /= sum;
-      return p;
-    };
-    const std::vector<double> p_exact = softmax(exact), p1 = softmax(s1);
+    const std::vector<double> p_exact = softmax_exact(exact.data(), L), p1 = softmax_exact(s1.data(), L);
     // bfloat16 throughout: each exponential rounded, the running sum rounded after every add.
     const float m2 = static_cast<float>(*std::max_element(s2.begin(), s2.end()));
     std::vector<float> ex(static_cast<size_t>(L));

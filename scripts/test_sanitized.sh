@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 BUILD="$ROOT/build-asan"
+source "$ROOT/scripts/lib.sh"
 
 start=$SECONDS
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DGRADFLOW_SANITIZE=ON >/dev/null
@@ -22,8 +23,7 @@ cmake --build "$BUILD" -j"$(nproc)"
 echo "test_sanitized: build took $((SECONDS - start)) s"
 
 REPORTS="$BUILD/sanitizer-reports"
-rm -rf "$REPORTS"
-mkdir -p "$REPORTS"
+fresh_reports "$REPORTS"
 # ASan (and LSan) reports go to files, one per process: log_path. GCC's UBSan runtime ignores
 # log_path when ASan is linked too (GCC PR 94328) and writes to stderr, and its log_path in
 # UBSAN_OPTIONS would redirect ASan's reports instead, so both name the same path. A UBSan report
@@ -47,22 +47,12 @@ ctest --test-dir "$BUILD" -j"$(nproc)" --output-on-failure "${args[@]}" || statu
 echo "test_sanitized: tests took $((SECONDS - start)) s"
 
 failed=0
-if compgen -G "$REPORTS/report*" >/dev/null; then
-  for f in "$REPORTS"/report*; do
-    echo "=== sanitizer report $f"
-    cat "$f"
-  done
-  echo "test_sanitized: FAILED: AddressSanitizer/LeakSanitizer reports above (kept in $REPORTS)"
-  failed=1
-fi
+scan_reports test_sanitized sanitizer AddressSanitizer/LeakSanitizer "$REPORTS" || failed=1
 if grep -q "runtime error:" "$LOG"; then
   grep -n -A3 "runtime error:" "$LOG" || true
   echo "test_sanitized: FAILED: UndefinedBehaviorSanitizer reports above (whole log: $LOG)"
   failed=1
 fi
-if [ "$status" != 0 ]; then
-  echo "test_sanitized: FAILED: tests failed (ctest exit $status)"
-  failed=1
-fi
+status_ok test_sanitized "$status" "tests failed (ctest exit $status)" || failed=1
 [ "$failed" = 0 ] || exit 1
 echo "test_sanitized: every test passed under ASan+LSan+UBSan, no sanitizer report"

@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 BUILD="$ROOT/build-tsan"
+source "$ROOT/scripts/lib.sh"
 
 # Every kernel that splits its work over oneTBB's threads (tensor/parallel.h) has its test here;
 # test_decode_batching runs decoding's groups of sentences side by side (parallel_tasks).
@@ -23,8 +24,7 @@ cmake --build "$BUILD" -j"$(nproc)" --target gradflow_cli "${TESTS[@]}"
 echo "test_tsan: build took $((SECONDS - start)) s"
 
 REPORTS="$BUILD/tsan-reports"
-rm -rf "$REPORTS"
-mkdir -p "$REPORTS"
+fresh_reports "$REPORTS"
 # halt_on_error: the first race stops the process (and fails its test). second_deadlock_stack:
 # both stacks of a lock-order inversion. The suppressions file says why each entry is there.
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:history_size=7:log_path=$REPORTS/report:suppressions=$ROOT/scripts/tsan.supp"
@@ -49,17 +49,7 @@ head -20 "$RUN/data/test.en" | "$GF" --threads 2 translate --model "$RUN/run" --
 echo "test_tsan: training and decoding took $((SECONDS - start)) s"
 
 failed=0
-if compgen -G "$REPORTS/report*" >/dev/null; then
-  for f in "$REPORTS"/report*; do
-    echo "=== ThreadSanitizer report $f"
-    cat "$f"
-  done
-  echo "test_tsan: FAILED: ThreadSanitizer reports above (kept in $REPORTS)"
-  failed=1
-fi
-if [ "$status" != 0 ]; then
-  echo "test_tsan: FAILED: a test or the training run failed (exit $status)"
-  failed=1
-fi
+scan_reports test_tsan ThreadSanitizer ThreadSanitizer "$REPORTS" || failed=1
+status_ok test_tsan "$status" "a test or the training run failed (exit $status)" || failed=1
 [ "$failed" = 0 ] || exit 1
 echo "test_tsan: every threaded kernel's test, a training run and decoding passed under ThreadSanitizer, no report"

@@ -80,6 +80,20 @@ TEST_CASE("NoGradGuard records no graph; detach cuts it") {
   CHECK(d.data().storage() == y.data().storage());
 }
 
+TEST_CASE("EnableGradGuard records a graph inside a NoGradGuard and restores the mode") {
+  Variable x(Tensor::of({1, 2}, {2}), true);
+  NoGradGuard ng;
+  {
+    EnableGradGuard eg;
+    CHECK(GradMode::enabled());
+    Variable y = x * 2.0;
+    CHECK(y.requires_grad());
+    CHECK_FALSE(y.is_leaf());
+  }
+  CHECK_FALSE(GradMode::enabled());
+  CHECK_FALSE((x * 2.0).requires_grad());
+}
+
 TEST_CASE("requires_grad_ on leaves only; int tensors cannot require grad") {
   Variable x(Tensor::of({1, 2}, {2}));
   CHECK_FALSE(x.requires_grad());

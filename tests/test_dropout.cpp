@@ -29,6 +29,10 @@ TEST_CASE("Generator: seeded, reproducible, positioned") {
     REQUIRE(a.next_below(7) < 7);
   }
   CHECK_THROWS_AS(a.next_below(0), std::invalid_argument);
+  // SplitMix64's published first number for seed 0: the generator is mix64(seed + n * gamma).
+  Generator z(0);
+  CHECK(z.next_u64() == 0xE220A8397B1DCDAFULL);
+  static_assert(mix64(0) == 0);
 }
 
 TEST_CASE("uniform and normal fills have the right range and moments") {

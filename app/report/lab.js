@@ -49,7 +49,6 @@ function verdictBox(run, what) {
 // "mean [lo, hi] (method, n)", or for an exact check its value.
 function intervalText(claim) {
   if (claim.method === "exact") return `${fmt(claim.mean)} (exact)`;
-  if (claim.untyped || claim.method === "untyped") return "untyped: no interval";
   return `${fmt(claim.mean)} [${fmt(claim.lo)}, ${fmt(claim.hi)}] (${claim.method}, n ${claim.n})`;
 }
 
@@ -57,7 +56,7 @@ function intervalText(claim) {
 // claimed side shaded: the claim holds when the whole bar lies in the shade.
 function intervalPlot(spec, lab, control) {
   const W = 200, H = 34, pad = 8;
-  const runs = [lab, control].filter(r => r && !r.untyped && r.method !== "untyped" && Number.isFinite(r.lo) && Number.isFinite(r.hi));
+  const runs = [lab, control].filter(r => r && Number.isFinite(r.lo) && Number.isFinite(r.hi));
   if (!runs.length || !Number.isFinite(spec.threshold)) return null;
   const values = runs.flatMap(r => [r.lo, r.hi, r.mean]).concat([spec.threshold]);
   let lo = Math.min(...values), hi = Math.max(...values);
@@ -154,7 +153,8 @@ function claimsSection(lab, result, control) {
               "threshold (red) with the claimed side shaded."));
   const byId = run => Object.fromEntries(((run && run.claims) || []).map(c => [c.id, c]));
   const mine = byId(result), theirs = byId(control);
-  // Rows: the table's, then any claim a run made that is not in it (an untyped one).
+  // Rows: the table's, then any claim a run made that is not in it (a folder written before
+  // lab/claims.cpp dropped or renamed that claim).
   const rows = lab.claims_table.slice();
   for (const run of [result, control])
     for (const c of (run && run.claims) || []) if (!rows.find(r => r.id === c.id)) rows.push(c);
@@ -168,7 +168,7 @@ function claimsSection(lab, result, control) {
       el("td", {}, [el("span", {class: "mono"}, spec.id), el("br"),
                     el("span", {class: "note"}, spec.kind + (spec.control_targets ? ", control target" : ""))]),
       el("td", {}, [spec.statement, ...evidence]),
-      el("td", {class: "mono"}, spec.untyped ? "(untyped)" : `${spec.side === "above" ? ">" : "<"} ${fmt(spec.threshold)}`),
+      el("td", {class: "mono"}, `${spec.side === "above" ? ">" : "<"} ${fmt(spec.threshold)}`),
       holdsCell(a),
       control || b ? holdsCell(b) : el("td", {class: "note"}, "—"),
       el("td", {}, intervalPlot(spec, a, b)),

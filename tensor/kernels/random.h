@@ -3,12 +3,13 @@
 // (weight init, dropout masks, test data).
 //
 // The generator is SplitMix64 (Steele, Lea and Flood, 2014) read as a counter-based generator:
-// the n-th number of a stream is mix(seed + n * gamma). Any element can therefore be computed
+// the n-th number of a stream is mix64(seed + n * gamma) (tensor/mix64.h). Any element can therefore be computed
 // on its own, so a fill split across threads gives exactly the numbers of a serial fill: results
 // depend on the seed and the order of calls, never on the thread count.
 #include <cmath>
 #include <cstdint>
 
+#include "tensor/mix64.h"
 #include "tensor/tensor.h"
 
 namespace gf {
@@ -34,7 +35,7 @@ class Generator {
     return base;
   }
   // The stream's number at a position (no state change).
-  uint64_t at(uint64_t position) const { return mix(seed_ + (position + 1) * kGamma); }
+  uint64_t at(uint64_t position) const { return mix64(seed_ + (position + 1) * kGamma); }
 
   // Serial draws, for small uses (shuffles, sampling).
   uint64_t next_u64() { return at(reserve(1)); }
@@ -47,11 +48,6 @@ class Generator {
 
  private:
   static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;  // 2^64 / golden ratio, odd
-  static uint64_t mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
   uint64_t seed_ = 0;
   uint64_t counter_ = 0;
 };

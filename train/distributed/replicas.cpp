@@ -6,16 +6,11 @@
 #include <cstring>
 
 #include "tensor/check.h"
+#include "tensor/mix64.h"
 #include "train/distributed/comm.h"
 
 namespace gf::train::distributed {
 namespace {
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 // A digest as two exact halves (each below 2^32, so exact in a double), for an agreement.
 void halves(uint64_t d, double* out) {
