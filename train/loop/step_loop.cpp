@@ -15,18 +15,13 @@
 #include "train/distributed/batch_split.h"
 #include "train/loop/batch_loss.h"
 #include "train/loop/interrupt.h"
+#include "tensor/mix64.h"
 #include "train/loop/run.h"
 #include "train/loop/test_seam.h"
 
 namespace gf::train {
 namespace dist = distributed;
 namespace {
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 // A well-mixed 64-bit seed for (run seed, step, process): dropout masks depend only on these. Rank
 // 0's is the one-process run's, so one process trains as it always did.
