@@ -426,12 +426,7 @@ void Report::check(const std::string& id, double value, const std::string& evide
   record(std::move(c));
 }
 
-// Holm's step-down across the lab's paper claims with per-seed values, at a family-wise two-sided
-// 5%: sorted by their smaller one-sided p-value, the k-th of m is decided when that p-value is
-// below 0.025 / (m - k), and the first that is not stops the descent, leaving it and every later
-// one unsettled. Each claim's decisive interval is the t interval at the level it was held to
-// (those after the stop: the stopping level), so the printed interval and the outcome agree. A claim
-// given as an interval (no per-seed values) is decided on that interval alone.
+// The seed-to-seed sd, from the 95% interval's half-width (report.h says what this returns).
 int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha) {
   const Interval iv = t_interval_at(per_seed, 0.95, -INFINITY, INFINITY);
   const double effect = std::abs(iv.mean - spec.threshold);
@@ -442,6 +437,12 @@ int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, 
   return n;
 }
 
+// Holm's step-down across the lab's paper claims with per-seed values, at a family-wise two-sided
+// 5%: sorted by their smaller one-sided p-value, the k-th of m is decided when that p-value is
+// below 0.025 / (m - k), and the first that is not stops the descent, leaving it and every later
+// one unsettled. Each claim's decisive interval is the t interval at the level it was held to
+// (those after the stop: the stopping level), so the printed interval and the outcome agree. A claim
+// given as an interval (no per-seed values) is decided on that interval alone.
 void Report::decide_paper_claims() {
   std::vector<Claim*> tested;
   for (auto& c : claims_) {
