@@ -23,34 +23,33 @@ namespace gf::app {
 
 namespace {
 
-// The built-in corpus is small and regular: a smaller, faster model learns it in minutes.
+// Gives every value of the built-in recipe (app/recipe_flags.h) to its flag, where not given.
 void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
-  auto set = [&](const char* flag, auto& field, auto value) {
+  const train::RunConfig& b = builtin_recipe().config;
+  auto set = [&](const char* flag, auto& field, const auto& value) {
     if (!f.given(flag)) field = value;
   };
-  set("d-model", c.layer.d_model, int64_t{128});
-  set("heads", c.layer.nhead, int64_t{4});
-  set("layers", c.layers, int64_t{2});
-  set("ff", c.layer.dim_feedforward, int64_t{512});
-  set("warmup", c.warmup, int64_t{400});
-  set("lr", c.lr, 2e-3);
-  set("min-freq", c.min_freq, int64_t{1});
-  set("src", c.src, std::string("en"));
-  set("tgt", c.tgt, std::string("ko"));
-  if (!f.given("epochs") && !f.given("steps") && !f.given("minutes")) c.minutes = 4;
+  set("d-model", c.layer.d_model, b.layer.d_model);
+  set("heads", c.layer.nhead, b.layer.nhead);
+  set("layers", c.layers, b.layers);
+  set("ff", c.layer.dim_feedforward, b.layer.dim_feedforward);
+  set("warmup", c.warmup, b.warmup);
+  set("lr", c.lr, b.lr);
+  set("min-freq", c.min_freq, b.min_freq);
+  set("src", c.src, b.src);
+  set("tgt", c.tgt, b.tgt);
+  if (!f.given("epochs") && !f.given("steps") && !f.given("minutes")) c.minutes = b.minutes;
 }
-
-constexpr int64_t kBuiltinGradStats = 10;  // the built-in recipe's --grad-stats: about 0.3% of its training time (docs/grad-stats.md)
 
 }  // namespace
 
 Flags train_flags() {
   train::RunConfig d;  // defaults shown in --help
   Flags f("train",
-          "Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
-          "4 minutes); with --data DIR it reads DIR/{train,val,test*}.{SRC,TGT} (one sentence a line), or a TSV file of\n"
+          fmt::format("Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
+          "{} minutes); with --data DIR it reads DIR/{{train,val,test*}}.{{SRC,TGT}} (one sentence a line), or a TSV file of\n"
           "source<TAB>target lines. Text is split on whitespace (pre-tokenised data), or with --subwords N into SentencePiece\n"
-          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.");
+          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.", builtin_recipe().config.minutes));
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
   add_recipe_flags(f, d, true);
   f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
@@ -72,7 +71,7 @@ Flags train_flags() {
             "end the run after this many validation evaluations (epochs) in a row without a better validation loss (0: off)");
   f.add_int("epochs", 0, "stop after this many epochs");
   f.add_int("steps", 0, "stop after this many steps");
-  f.add_double("minutes", 0, "stop after this much time (built-in default: 4)");
+  f.add_double("minutes", 0, fmt::format("stop after this much time (built-in default: {})", builtin_recipe().config.minutes));
   f.add_int("seed", 1, "random seed (data order, initial weights, dropout)");
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
   f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
@@ -88,7 +87,7 @@ Flags train_flags() {
                "the machine has available)");
   f.add_int("grad-stats", 0,
             "record gradient/parameter norms, update ratios and attention entropy per module at step 1 and every N steps into "
-            "OUT/grad_stats.jsonl and .svg (0: off; built-in: " + std::to_string(kBuiltinGradStats) + "; about 6 ms per recorded step "
+            "OUT/grad_stats.jsonl and .svg (0: off; built-in: " + std::to_string(builtin_recipe().grad_stats) + "; about 6 ms per recorded step "
             "on the built-in model, about 0.3% of training time at N 10: docs/grad-stats.md)");
   f.add_bool("report", "at the end, write OUT/report.html: settings, curves, gradient statistics, attention explorer (gradflow report; docs/report.md)");
   return f;
@@ -165,7 +164,7 @@ train::RunConfig train_config(const Flags& f, const train::RunConfig* resumed) {
 }
 
 void apply_builtin_options(const Flags& f, const train::RunConfig& c, train::TrainOptions& opt) {
-  if (c.builtin() && !f.given("grad-stats")) opt.grad_stats = kBuiltinGradStats;
+  if (c.builtin() && !f.given("grad-stats")) opt.grad_stats = builtin_recipe().grad_stats;
 }
 
 void check_train_flags(const Flags& f) {

@@ -1,5 +1,7 @@
 #include "app/recipe_flags.h"
 
+#include <fmt/core.h>
+
 #include "nn/activation.h"
 #include "nn/norm.h"
 #include "tensor/check.h"
@@ -7,6 +9,26 @@
 #include "train/data/line_reader.h"
 
 namespace gf::app {
+
+const BuiltinRecipe& builtin_recipe() {
+  static const BuiltinRecipe r = [] {
+    BuiltinRecipe b;
+    train::RunConfig& c = b.config;
+    c.src = "en";
+    c.tgt = "ko";
+    c.min_freq = 1;
+    c.layer.d_model = 128;
+    c.layer.nhead = 4;
+    c.layers = 2;
+    c.layer.dim_feedforward = 512;
+    c.lr = 2e-3;
+    c.warmup = 400;
+    c.minutes = 4;     // when no budget flag is given
+    b.grad_stats = 10;  // about 0.3% of its training time (docs/grad-stats.md)
+    return b;
+  }();
+  return r;
+}
 
 const std::vector<std::string>& model_flag_names() {
   static const std::vector<std::string> names = {"arch", "d-model", "heads", "kv-heads", "layers", "ff", "dropout", "activation", "norm", "norm-first", "tie"};
@@ -42,26 +64,27 @@ size_t max_line_bytes(const Flags& f) {
 }
 
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
-  auto note = [&](const char* text) { return builtin_notes ? std::string(" (built-in: ") + text + ")" : std::string(); };
+  const train::RunConfig& b = builtin_recipe().config;
+  auto note = [&](const auto& value) { return builtin_notes ? fmt::format(" (built-in: {})", value) : std::string(); };
   const nn::TransformerLayerOptions& l = d.layer;
-  f.add_string("src", d.src, "source language suffix" + note("en"));
-  f.add_string("tgt", d.tgt, "target language suffix" + note("ko"));
-  f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often" + note("1"));
+  f.add_string("src", d.src, "source language suffix" + note(b.src));
+  f.add_string("tgt", d.tgt, "target language suffix" + note(b.tgt));
+  f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often" + note(b.min_freq));
   f.add_int("max-tokens", d.max_tokens, "padded source+target tokens per batch");
   // The model: every flag here is a field of nn::TransformerLayerOptions or of the model options.
   f.add_string("arch", d.arch, "encoder-decoder, or decoder-only (one sequence: source <sep> target, loss on the target)");
-  f.add_int("d-model", l.d_model, "model width" + note("128"));
-  f.add_int("heads", l.nhead, "attention heads");
+  f.add_int("d-model", l.d_model, "model width" + note(b.layer.d_model));
+  f.add_int("heads", l.nhead, "attention heads" + note(b.layer.nhead));
   f.add_int("kv-heads", l.kv_heads, "key/value heads: 0 = --heads (multi-head), 1 = multi-query, a divisor of --heads = grouped-query");
-  f.add_int("layers", d.layers, "encoder and decoder layers each" + note("2"));
-  f.add_int("ff", l.dim_feedforward, "feed-forward width" + note("512"));
+  f.add_int("layers", d.layers, "encoder and decoder layers each" + note(b.layers));
+  f.add_int("ff", l.dim_feedforward, "feed-forward width" + note(b.layer.dim_feedforward));
   f.add_double("dropout", l.dropout, "dropout");
   f.add_string("activation", l.activation, "feed-forward activation: " + nn::activation_names());
   f.add_string("norm", l.norm, "normalisation layer: " + nn::norm_names());
   f.add_bool("norm-first", "pre-norm layers (default post-norm, as the 2017 paper)");
   f.add_bool("tie", "tie the output projection to the target embedding");
-  f.add_double("lr", d.lr, "peak learning rate" + note("0.002"));
-  f.add_int("warmup", d.warmup, "steps of linear warm-up to the peak --lr" + note("400"));
+  f.add_double("lr", d.lr, "peak learning rate" + note(b.lr));
+  f.add_int("warmup", d.warmup, "steps of linear warm-up to the peak --lr" + note(b.warmup));
   f.add_double("label-smoothing", d.label_smoothing, "label smoothing");
   add_precision_flag(f, d.precision);
 }

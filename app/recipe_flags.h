@@ -7,6 +7,16 @@
 
 namespace gf::app {
 
+// The built-in corpus's recipe (`train` without --data): small and regular data, so a smaller,
+// faster model learns it in minutes. RunConfig's defaults with the values set in
+// builtin_recipe(), the one place they are written: `train` gives each of them to a flag the user
+// did not give, and its help prints them.
+struct BuiltinRecipe {
+  train::RunConfig config;
+  int64_t grad_stats = 0;  // --grad-stats
+};
+const BuiltinRecipe& builtin_recipe();
+
 // Declares the flags with d's values as defaults; with builtin_notes the help also gives the
 // built-in corpus's own defaults (see cmd_train.cpp).
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes);
