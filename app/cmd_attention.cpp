@@ -11,7 +11,7 @@
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "train/plot/svg_plot.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 #include "train/data/utf8.h"
 
 namespace gf::app {

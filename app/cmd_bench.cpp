@@ -15,7 +15,7 @@
 #include "app/commands.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
-#include "train/loop/memory_estimate.h"
+#include "train/run/memory_estimate.h"
 #include "app/recipe_flags.h"
 #include "autograd/grad_mode.h"
 #include "autograd/profile.h"
@@ -28,12 +28,12 @@
 #include "tensor/kernels/random.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 #include "train/data/batching.h"
 #include "train/eval/bleu.h"
 #include "train/decode/decode.h"
 #include "train/data/parallel_text.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 #include "train/data/vocab.h"
 
 namespace gf::app {

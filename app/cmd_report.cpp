@@ -9,7 +9,7 @@
 #include "app/lab_page.h"
 #include "app/run_report.h"
 #include "tensor/check.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 namespace gf::app {
 namespace {

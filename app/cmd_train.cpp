@@ -13,11 +13,11 @@
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
 #include "train/distributed/comm.h"
-#include "train/loop/checkpoint.h"
-#include "train/loop/memory_estimate.h"
+#include "train/run/checkpoint.h"
+#include "train/run/memory_estimate.h"
 #include "train/loop/run_lock.h"
 #include "train/loop/trainer.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 namespace gf::app {
 

@@ -12,7 +12,7 @@
 #include "lab/lab.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 
 namespace gf::app {
 namespace fs = std::filesystem;

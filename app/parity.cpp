@@ -39,7 +39,7 @@
 #include "tensor/check.h"
 #include "tensor/io/safetensors.h"
 #include "tensor/kernels/random.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::app {
 namespace {

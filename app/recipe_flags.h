@@ -3,7 +3,7 @@
 // script names them (--d-model --heads --layers --ff --dropout --label-smoothing --lr --warmup
 // --max-tokens ...).
 #include "app/flags.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 
 namespace gf::app {
 

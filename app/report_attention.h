@@ -21,7 +21,7 @@
 
 #include "lab/attribution_maps.h"
 #include "nn/decoder_only.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 namespace gf::app {
 

@@ -13,10 +13,10 @@
 #include "optim/adam.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
-#include "train/data/run_data.h"
-#include "train/decode/translator.h"
-#include "train/loop/checkpoint.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_data.h"
+#include "train/eval/translator.h"
+#include "train/run/checkpoint.h"
+#include "train/run/run_config.h"
 
 namespace gf::app {
 namespace fs = std::filesystem;

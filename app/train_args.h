@@ -2,7 +2,7 @@
 // `gradflow train`'s command line, parsed and checked without running anything (cmd_train.cpp runs
 // it; fuzz/ feeds it arbitrary argument lists).
 #include "app/flags.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 #include "train/loop/trainer.h"
 
 namespace gf::app {

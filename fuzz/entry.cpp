@@ -14,14 +14,14 @@
 #include "lab/lab.h"
 #include "tensor/io/atomic_file.h"
 #include "train/data/subwords.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 #include "tensor/io/safetensors.h"
 #include "train/data/parallel_text.h"
 #include "train/data/utf8.h"
 #include "train/data/vocab.h"
 #include "train/eval/bleu.h"
-#include "train/loop/checkpoint.h"
-#include "train/loop/run_config.h"
+#include "train/run/checkpoint.h"
+#include "train/run/run_config.h"
 #include "train/plot/svg_plot.h"
 
 namespace gf::fuzz {
@@ -296,14 +296,14 @@ void run_subwords(std::string_view input) {
 const std::vector<Target>& targets() {
   static const std::vector<Target> list = {
       {"safetensors", "gf::load_safetensors_from_bytes (tensor/io/safetensors.h)", run_safetensors},
-      {"run_config", "gf::train::RunConfig::from_json (train/loop/run_config.h)", run_run_config},
+      {"run_config", "gf::train::RunConfig::from_json (train/run/run_config.h)", run_run_config},
       {"vocab", "gf::train::Vocab::parse (train/data/vocab.h)", run_vocab},
-      {"run_state", "gf::train::state_from_json (train/loop/checkpoint.h)", run_run_state},
+      {"run_state", "gf::train::state_from_json (train/run/checkpoint.h)", run_run_state},
       {"parallel_text", "gf::train::parse_parallel_tsv, parse_parallel_texts (train/data/parallel_text.h)", run_parallel_text},
       {"utf8", "gf::train::utf8::*, gf::split_whitespace, gf::bleu_tokenize, gf::xml_escape", run_utf8},
       {"cli", "gf::app::Flags::parse with train_flags, train_options, train_config (app/train_args.h)", run_cli},
       {"commands", "gf::app::parse_global_flags, then every command's flags and checks (app/command_flags.h)", run_commands},
-      {"translator_config", "gf::train::Translator::load of a run folder with this config.json (train/decode/translator.h)", run_translator_config},
+      {"translator_config", "gf::train::Translator::load of a run folder with this config.json (train/eval/translator.h)", run_translator_config},
       {"subwords", "gf::train::Subwords::parse, vocab, check_vocab_matches (train/data/subwords.h)", run_subwords},
   };
   return list;

@@ -14,7 +14,7 @@
 #include "optim/adam.h"
 #include "tensor/check.h"
 #include "tensor/kernels/random.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 #include "train/corpus/corpus_ko.h"
 #include "train/data/utf8.h"
 

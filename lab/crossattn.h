@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "nn/seq2seq.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::lab {
 

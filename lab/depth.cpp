@@ -27,7 +27,7 @@
 #include "nn/multihead_attention.h"
 #include "tensor/check.h"
 #include "tensor/kernels/random.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::lab {
 

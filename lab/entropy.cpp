@@ -32,7 +32,7 @@
 #include "nn/linear.h"
 #include "nn/multihead_attention.h"
 #include "tensor/check.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 #include "train/loop/grad_stats.h"
 
 namespace gf::lab {

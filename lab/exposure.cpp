@@ -34,7 +34,7 @@
 #include "lab/trained_model.h"
 #include "tensor/check.h"
 #include "tensor/kernels/random.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 #include "train/decode/decode.h"
 
 namespace gf::lab {

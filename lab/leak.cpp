@@ -22,7 +22,7 @@
 #include "lab/labs.h"
 #include "lab/report.h"
 #include "nn/masks.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::lab {
 namespace {

@@ -27,7 +27,7 @@
 #include "lab/report.h"
 #include "nn/masks.h"
 #include "optim/adam.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::lab {
 namespace {

@@ -30,7 +30,7 @@
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "tensor/kernels/binary.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::lab {
 

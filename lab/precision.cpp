@@ -36,7 +36,7 @@
 #include "lab/labs.h"
 #include "lab/report.h"
 #include "optim/adam.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 #include "train/loop/grad_stats.h"
 
 namespace gf::lab {

@@ -32,7 +32,7 @@
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
 #include "tensor/kernels/random.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::lab {
 

@@ -13,10 +13,10 @@
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 #include "train/corpus/corpus_ko.h"
-#include "train/data/run_data.h"
-#include "train/decode/translator.h"
+#include "train/run/run_data.h"
+#include "train/eval/translator.h"
 #include "train/data/utf8.h"
 
 namespace gf::lab {

@@ -14,9 +14,14 @@ BUILD="$ROOT/build-tsan"
 source "$ROOT/scripts/lib.sh"
 
 # Every kernel that splits its work over oneTBB's threads (tensor/parallel.h) has its test here;
-# test_decode_batching runs decoding's groups of sentences side by side (parallel_tasks).
+# test_decode_batching runs decoding's groups of sentences side by side (parallel_tasks);
+# test_bf16 the bfloat16 products (oneDNN's OpenMP threads, the tile kernel cut over oneTBB, the
+# weight cache's mutex); test_optim the optimizer's threaded gradient norm and step; test_run_lock
+# the run folder's lock (threads of one process share it, another process is refused);
+# test_translate_stream translate's reader and decoder on a live pipe.
 TESTS=(test_parallel test_matmul test_softmax test_reduce test_arith test_unary test_layer_norm test_cross_entropy
-       test_attention_fused test_dropout test_indexing test_memory test_decode_batching)
+       test_attention_fused test_dropout test_indexing test_memory test_decode_batching
+       test_bf16 test_optim test_run_lock test_translate_stream)
 
 start=$SECONDS
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DGRADFLOW_TSAN=ON >/dev/null
@@ -46,7 +51,20 @@ GF="$BUILD/gradflow"
 "$GF" --threads 2 train --data "$RUN/data" --src en --tgt ko --out "$RUN/run" --d-model 32 --heads 2 --layers 1 --ff 64 \
   --max-tokens 512 --steps 12 --samples 2 --quiet >"$RUN/train.log" 2>&1 || { status=$?; cat "$RUN/train.log"; }
 head -20 "$RUN/data/test.en" | "$GF" --threads 2 translate --model "$RUN/run" --beam 3 >/dev/null || status=$?
-echo "test_tsan: training and decoding took $((SECONDS - start)) s"
+# The same in bfloat16 where the CPU runs it (`gradflow info`): oneDNN's products inside training
+# and decoding, the weight cache shared by the decoding threads.
+if "$GF" info | grep -q "^bfloat16 products.*: supported"; then
+  "$GF" --threads 2 train --data "$RUN/data" --src en --tgt ko --out "$RUN/run16" --d-model 32 --heads 2 --layers 1 --ff 64 \
+    --max-tokens 512 --steps 12 --samples 2 --precision bf16 --quiet >"$RUN/train16.log" 2>&1 || { status=$?; cat "$RUN/train16.log"; }
+  head -20 "$RUN/data/test.en" | "$GF" --threads 2 translate --model "$RUN/run16" --precision bf16 --beam 3 >/dev/null || status=$?
+fi
+# One lab end to end (its seeds' training runs, the report's statistics), at a tiny size.
+lab_status=0
+"$GF" --threads 2 lab smoothing --seeds 2 --steps 20 --train 100 --eval 50 --feature-seqs 50 --out "$RUN/lab" >"$RUN/lab.log" 2>&1 || lab_status=$?
+# What is checked here is the threads, not the verdict (20 steps settle nothing): exit 0, 3 or 4 is
+# a lab that ran to its verdict; any other code (a crash, a ThreadSanitizer exit) fails the run.
+case $lab_status in 0|3|4) ;; *) status=$lab_status; cat "$RUN/lab.log" ;; esac
+echo "test_tsan: training, decoding and a lab took $((SECONDS - start)) s"
 
 failed=0
 scan_reports test_tsan ThreadSanitizer ThreadSanitizer "$REPORTS" || failed=1

@@ -21,8 +21,8 @@
 #include "tensor/io/safetensors.h"
 #include "tests/child_process.h"
 #include "tests/temp_dir.h"
-#include "train/decode/translator.h"
-#include "train/loop/checkpoint.h"
+#include "train/eval/translator.h"
+#include "train/run/checkpoint.h"
 #include "train/loop/run_lock.h"
 
 namespace gf::test {

@@ -141,7 +141,7 @@ byte for byte). The file is that test's own output; regenerate it with
 "truncated", "vocab", "badconfig", "badstate" and "bigconfig" (d_model 100000 in its config.json)
 are copies of it with one thing broken. Sizes are checked before anything of that size is
 allocated: a model's weights, gradients, Adam state and activations are estimated from its shapes
-(`train/loop/memory_estimate.h`) against the memory available or `--max-memory`, and a checkpoint's
+(`train/run/memory_estimate.h`) against the memory available or `--max-memory`, and a checkpoint's
 header against its config.json. A float64
 checkpoint loads into a float32 model (converted, as PyTorch's `load_state_dict` does); integer
 weights do not. A line longer than the model's `--max-len` is not an error for `translate`: its

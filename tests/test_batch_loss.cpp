@@ -9,7 +9,7 @@
 #include "nn/seq2seq.h"
 #include "nn_test_util.h"
 #include "train/data/vocab.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 using namespace gf;
 using namespace gf::testing;

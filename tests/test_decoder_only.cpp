@@ -13,10 +13,10 @@
 #include "nn/decoder_only.h"
 #include "nn_test_util.h"
 #include "tensor/kernels/random.h"
-#include "train/loop/model.h"
-#include "train/data/run_data.h"
+#include "train/run/model.h"
+#include "train/run/run_data.h"
 #include "train/loop/trainer.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 using namespace gf;
 using namespace gf::testing;

@@ -25,7 +25,7 @@
 #include "autograd/variable.h"
 #include "train/distributed/batch_split.h"
 #include "train/distributed/grad_buckets.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 
 using namespace gf;
 using namespace gf::test;

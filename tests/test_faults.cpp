@@ -20,7 +20,7 @@
 #include "tensor/io/safetensors.h"
 #include "tests/fault_util.h"
 #include "tests/test_budget.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 
 using namespace gf;
 using namespace gf::train;

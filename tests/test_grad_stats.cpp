@@ -9,10 +9,10 @@
 #include <fstream>
 #include <set>
 
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 #include "train/loop/grad_stats.h"
 #include "train/loop/trainer.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 using namespace gf;
 using namespace gf::train;

@@ -5,7 +5,7 @@
 
 #include "lab/crossattn.h"
 #include "nn_test_util.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 using namespace gf;
 using namespace gf::lab;

@@ -8,7 +8,7 @@
 #include "lab/common.h"
 #include "lab/gqa.h"
 #include "nn_test_util.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 using namespace gf;
 using namespace gf::lab;

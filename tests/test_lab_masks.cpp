@@ -19,7 +19,7 @@
 #include "nn/multihead_attention.h"
 #include "nn_test_util.h"
 #include "tensor/kernels/random.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 using namespace gf;
 using namespace gf::testing;

@@ -18,7 +18,7 @@
 #include "lab/lab.h"
 #include "lab/norm.h"
 #include "lab/report.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 using namespace gf;
 using namespace gf::lab;

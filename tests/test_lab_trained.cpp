@@ -21,7 +21,7 @@
 #include "nn_test_util.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 #include "train/data/vocab.h"
 
 using namespace gf;

@@ -1,4 +1,4 @@
-// Sizes checked before allocation (train/loop/memory_estimate.h): the parameter count computed
+// Sizes checked before allocation (train/run/memory_estimate.h): the parameter count computed
 // from the shapes equals the built model's for every architecture, norm and attention kind; the
 // checkpoint's value count equals its state_dict's; a model too large is refused naming the flag
 // that weighs most; memory sizes parse; shape products and tensor byte sizes never overflow.
@@ -11,8 +11,8 @@
 #include "nn/ffn.h"
 #include "tensor/tensor.h"
 #include "train/data/vocab.h"
-#include "train/loop/memory_estimate.h"
-#include "train/loop/model.h"
+#include "train/run/memory_estimate.h"
+#include "train/run/model.h"
 
 using namespace gf;
 using namespace gf::train;

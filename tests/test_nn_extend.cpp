@@ -24,7 +24,7 @@
 #include "nn_test_util.h"
 #include "tensor/kernels/random.h"
 #include "train/decode/decode.h"
-#include "train/loop/model.h"
+#include "train/run/model.h"
 
 using namespace gf;
 using namespace gf::testing;

@@ -8,8 +8,8 @@
 #include "nn_test_util.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
-#include "train/loop/run_config.h"
-#include "train/decode/translator.h"
+#include "train/run/run_config.h"
+#include "train/eval/translator.h"
 
 using namespace gf;
 using namespace gf::testing;

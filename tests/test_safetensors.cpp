@@ -441,7 +441,7 @@ TEST_CASE("fuzz: random mutations of a valid file are either loaded or rejected 
       SafetensorsFile f = load_safetensors_from_bytes(b, "fuzz");
       ++accepted;
       // A file whose digest key itself was damaged loads as another writer's file, unverified;
-      // state.json's copy of the digest catches that for checkpoints (train/loop/checkpoint.h).
+      // state.json's copy of the digest catches that for checkpoints (train/run/checkpoint.h).
       if (!f.digest.empty() && safetensors_to_bytes(f.tensors, f.metadata) != valid) ++changed_but_accepted;
       for (const auto& [name, t] : f.tensors) CHECK(static_cast<uint64_t>(t.nbytes()) <= b.size());
     } catch (const std::runtime_error&) {

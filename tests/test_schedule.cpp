@@ -13,7 +13,7 @@
 #include "optim/adam.h"
 #include "optim/schedule.h"
 #include "tests/temp_dir.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 #include "train/loop/early_stop.h"
 #include "train/loop/trainer.h"
 

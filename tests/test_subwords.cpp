@@ -12,9 +12,9 @@
 
 #include "temp_dir.h"
 #include "train/corpus/corpus_raw.h"
-#include "train/data/run_subwords.h"
+#include "train/run/run_subwords.h"
 #include "train/data/subwords.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 #include "train/loop/trainer.h"
 
 using namespace gf::train;

@@ -11,11 +11,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 #include "train/decode/decode.h"
-#include "train/data/run_data.h"
+#include "train/run/run_data.h"
 #include "train/loop/trainer.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 #include "test_budget.h"
 
 using namespace gf;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "train/data/parallel_text.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 #include "train/eval/bleu.h"
 
 namespace gf::train {

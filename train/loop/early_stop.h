@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 
 namespace gf::train {
 

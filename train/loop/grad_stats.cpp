@@ -14,10 +14,10 @@
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
-#include "train/loop/batch_loss.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/batch_loss.h"
+#include "train/run/checkpoint.h"
 #include "train/plot/svg_chart.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 namespace gf::train {
 

@@ -22,7 +22,7 @@
 #include "nn/decoder_only.h"
 #include "nn/seq2seq.h"
 #include "train/data/batching.h"
-#include "train/loop/model.h"
+#include "train/run/model.h"
 
 namespace gf::train {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "train/loop/checkpoint.h"
-#include "train/loop/run_config.h"
+#include "train/run/checkpoint.h"
+#include "train/run/run_config.h"
 
 namespace gf::train {
 

@@ -7,7 +7,7 @@
 
 #include "tensor/check.h"
 #include "tensor/io/safetensors.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 namespace gf::train {
 namespace fs = std::filesystem;

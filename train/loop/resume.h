@@ -1,12 +1,12 @@
 #pragma once
 // Resuming a run folder: the newest checkpoint that loads. state.json names the latest checkpoint,
-// state.prev.json the one before (train/loop/checkpoint.h); when the latest one's files are
+// state.prev.json the one before (train/run/checkpoint.h); when the latest one's files are
 // damaged on disk, the run falls back to the previous one and says so.
 #include <string>
 
 #include "nn/module.h"
 #include "optim/adam.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 
 namespace gf::train {
 

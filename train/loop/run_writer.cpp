@@ -6,7 +6,7 @@
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/kernels/reduce.h"
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 #include "train/loop/average.h"
 #include "train/loop/test_seam.h"
 #include "train/plot/svg_plot.h"

@@ -1,6 +1,6 @@
 #pragma once
 // What a training run writes into its folder, and when (the checkpoint policy):
-//   - a checkpoint (weights, Adam state, then state.json: train/loop/checkpoint.h) at the end of
+//   - a checkpoint (weights, Adam state, then state.json: train/run/checkpoint.h) at the end of
 //     every epoch and when a budget or a signal stops the run midway, then loss.svg;
 //   - best.safetensors after a validation that improved on the best so far (and at the end when
 //     no validation ran);
@@ -17,9 +17,9 @@
 #include "nn/module.h"
 #include "optim/adam.h"
 #include "tensor/io/safetensors.h"
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 #include "train/loop/grad_stats.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 
 namespace gf::train {
 

@@ -13,7 +13,7 @@
 #include "optim/adam.h"
 #include "tensor/kernels/random.h"
 #include "train/distributed/batch_split.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 #include "train/loop/interrupt.h"
 #include "tensor/mix64.h"
 #include "train/loop/run.h"

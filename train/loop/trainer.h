@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "train/data/line_reader.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 
 namespace gf::train {
 
@@ -21,7 +21,7 @@ struct TrainOptions {
   int64_t grad_stats = 0;   // > 0: gradient statistics at step 1 and every this many steps (train/loop/grad_stats.h)
   bool skip_nonfinite = false;  // skip a step whose loss or gradient is NaN/Inf instead of stopping
   bool handle_signals = false;  // SIGINT/SIGTERM save a checkpoint and end the run (train/loop/interrupt.h)
-  double max_memory = 0;        // bytes the model may need (train/loop/memory_estimate.h); 0: what the machine has available
+  double max_memory = 0;        // bytes the model may need (train/run/memory_estimate.h); 0: what the machine has available
   size_t max_line_bytes = kMaxLineBytes;  // a longer line in the data is an error naming its file and line
 };
 

@@ -1,4 +1,4 @@
-#include "train/loop/json_fields.h"
+#include "train/run/json_fields.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "tensor/check.h"
 #include "tensor/kernels/bf16.h"
 #include "train/data/utf8.h"
-#include "train/loop/json_fields.h"
+#include "train/run/json_fields.h"
 
 namespace gf::train {
 

@@ -1,4 +1,4 @@
-#include "train/loop/checkpoint.h"
+#include "train/run/checkpoint.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
-#include "train/loop/json_fields.h"
+#include "train/run/json_fields.h"
 
 namespace gf::train {
 

@@ -1,4 +1,4 @@
-#include "train/data/run_data.h"
+#include "train/run/run_data.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "train/decode/translator.h"
+#include "train/eval/translator.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,9 +8,9 @@
 #include "nn/decode_layout.h"
 #include "tensor/check.h"
 #include "tensor/io/safetensors.h"
-#include "train/loop/batch_loss.h"
-#include "train/loop/checkpoint.h"
-#include "train/loop/memory_estimate.h"
+#include "train/run/batch_loss.h"
+#include "train/run/checkpoint.h"
+#include "train/run/memory_estimate.h"
 #include "train/data/utf8.h"
 
 namespace gf::train {

@@ -18,12 +18,12 @@ struct RunConfig {
   int64_t corpus_size = 24000;  // built-in corpus
   int64_t min_freq = 2, max_len = 100, max_tokens = 4096;
   // 0: whitespace tokens (pre-tokenised text). N: SentencePiece subwords, N pieces per model
-  // (train/data/run_subwords.h); min_freq then does not apply.
+  // (train/run/run_subwords.h); min_freq then does not apply.
   int64_t subwords = 0;
   std::string subword_type = "unigram";  // or "bpe"
   bool joint_vocab = false;              // one subword model and vocabulary for both sides
   // ---- model ----
-  std::string arch = "encoder-decoder";  // or "decoder-only" (train/loop/model.h)
+  std::string arch = "encoder-decoder";  // or "decoder-only" (train/run/model.h)
   nn::TransformerLayerOptions layer;  // every layer: width, heads, kv heads, ff, activation, norm, placement, dropout
   int64_t layers = 3;                 // encoder and decoder layers each
   bool tie = false;                   // output projection tied to the target embedding

@@ -7,10 +7,10 @@
 
 #include "nn/seq2seq.h"
 #include "train/decode/decode.h"
-#include "train/loop/model.h"
+#include "train/run/model.h"
 #include "train/data/parallel_text.h"
-#include "train/data/run_subwords.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_subwords.h"
+#include "train/run/run_config.h"
 #include "train/data/vocab.h"
 
 namespace gf::train {

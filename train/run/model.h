@@ -12,7 +12,7 @@
 #include "nn/seq2seq.h"
 #include "train/data/batching.h"
 #include "train/decode/decode.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 #include "train/data/vocab.h"
 
 namespace gf::train {

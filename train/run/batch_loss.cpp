@@ -1,4 +1,4 @@
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/cross_entropy.h"

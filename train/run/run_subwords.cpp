@@ -1,4 +1,4 @@
-#include "train/data/run_subwords.h"
+#include "train/run/run_subwords.h"
 
 #include <filesystem>
 

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <string>
 
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 
 namespace gf::train {
 

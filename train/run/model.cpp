@@ -1,10 +1,10 @@
-#include "train/loop/model.h"
+#include "train/run/model.h"
 
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
 #include "tensor/check.h"
-#include "train/loop/batch_loss.h"
+#include "train/run/batch_loss.h"
 
 namespace gf::train {
 namespace {

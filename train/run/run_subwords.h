@@ -7,7 +7,7 @@
 
 #include "train/data/parallel_text.h"
 #include "train/data/subwords.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 
 namespace gf::train {
 

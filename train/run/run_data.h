@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "train/data/parallel_text.h"
-#include "train/loop/run_config.h"
+#include "train/run/run_config.h"
 
 namespace gf::train {
 

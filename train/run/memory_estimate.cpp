@@ -1,4 +1,4 @@
-#include "train/loop/memory_estimate.h"
+#include "train/run/memory_estimate.h"
 
 #include <fmt/core.h>
 
