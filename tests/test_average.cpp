@@ -8,6 +8,8 @@
 #include "train/loop/average.h"
 #include "train/loop/trainer.h"
 
+#include "tiny_run.h"
+
 using namespace gf;
 using namespace gf::train;
 namespace fs = std::filesystem;
@@ -45,21 +47,10 @@ TEST_CASE("average_weights: files of different models are refused, naming the te
 
 TEST_CASE("train --average-last K keeps the last K epochs and writes their mean") {
   TempDir d;
-  RunConfig c;
-  c.corpus_size = 400;
-  c.layer.d_model = 32;
-  c.layer.nhead = 2;
-  c.layer.dim_feedforward = 64;
-  c.layers = 1;
-  c.min_freq = 1;
-  c.src = "en";
-  c.tgt = "ko";
+  RunConfig c = gf::test::tiny_run(400);
   c.epochs = 3;
   c.average_last = 2;
-  TrainOptions o;
-  o.out = d.file("run");
-  o.quiet = true;
-  o.final_eval = false;
+  const TrainOptions o = gf::test::quiet_options(d.file("run"));
   train_translator(c, o);
   const std::vector<std::string> kept = epoch_weight_files(o.out);
   REQUIRE(kept.size() == 2);

@@ -27,6 +27,8 @@
 #include "train/loop/trainer.h"
 #include <nlohmann/json.hpp>
 
+#include "tiny_run.h"
+
 using namespace gf;
 namespace fs = std::filesystem;
 
@@ -67,20 +69,9 @@ Outcome gradflow(const fs::path& cwd, const std::string& args) {
 
 // A small trained run folder (whitespace tokens, the built-in corpus) to break copies of.
 fs::path trained_run(const Scratch& s) {
-  train::RunConfig c;
-  c.corpus_size = 600;
-  c.min_freq = 1;
-  c.src = "en";
-  c.tgt = "ko";
-  c.layer.d_model = 32;
-  c.layer.nhead = 2;
-  c.layer.dim_feedforward = 64;
-  c.layers = 1;
+  train::RunConfig c = gf::test::tiny_run(600);
   c.steps = 4;
-  train::TrainOptions o;
-  o.out = (s.path / "good").string();
-  o.quiet = true;
-  o.final_eval = false;
+  const train::TrainOptions o = gf::test::quiet_options((s.path / "good").string());
   train::train_translator(c, o);
   return o.out;
 }

@@ -14,6 +14,8 @@
 #include "train/loop/trainer.h"
 #include "train/eval/translator.h"
 
+#include "tiny_run.h"
+
 using namespace gf;
 using namespace gf::train;
 namespace fs = std::filesystem;
@@ -28,15 +30,8 @@ fs::path fresh_dir(const std::string& name) {
 
 // A tiny model on a small part of the built-in corpus: a step takes milliseconds.
 RunConfig tiny_config(int64_t steps) {
-  RunConfig c;
-  c.corpus_size = 800;
-  c.src = "en";
-  c.tgt = "ko";
-  c.min_freq = 1;
-  c.layer.d_model = 32;
-  c.layer.nhead = 2;
+  RunConfig c = gf::test::tiny_run(800);
   c.layers = 2;
-  c.layer.dim_feedforward = 64;
   c.layer.dropout = 0.1;
   c.lr = 2e-3;
   c.warmup = 10;

@@ -22,6 +22,8 @@
 #include "tests/toy_lab.h"
 #include "train/loop/trainer.h"
 
+#include "tiny_run.h"
+
 using namespace gf;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -200,12 +202,11 @@ TEST_CASE("grad_stats_data: every k-th record and the last, a torn last line dro
 
 TEST_CASE("gradflow report on a trained run: settings, curves, grad stats and the explorer's maps, shaped and normalised") {
   gf::test::TempDir tmp("gf_report");
-  train::RunConfig c;
-  c.corpus_size = 800, c.src = "en", c.tgt = "ko", c.min_freq = 1;
-  c.layer.d_model = 32, c.layer.nhead = 2, c.layers = 2, c.layer.dim_feedforward = 64;
+  train::RunConfig c = gf::test::tiny_run(800);
+  c.layers = 2;
   c.warmup = 10, c.max_tokens = 512, c.steps = 12, c.log_every = 1000000;
-  train::TrainOptions o;
-  o.out = tmp.file("run"), o.quiet = true, o.final_eval = false, o.samples = 0, o.grad_stats = 4;
+  train::TrainOptions o = gf::test::quiet_options(tmp.file("run"));
+  o.samples = 0, o.grad_stats = 4;
   train::train_translator(c, o);
 
   const gf::test::Ran r = gf::test::run_child(kBinary, {"report", o.out, "--sentences", "2"}, tmp.path / "report", 300);

@@ -17,6 +17,8 @@
 #include "train/loop/early_stop.h"
 #include "train/loop/trainer.h"
 
+#include "tiny_run.h"
+
 using namespace gf;
 namespace fs = std::filesystem;
 
@@ -39,18 +41,16 @@ Parsed parse_train(std::vector<std::string> args, const train::RunConfig* resume
   return p;
 }
 
-// A built-in corpus run small enough for a test: 200 pairs, a 32-wide model, one or two batches an epoch.
+// 200 pairs of the built-in corpus in one or two batches an epoch.
 train::RunConfig tiny_run() {
-  train::RunConfig c;
-  c.corpus_size = 200, c.src = "en", c.tgt = "ko", c.min_freq = 1;
-  c.layer.d_model = 32, c.layer.nhead = 2, c.layers = 1, c.layer.dim_feedforward = 64;
+  train::RunConfig c = gf::test::tiny_run(200);
   c.warmup = 2, c.max_tokens = 2048, c.log_every = 1000000;
   return c;
 }
 
 train::TrainOptions quiet_options(const std::string& out) {
-  train::TrainOptions o;
-  o.out = out, o.quiet = true, o.final_eval = false, o.samples = 0;
+  train::TrainOptions o = gf::test::quiet_options(out);
+  o.samples = 0;
   return o;
 }
 

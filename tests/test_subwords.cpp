@@ -17,6 +17,8 @@
 #include "train/eval/translator.h"
 #include "train/loop/trainer.h"
 
+#include "tiny_run.h"
+
 using namespace gf::train;
 namespace fs = std::filesystem;
 
@@ -143,25 +145,15 @@ struct TinyRun {
     const fs::path data = dir.path / "data";
     fs::create_directories(data);
     save_corpus(raw_corpus(), data);
-    RunConfig c;
+    RunConfig c = gf::test::tiny_run();
     c.data = data.string();
-    c.src = "en";
-    c.tgt = "ko";
     c.subwords = joint ? 1000 : 620;  // each side's characters and the 256 bytes fit, and the text fills it
     c.joint_vocab = joint;
     c.arch = arch;
-    c.layer.d_model = 32;
-    c.layer.nhead = 2;
-    c.layer.dim_feedforward = 64;
-    c.layers = 1;
     c.steps = 3;
     c.max_tokens = 1024;
     run = dir.path / "run";
-    TrainOptions o;
-    o.out = run.string();
-    o.quiet = true;
-    o.final_eval = false;
-    train_translator(c, o);
+    train_translator(c, gf::test::quiet_options(run.string()));
   }
 };
 

@@ -19,6 +19,8 @@
 #include "tests/temp_dir.h"
 #include "train/loop/trainer.h"
 
+#include "tiny_run.h"
+
 using namespace gf;
 using namespace gf::test;
 namespace fs = std::filesystem;
@@ -27,20 +29,9 @@ namespace {
 
 // A small trained model of the built-in corpus.
 fs::path trained(const TempDir& tmp) {
-  train::RunConfig c;
-  c.corpus_size = 600;
-  c.min_freq = 1;
-  c.src = "en";
-  c.tgt = "ko";
-  c.layer.d_model = 32;
-  c.layer.nhead = 2;
-  c.layer.dim_feedforward = 64;
-  c.layers = 1;
+  train::RunConfig c = tiny_run(600);
   c.steps = 4;
-  train::TrainOptions o;
-  o.out = (tmp.path / "model").string();
-  o.quiet = true;
-  o.final_eval = false;
+  const train::TrainOptions o = quiet_options((tmp.path / "model").string());
   train::train_translator(c, o);
   return o.out;
 }
