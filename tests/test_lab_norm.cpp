@@ -216,6 +216,30 @@ TEST_CASE("lab scale, tiny settings: the d_k dose-response, its two trend claims
   CHECK_THROWS_WITH_AS(run_lab("scale", few, &rc), doctest::Contains("4 or more d_k levels"), std::invalid_argument);
 }
 
+TEST_CASE("lab smoothing, tiny settings: the eps dose-response of the logit gap and its levels flag") {
+  int rc = -1;
+  const std::map<std::string, std::string> tiny{{"symbols", "6"}, {"train", "30"}, {"eval", "10"}, {"d-model", "16"}, {"heads", "2"},
+                                                {"layers", "1"}, {"steps", "4"}, {"eval-every", "2"}, {"max-tokens", "128"},
+                                                {"feature-seqs", "30"}};
+  const nlohmann::json j = run_lab("smoothing", tiny, &rc);
+  REQUIRE(j.at("claims").size() == claim_specs_of("smoothing").size());
+  CHECK(rc == expected_code(j));
+  REQUIRE(j.at("dose_response").size() == 1);
+  const auto& d = j.at("dose_response")[0];
+  CHECK(d.at("levels") == nlohmann::json({0.0, 0.05, 0.1, 0.2}));
+  CHECK(d.at("trend") == "slope");
+  CHECK(d.at("mean").size() == 4);
+  for (const auto& c : j.at("claims"))
+    if (c.at("id") == "logit_gap_trend") CHECK(c.at("values") == d.at("trends"));
+  auto bad = tiny;
+  bad["eps-levels"] = "0,0.1,0.2";
+  CHECK_THROWS_WITH_AS(run_lab("smoothing", bad, &rc), doctest::Contains("4 or more levels"), std::invalid_argument);
+  bad["eps-levels"] = "0,0.05,0.2,0.3";
+  CHECK_THROWS_WITH_AS(run_lab("smoothing", bad, &rc), doctest::Contains("must be one of --eps-levels"), std::invalid_argument);
+  bad["eps-levels"] = "0.01,0.05,0.1,0.2";
+  CHECK_THROWS_WITH_AS(run_lab("smoothing", bad, &rc), doctest::Contains("must start at 0"), std::invalid_argument);
+}
+
 TEST_CASE("labs norm and depth: a depth list that does not increase is an error naming the flag") {
   int rc = 0;
   CHECK_THROWS_WITH_AS(run_lab("depth", {{"depths", "4,2"}}, &rc), doctest::Contains("--depths must increase"), std::invalid_argument);
