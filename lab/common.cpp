@@ -123,6 +123,26 @@ std::vector<int64_t> parse_increasing_ints(const std::string& text, const std::s
   return out;
 }
 
+std::vector<double> parse_increasing_reals(const std::string& text, const std::string& what) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    GF_CHECK(used != 0 && used == part.size() && std::isfinite(v), "{} expects numbers separated by commas, got '{}'", what, text);
+    GF_CHECK(out.empty() || v > out.back(), "{} must increase, got '{}'", what, text);
+    out.push_back(v);
+  }
+  GF_CHECK(out.size() >= 2, "{} needs at least two values, got '{}'", what, text);
+  return out;
+}
+
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
   std::vector<double> lx, ly;
   for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)

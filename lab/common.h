@@ -37,6 +37,8 @@ ChartSeries band_series(const std::string& name, const std::vector<double>& x, c
 // A flag's list of positive integers separated by commas, strictly increasing (the depths of a
 // sweep), at least two. Throws std::invalid_argument naming `what` ("lab depth: --depths").
 std::vector<int64_t> parse_increasing_ints(const std::string& text, const std::string& what);
+// The same for numbers ("0,0.05,0.1,0.2": the levels of a dose-response).
+std::vector<double> parse_increasing_reals(const std::string& text, const std::string& what);
 
 // Least-squares slope of log(y) on log(x) (points with x or y <= 0 are skipped).
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);

@@ -128,7 +128,7 @@ std::vector<double> harmonic_numbers(const std::vector<int64_t>& depths) {
 struct Amplification {
   std::vector<Spread> change[2];           // [pre_ln] per depth: relative output change, over seeds
   double slope_sq[2];                      // [pre_ln] log-log slope of the mean squared change on N
-  std::vector<double> seed_slope_sq[2];    // [pre_ln] per seed: the same slope of that seed's squared changes
+  std::vector<std::vector<double>> seed_change[2];  // [pre_ln] per seed, per depth: the relative output change
 };
 
 // Prints (a)'s table, draws its panel, keeps its numbers.
@@ -194,11 +194,7 @@ Amplification amplification(Report& r, const std::vector<int64_t>& depths) {
     std::vector<double> sq;
     for (const auto& s : a.change[pre]) sq.push_back(s.mean * s.mean);
     a.slope_sq[pre] = loglog_slope(x, sq);
-    for (const auto& seed : per_seed[pre]) {
-      std::vector<double> seed_sq;
-      for (double c : seed) seed_sq.push_back(c * c);
-      a.seed_slope_sq[pre].push_back(loglog_slope(x, seed_sq));
-    }
+    a.seed_change[pre] = per_seed[pre];
   }
   report_amplification(r, depths, batch.rows, a);
   return a;
@@ -276,16 +272,27 @@ void check_claims(Report& r, const std::vector<int64_t>& depths, const Amplifica
   std::vector<double> x;
   for (int64_t N : depths) x.push_back(static_cast<double>(N));
   const double s_log = loglog_slope(x, harmonic_numbers(depths)), mid = 0.5 * (1 + s_log);
+  // The dose-response on depth: per seed, the slope of log2 of the squared change on log2(N), the
+  // exponent of a power law in N (depth multiplies: the levels are doublings).
+  std::vector<double> slope[2];
+  for (int pre = 0; pre < 2; ++pre) {
+    std::vector<std::vector<double>> lg;
+    for (const auto& seed : a.seed_change[pre]) {
+      lg.emplace_back();
+      for (double c : seed) lg.back().push_back(std::log2(c * c));
+    }
+    slope[pre] = r.dose_response({pre ? "depth, Pre-LN" : "depth, Post-LN", "layers N", fmt::format("log2 |dF|^2 / |F|^2, {}", ln_name(pre)), x, lg,
+                                  TrendKind::LogSlope, true, pre ? kPreColor : kPostColor});
+  }
   std::vector<double> more, post_mid, pre_mid;
-  for (size_t i = 0; i < a.seed_slope_sq[0].size(); ++i) {
-    more.push_back(a.seed_slope_sq[0][i] - a.seed_slope_sq[1][i]);
-    post_mid.push_back(a.seed_slope_sq[0][i] - mid);
-    pre_mid.push_back(a.seed_slope_sq[1][i] - mid);
+  for (size_t i = 0; i < slope[0].size(); ++i) {
+    more.push_back(slope[0][i] - slope[1][i]);
+    post_mid.push_back(slope[0][i] - mid);
+    pre_mid.push_back(slope[1][i] - mid);
   }
   const std::string laws = fmt::format("O(N): slope 1; O(log N) (sum of 1/i) over these depths: {:.3f}; midpoint {:.3f}", s_log, mid);
   r.paper("postln_amplifies_more", more,
-          fmt::format("slope of the squared change per seed, Post-LN {:.3f}; Pre-LN {:.3f}", fmt::join(a.seed_slope_sq[0], ", "),
-                      fmt::join(a.seed_slope_sq[1], ", ")));
+          fmt::format("slope of the squared change per seed, Post-LN {:.3f}; Pre-LN {:.3f}", fmt::join(slope[0], ", "), fmt::join(slope[1], ", ")));
   // Not a claim (see docs/labs.md's change log): whether Post-LN's slope is nearer O(N) than
   // O(log N); at 5 seeds its interval straddles the midpoint.
   r.say(fmt::format("not claimed: Post-LN's slope minus the midpoint, {} (t 95%): O(N) against O(log N) is not settled at this many seeds",
@@ -331,9 +338,9 @@ void placebo(Report& r, const std::vector<int64_t>& depths) {
   for (int64_t N : depths) x.push_back(static_cast<double>(N));
   Table t("the pool", {"seed", "Pre-LN: slope of the squared change", "with skips: QK/V at the last layer"});
   for (int i = 0; i < n; ++i) {
-    std::vector<double> sq;
-    for (int64_t N : depths) sq.push_back(std::pow(rms_change(data, batch, r, N, true, i), 2));
-    slope.push_back(loglog_slope(x, sq));
+    std::vector<double> lg;
+    for (int64_t N : depths) lg.push_back(std::log2(std::pow(rms_change(data, batch, r, N, true, i), 2)));
+    slope.push_back(trend(x, lg, TrendKind::LogSlope));
     const AttentionStack s = attention_stack(L, true, r.integer("attn-d-model"), r.integer("attn-heads"), r.integer("tokens"),
                                              r.integer("attn-batch"), r.seed(i) * 104729 + 17);
     qk.push_back(std::sqrt(0.5 * (s.q_over_v.back() * s.q_over_v.back() + s.k_over_v.back() * s.k_over_v.back())));
@@ -349,6 +356,7 @@ void placebo(Report& r, const std::vector<int64_t>& depths) {
 
 void run(Report& r) {
   const std::vector<int64_t> depths = parse_increasing_ints(r.text("depths"), "lab depth: --depths");
+  GF_CHECK(depths.size() >= 4, "lab depth: --depths needs 4 or more depths for the dose-response, got '{}'", r.text("depths"));
   if (r.placebo_mode()) return placebo(r, depths);
   const Amplification a = amplification(r, depths);
   const Collapse c = collapse(r);
@@ -372,7 +380,7 @@ Lab depth_lab() {
                {"heads", Option::Int, "4", "(a) attention heads"},
                {"ff", Option::Int, "256", "(a) FFN width"},
                {"max-tokens", Option::Int, "512", "(a) tokens in the batch"},
-               {"depths", Option::Text, "1,2,4,8,16,32", "(a) layers per stack (increasing)"},
+               {"depths", Option::Text, "1,2,4,8,16,32", "(a) layers per stack: the dose-response's levels (4 or more, increasing)"},
                {"eps", Option::Real, "0.01", "(a) relative size of the weight change"},
                {"draws", Option::Int, "3", "(a) random weight changes per model"},
                {"attn-layers", Option::Int, "12", "(b, c) attention-only layers"},

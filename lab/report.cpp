@@ -9,6 +9,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "lab/common.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/parallel.h"
@@ -197,6 +198,66 @@ Outcome decide(const ClaimSpec& spec, const std::vector<double>& per_seed, doubl
   return Outcome::Unsettled;
 }
 
+// ---------------------------------------------------------------- dose-response
+
+const char* trend_name(TrendKind k) {
+  switch (k) {
+    case TrendKind::Slope: return "slope";
+    case TrendKind::LogSlope: return "slope per doubling";
+    case TrendKind::Rank: return "Spearman rho";
+  }
+  return "?";
+}
+
+double least_squares_slope(const std::vector<double>& x, const std::vector<double>& y) {
+  GF_CHECK(x.size() == y.size(), "least_squares_slope: {} x values for {} y values", x.size(), y.size());
+  GF_CHECK(x.size() >= 2, "least_squares_slope: a slope needs at least 2 points, got {}", x.size());
+  const double n = static_cast<double>(x.size());
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return NAN;
+    mx += x[i] / n, my += y[i] / n;
+  }
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < x.size(); ++i) sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx);
+  return sxx > 0 ? sxy / sxx : NAN;
+}
+
+double trend(const std::vector<double>& levels, const std::vector<double>& stat, TrendKind kind) {
+  GF_CHECK(levels.size() >= 4, "trend: a dose-response needs at least 4 levels, got {}", levels.size());
+  GF_CHECK(levels.size() == stat.size(), "trend: {} levels for {} values of the statistic", levels.size(), stat.size());
+  for (size_t i = 1; i < levels.size(); ++i)
+    GF_CHECK(levels[i] > levels[i - 1], "trend: the levels must increase strictly, got {} after {}", levels[i], levels[i - 1]);
+  switch (kind) {
+    case TrendKind::Slope: return least_squares_slope(levels, stat);
+    case TrendKind::LogSlope: {
+      GF_CHECK(levels.front() > 0, "trend: a slope per doubling needs levels above 0, got {}", levels.front());
+      std::vector<double> l2;
+      for (double l : levels) l2.push_back(std::log2(l));
+      return least_squares_slope(l2, stat);
+    }
+    case TrendKind::Rank:
+      for (double v : stat)
+        if (!std::isfinite(v)) return NAN;
+      return spearman(levels, stat);
+  }
+  return NAN;
+}
+
+DoseBand dose_band(const DoseResponse& d) {
+  DoseBand b;
+  for (size_t k = 0; k < d.levels.size(); ++k) {
+    std::vector<double> at;
+    for (const auto& seed : d.per_seed) {
+      GF_CHECK(seed.size() == d.levels.size(), "dose-response '{}': a seed has {} values for {} levels", d.name, seed.size(), d.levels.size());
+      at.push_back(seed[k]);
+    }
+    const Interval iv = t_interval(at);
+    b.mean.push_back(iv.mean), b.lo.push_back(iv.lo), b.hi.push_back(iv.hi);
+  }
+  return b;
+}
+
 // ---------------------------------------------------------------- cells and tables
 
 std::string Cell::str() const {
@@ -344,6 +405,38 @@ void Report::write_file(const std::string& name, const std::string& content) {
   files_.push_back(path);
 }
 
+std::vector<double> Report::dose_response(const DoseResponse& d) {
+  GF_CHECK(d.per_seed.size() >= 2, "lab {}: dose-response '{}' needs 2 or more seeds, got {}", lab_.name, d.name, d.per_seed.size());
+  const DoseBand b = dose_band(d);
+  std::vector<double> trends;
+  for (const auto& seed : d.per_seed) trends.push_back(trend(d.levels, seed, d.kind));
+  Table t("dose-response: " + d.name, {d.factor, d.statistic + ": mean", "95% lo", "95% hi"});
+  for (size_t k = 0; k < d.levels.size(); ++k) t.row({d.levels[k], b.mean[k], b.lo[k], b.hi[k]});
+  print(t);
+  say(fmt::format("dose-response {}: {} of the statistic on {} per seed: {:.4g}", d.name, trend_name(d.kind),
+                  d.kind == TrendKind::LogSlope ? "log2(" + d.factor + ")" : d.factor, fmt::join(trends, ", ")));
+  // The legend in a bottom corner the line leaves free: left when it falls, right when it rises.
+  const Chart::Corner corner = b.mean.back() < b.mean.front() ? Chart::Corner::BottomLeft : Chart::Corner::BottomRight;
+  add_panel(Chart{fmt::format("dose-response: {} (band: 95% t, {} seeds)", d.name, d.per_seed.size()), d.factor, d.statistic, d.log_x, false,
+                  {ChartSeries{"mean over seeds", d.levels, b.mean, b.lo, b.hi, false, d.color}}, d.levels, corner});
+  nlohmann::json per_seed = nlohmann::json::array(), tr = nlohmann::json::array();
+  for (const auto& seed : d.per_seed) {
+    nlohmann::json row = nlohmann::json::array();
+    for (double v : seed) row.push_back(number_json(v));
+    per_seed.push_back(row);
+  }
+  for (double v : trends) tr.push_back(number_json(v));
+  auto series = [](const std::vector<double>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (double x : v) a.push_back(number_json(x));
+    return a;
+  };
+  dose_.push_back({{"name", d.name}, {"factor", d.factor}, {"statistic", d.statistic}, {"levels", series(d.levels)}, {"mean", series(b.mean)},
+                   {"lo", series(b.lo)}, {"hi", series(b.hi)}, {"band", "t 95% over seeds"}, {"per_seed", per_seed},
+                   {"trend", trend_name(d.kind)}, {"trends", tr}, {"log_x", d.log_x}});
+  return trends;
+}
+
 // ---------------------------------------------------------------- claims
 
 const ClaimSpec& Report::spec(const std::string& id, ClaimKind kind) const {
@@ -489,10 +582,11 @@ void Report::check(const std::string& id, const std::vector<double>& per_seed, c
   claims_.back().values = per_seed;
 }
 
-void Report::placebo(const std::string& id, const std::function<double(int, int)>& stat, const std::string& how) {
+void Report::run_placebo(const std::string& id, int pool, const std::function<double(const std::vector<int>&, int)>& stat,
+                         const std::string& how) {
   const ClaimSpec& s = spec(id, ClaimKind::Paper);
   GF_CHECK_AS(std::logic_error, placebo_mode(), "lab {}: placebo '{}' outside --control of a placebo lab", lab_.name, id);
-  const int pool = placebo_pool(), n = seeds();
+  const int n = seeds();
   GF_CHECK(n >= 2, "lab {}: a placebo needs --seeds 2 or more, got {}", lab_.name, n);
   Placebo p{id, how, pool, n, kPlaceboSplits, 0, 0};
   std::mt19937_64 rng(static_cast<uint64_t>(integer("seed")) * 1000003u + std::hash<std::string>{}(id));
@@ -502,7 +596,7 @@ void Report::placebo(const std::string& id, const std::function<double(int, int)
     for (int i = 0; i < pool; ++i) order[static_cast<size_t>(i)] = i;
     std::shuffle(order.begin(), order.end(), rng);
     std::vector<double> values;
-    for (int i = 0; i < n; ++i) values.push_back(stat(order[static_cast<size_t>(i)], order[static_cast<size_t>(n + i)]));  // unpaired: different seeds
+    for (int i = 0; i < n; ++i) values.push_back(stat(order, i));
     const Outcome o = decide(s, values, 0.05);
     p.supported += o == Outcome::Supported, p.contradicted += o == Outcome::Contradicted;
     if (split == 0) first = values;
@@ -510,6 +604,25 @@ void Report::placebo(const std::string& id, const std::function<double(int, int)
   placebos_.push_back(p);
   paper(id, first, fmt::format("placebo, the first of {} splits: {}; supported in {} of {} splits ({:.0f}%)", kPlaceboSplits, how, p.supported,
                                p.splits, 100 * p.rate()));
+}
+
+void Report::placebo(const std::string& id, const std::function<double(int, int)>& stat, const std::string& how) {
+  const int n = seeds();
+  // Two disjoint groups of n runs, paired in order: unpaired in seed.
+  run_placebo(id, placebo_pool(), [&](const std::vector<int>& order, int i) {
+    return stat(order[static_cast<size_t>(i)], order[static_cast<size_t>(n + i)]);
+  }, how);
+}
+
+void Report::placebo_trend(const std::string& id, int levels, const std::function<double(const std::vector<int>&)>& trend_of,
+                           const std::string& how) {
+  GF_CHECK(levels >= 4, "lab {}: a trend's placebo needs 4 or more levels, got {}", lab_.name, levels);
+  const int pool = trend_placebo_pool(levels);
+  // Placebo seed i reads the runs order[i * levels .. (i + 1) * levels - 1]: no run twice in a split.
+  run_placebo(id, pool, [&](const std::vector<int>& order, int i) {
+    const auto from = order.begin() + static_cast<std::ptrdiff_t>(i) * levels;
+    return trend_of(std::vector<int>(from, from + levels));
+  }, how);
 }
 
 void Report::no_placebo(const std::string& id, const std::string& why) {
@@ -571,9 +684,9 @@ int Report::finish() {
   int code = 0;
   std::string line = verdict_line(&code);
   if (placebo_mode()) {
-    fmt::print(out_, "\nplacebo: each paper claim between two groups of {} different seeds of one arm, {} splits of a pool of {} runs; "
-                     "the share of splits the 95% rule calls supported must be at most {:g}:\n", seeds(), kPlaceboSplits, placebo_pool(),
-               kPlaceboMaxRate);
+    fmt::print(out_, "\nplacebo: each paper claim between two groups of {} different seeds of one arm (a trend: runs of one level in the "
+                     "levels' places), {} splits of a pool of runs; the share of splits the 95% rule calls supported must be at most {:g}:\n",
+               seeds(), kPlaceboSplits, kPlaceboMaxRate);
     std::vector<std::string> over;
     int tested = 0;
     for (const auto& p : placebos_) {
@@ -582,8 +695,8 @@ int Report::finish() {
         continue;
       }
       ++tested;
-      fmt::print(out_, "  {:<34} supported {:>2} of {} ({:>4.1f}%), contradicted {:>2}  {}\n", p.id, p.supported, p.splits, 100 * p.rate(),
-                 p.contradicted, p.how);
+      fmt::print(out_, "  {:<34} supported {:>2} of {} ({:>4.1f}%), contradicted {:>3}, pool {:>2}  {}\n", p.id, p.supported, p.splits,
+                 100 * p.rate(), p.contradicted, p.pool, p.how);
       if (!(p.rate() <= kPlaceboMaxRate)) over.push_back(p.id);
     }
     code = over.empty() && tested > 0 ? 0 : 3;
@@ -635,6 +748,7 @@ int Report::finish() {
     json_["placebo"] = {{"claims", ps}, {"max_rate", kPlaceboMaxRate}, {"ok", code == 0}};
   }
   json_["seconds"] = seconds;
+  if (!dose_.empty()) json_["dose_response"] = dose_;
   if (!panels_.empty()) write_file(lab_.name + ".svg", figure_svg(fmt::format("gradflow lab {}: {}", lab_.name, lab_.title), panels_, 2));
   json_["files"] = files_;
   const std::string json_path = (std::filesystem::path(out_dir_) / (lab_.name + ".json")).string();

@@ -116,6 +116,42 @@ struct Placebo {
 constexpr int kPlaceboSplits = 100;
 constexpr double kPlaceboMaxRate = 0.05;
 
+// ---- dose-response (issue 35, item 5) ----
+// A lab with a causal factor measures its main statistic at 4 or more levels of it, per seed, and
+// states its claim as the trend: one number per seed, decided by the paper-claim machinery
+// (r.paper(id, trends)). Three ways to read a trend:
+//  - Slope: the least-squares slope of the statistic on the level, for a factor that adds (a length,
+//    a count of steps at one spacing);
+//  - LogSlope: the slope on log2(level), per doubling, for a factor that multiplies (d_k, a learning
+//    rate, epsilon swept by factors): its levels are spaced by ratios, and a slope on the raw level
+//    would be set by the largest two;
+//  - Rank: Spearman's rank correlation of the statistic with the level, for a bounded or ordinal
+//    statistic, or one whose response need not be linear in any scale (a share, an accuracy).
+enum class TrendKind { Slope, LogSlope, Rank };
+const char* trend_name(TrendKind k);  // "slope", "slope per doubling", "Spearman rho"
+// The least-squares slope of y on x. NaN when a value is not finite or x has no spread. Throws
+// std::invalid_argument for fewer than 2 points or lengths that differ.
+double least_squares_slope(const std::vector<double>& x, const std::vector<double>& y);
+// One seed's trend of `stat` (one value per level) against `levels`. Throws std::invalid_argument for
+// fewer than 4 levels, lengths that differ, levels not strictly increasing, or LogSlope on a level <= 0.
+double trend(const std::vector<double>& levels, const std::vector<double>& stat, TrendKind kind);
+
+struct DoseResponse {
+  std::string name;       // key in NAME.json's "dose_response" and the claim's subject, e.g. "d_k"
+  std::string factor;     // the x axis, "d_k (log)"
+  std::string statistic;  // the y axis, "log10 |d scores| / |d p|, median row"
+  std::vector<double> levels;                 // >= 4, strictly increasing
+  std::vector<std::vector<double>> per_seed;  // [seed][level]: the statistic
+  TrendKind kind = TrendKind::Slope;
+  bool log_x = false;     // draw the levels on a log axis
+  std::string color;      // "" : the palette's
+};
+// The mean statistic per level across seeds with its 95% t interval (the band of the figure).
+struct DoseBand {
+  std::vector<double> mean, lo, hi;
+};
+DoseBand dose_band(const DoseResponse& d);
+
 struct Claim {
   ClaimSpec spec;              // its row of lab/claims.cpp
   bool holds = false;          // paper: supported; check: passes (decided in finish())
@@ -171,6 +207,11 @@ class Report {
   // the worst seed's value; the per-seed values are kept.
   void check(const std::string& id, const std::vector<double>& per_seed, const std::string& evidence);
   const std::vector<Claim>& claims() const { return claims_; }
+  // A dose-response (above): draws the mean statistic per level with its 95% band across seeds as a
+  // panel of NAME.svg, keeps the series in NAME.json's "dose_response" (the HTML page draws it from
+  // there), prints the per-level table, and returns one trend per seed for r.paper(id, trends).
+  // Throws std::invalid_argument for fewer than 2 seeds or a seed with a value per level missing.
+  std::vector<double> dose_response(const DoseResponse& d);
   // ---- the placebo (--control of a lab with Lab::placebo) ----
   bool placebo_mode() const { return control() && lab_.placebo; }
   // The runs of one arm the lab makes for its placebo, at seeds seed(0) .. seed(pool - 1): twice
@@ -182,6 +223,14 @@ class Report {
   // level a claim can be held to); the share called supported is the false-positive rate. The
   // first split's values are also reported as the claim (so the control's JSON has every claim).
   void placebo(const std::string& id, const std::function<double(int a, int b)>& stat, const std::string& how);
+  // A trend claim's placebo: runs of ONE level of the factor, each on its own seed, assigned to the
+  // level labels, so that the true trend is zero. `trend_of(runs)` is the claim's per-seed trend with
+  // pool run runs[j] at level j. kPlaceboSplits random draws, each giving every one of the seeds()
+  // placebo seeds `levels` runs of its own (no run twice in a split: a pool of at least seeds() x
+  // levels runs, trend_placebo_pool()), decided by the plain 95% rule; the first draw is reported.
+  int trend_placebo_pool(int levels) const { return seeds() * levels + 2; }
+  void placebo_trend(const std::string& id, int levels, const std::function<double(const std::vector<int>& runs)>& trend_of,
+                     const std::string& how);
   // A paper claim that is no contrast between arms (one arm's statistic against a threshold) has no
   // placebo: it is listed with the reason, and is not counted in the placebo's verdict.
   void no_placebo(const std::string& id, const std::string& why);
@@ -199,6 +248,9 @@ class Report {
   void require_setting(const std::string& name) const;
   const ClaimSpec& spec(const std::string& id, ClaimKind kind) const;
   void record(Claim c);
+  // The placebo's loop: `stat(order)` is one split's value for placebo seed i from the shuffled pool.
+  void run_placebo(const std::string& id, int pool, const std::function<double(const std::vector<int>& order, int i)>& stat,
+                   const std::string& how);
   void decide_paper_claims();
   void print_claim(const Claim& c) const;
   std::string verdict_line(int* code) const;
@@ -213,6 +265,7 @@ class Report {
   std::string verdict_;
   std::vector<Claim> claims_;
   std::vector<Placebo> placebos_;
+  nlohmann::json dose_ = nlohmann::json::array();
   std::vector<std::string> files_;
   double start_seconds_;
 };

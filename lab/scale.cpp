@@ -10,7 +10,8 @@
 //  2. the paper's claim on a model: q, k and v from the initialised in_proj of a one-head Pre-LN
 //     layer reading real sentences of the built-in corpus, for d_k from 16 to 512: the variance of
 //     the scores, the softmax's saturation and the gradient that backward carries through a whole
-//     attention, softmax(Q K^T * scale) V, unscaled and scaled;
+//     attention, softmax(Q K^T * scale) V, unscaled and scaled. The claims are the dose-response
+//     (lab/report.h): per seed, the slope of log10(gradient) on log2(d_k) over the --dks levels;
 //  3. the intervention: the same small translator trained twice on a synthetic task, with and
 //     without 1/sqrt(d_k) (MultiheadAttention::score_scale), from the same initialisation and batches.
 #include <fmt/format.h>
@@ -225,14 +226,29 @@ void synthetic_figure(Report& r, const std::vector<Row>& rows) {
 struct RealResult {
   std::vector<double> dks;
   std::vector<std::vector<double>> var[2], grad[2], sat[2];  // [scaled] per seed, per d_k
-  std::vector<double> slope_un, drop_un, drop_sc;             // per seed
+  std::vector<double> slope_un;                              // per seed: log-log slope of Var on d_k
 };
 
+// The d_k levels of part 2, the dose-response's (lab/report.h): 4 or more, increasing.
+std::vector<double> real_levels(Report& r) {
+  std::vector<double> dks;
+  for (int64_t dk : parse_increasing_ints(r.text("dks"), "lab scale: --dks")) dks.push_back(static_cast<double>(dk));
+  GF_CHECK(dks.size() >= 4, "lab scale: --dks needs 4 or more d_k levels for the dose-response, got {}", dks.size());
+  return dks;
+}
+
+// log10 of the median gradient through the softmax of seed `seed`'s initialised layer at d_k.
+double real_log_gradient(const IdData& data, int64_t dk, int64_t count, uint64_t seed, bool scaled) {
+  const QKV x = real_qkv(data, dk, count, seed);
+  return std::log10(measure_qkv(x.q, x.k, x.v, x.upstream, scaled ? 1.0 / std::sqrt(static_cast<double>(dk)) : 1.0).grad);
+}
+
 RealResult real_embeddings(Report& r, const IdData& data) {
-  const std::vector<int64_t> dks = {16, 32, 64, 128, 256, 512};
-  const int64_t count = r.integer("sentences");
   RealResult res;
-  for (int64_t dk : dks) res.dks.push_back(static_cast<double>(dk));
+  res.dks = real_levels(r);
+  std::vector<int64_t> dks;
+  for (double dk : res.dks) dks.push_back(static_cast<int64_t>(dk));
+  const int64_t count = r.integer("sentences");
   for (int sc = 0; sc < 2; ++sc)
     for (int i = 0; i < r.seeds(); ++i) {
       std::vector<double> var, grad, sat;
@@ -245,8 +261,6 @@ RealResult real_embeddings(Report& r, const IdData& data) {
     }
   for (int i = 0; i < r.seeds(); ++i) {
     res.slope_un.push_back(loglog_slope(res.dks, res.var[0][i]));
-    res.drop_un.push_back(res.grad[0][i].back() / res.grad[0][i].front());
-    res.drop_sc.push_back(res.grad[1][i].back() / res.grad[1][i].front());
   }
   r.section(fmt::format("2. q, k, v from the initialised in_proj of a one-head Pre-LN layer reading {} real sentences (built-in corpus, "
                         "its most frequent source length; the seed draws the weights and the sentences), float64; means over {} seeds",
@@ -341,9 +355,23 @@ void placebo(Report& r) {
     t.row({static_cast<int64_t>(r.seed(i)), nll.back()});
   }
   r.print(t);
-  const std::string one_arm = "one arm's gradient ratio against its threshold, no contrast between arms";
-  r.no_placebo("real_unscaled_gradient_vanishes", one_arm);
-  r.no_placebo("real_scaled_gradient_stays", one_arm);
+  // The unscaled trend's placebo: initialised layers at ONE d_k (the middle level), each on its own
+  // seed, put in the levels' places, so that the true trend is zero.
+  const std::vector<double> levels = real_levels(r);
+  const int k = static_cast<int>(levels.size()), m = r.trend_placebo_pool(k);
+  const int64_t mid = static_cast<int64_t>(levels[levels.size() / 2]);
+  const IdData corpus = builtin_corpus(r.integer("pairs"), 1);
+  std::vector<double> at_mid;
+  for (int j = 0; j < m; ++j) at_mid.push_back(real_log_gradient(corpus, mid, r.integer("sentences"), r.seed(j), false));
+  r.say(fmt::format("PLACEBO: {} initialised layers at d_k {} only (seeds {}-{}), unscaled, log10 median gradient: mean {:.3f}, from {:.3f} to {:.3f}; "
+                    "the trend claim reads {} of them per seed as d_k {}.", m, mid, r.seed(0), r.seed(m - 1), spread(at_mid).mean,
+                    spread(at_mid).min, spread(at_mid).max, k, fmt::join(levels, ", ")));
+  r.placebo_trend("unscaled_gradient_trend", k, [&](const std::vector<int>& runs) {
+    std::vector<double> y;
+    for (int j : runs) y.push_back(at_mid[static_cast<size_t>(j)]);
+    return trend(levels, y, TrendKind::LogSlope);
+  }, fmt::format("layers at d_k {} with different seeds as the levels", mid));
+  r.no_placebo("scaled_gradient_trend", "a claim of no fall (above a negative threshold): a placebo's zero trend is what it claims");
   r.placebo("unscaled_trains_worse", [&](int a, int b) { return nll[b] - nll[a]; }, "scaled model a as 'scaled', b as 'unscaled'");
 }
 
@@ -353,6 +381,19 @@ void run(Report& r) {
   synthetic_figure(r, rows);
   const IdData corpus = builtin_corpus(r.integer("pairs"), 1);
   const RealResult real = real_embeddings(r, corpus);
+  // The dose-response on d_k: per seed, the slope of log10(median gradient) on log2(d_k), since d_k
+  // multiplies (its levels are doublings) and the gradient falls by factors: a power law is a line.
+  auto dose = [&](int sc) {
+    std::vector<std::vector<double>> lg;
+    for (const auto& seed : real.grad[sc]) {
+      lg.emplace_back();
+      for (double g : seed) lg.back().push_back(std::log10(g));
+    }
+    return r.dose_response({sc ? "d_k, scaled" : "d_k, unscaled", "d_k", sc ? "log10 gradient through the softmax, scaled"
+                                                                          : "log10 gradient through the softmax, unscaled",
+                            real.dks, lg, TrendKind::LogSlope, true, sc ? "#d62728" : "#1f77b4"});
+  };
+  const std::vector<double> trend_un = dose(0), trend_sc = dose(1);  // printed with part 2
   const TrainResult tr = train_runs(r);
 
   // ---- claims (lab/claims.cpp's rows for scale) ----
@@ -371,13 +412,9 @@ void run(Report& r) {
   r.check("scaled_identity", worst,
           fmt::format("max/min over d_k: Var {:.3f}, max p {:.3f}, median |J| {:.3f}, gradient {:.3f}", flat(var_sc), flat(mp_sc), flat(j_sc), flat(g_sc)));
   r.check("real_var_grows", real.slope_un, fmt::format("log-log slope of Var(q . k) on d_k per seed: {:.3f}", fmt::join(real.slope_un, ", ")));
-  std::vector<double> log_drop_un, log_drop_sc;
-  for (double v : real.drop_un) log_drop_un.push_back(std::log10(v));
-  for (double v : real.drop_sc) log_drop_sc.push_back(std::log10(v));
-  r.paper("real_unscaled_gradient_vanishes", log_drop_un,
-          fmt::format("median gradient through the softmax at d_k 512 over d_k 16, unscaled, per seed: {:.3g}", fmt::join(real.drop_un, ", ")));
-  r.paper("real_scaled_gradient_stays", log_drop_sc,
-          fmt::format("the same, scaled, per seed: {:.3g}", fmt::join(real.drop_sc, ", ")));
+  r.paper("unscaled_gradient_trend", trend_un,
+          fmt::format("slope of log10(median gradient through the softmax) per doubling of d_k, unscaled, per seed: {:.4f}", fmt::join(trend_un, ", ")));
+  r.paper("scaled_gradient_trend", trend_sc, fmt::format("the same, scaled, per seed: {:.4f}", fmt::join(trend_sc, ", ")));
   std::vector<double> worse;
   for (size_t i = 0; i < tr.nll[0].size(); ++i) worse.push_back(tr.nll[0][i] - tr.nll[1][i]);
   r.paper("unscaled_trains_worse", worse, fmt::format("held-out NLL unscaled - scaled per seed: {:.3f}", fmt::join(worse, ", ")));
@@ -392,7 +429,7 @@ Lab scale_lab() {
   l.reference = "Vaswani et al. 2017, arXiv:1706.03762 (section 3.2.1)";
   l.question = "How do the scores, the softmax and its gradient change with d_k, with and without the scaling, in an initialised "
                "layer reading real sentences, and does a model train worse without it?";
-  l.control = "placebo: two groups of seeds of the model trained with 1/sqrt(d_k)";
+  l.control = "placebo: two groups of seeds of the model trained with 1/sqrt(d_k); initialised layers of one d_k in every d_k's place";
   l.placebo = true;
   l.default_seeds = 5;
   l.options = {{"batch", Option::Int, "16", "(1) sequences per d_k and seed"},
@@ -400,6 +437,7 @@ Lab scale_lab() {
                {"keys", Option::Int, "32", "(1) keys per sequence"},
                {"pairs", Option::Int, "2000", "(2) built-in corpus pairs"},
                {"sentences", Option::Int, "32", "(2) sentences of one length read per d_k and seed"},
+               {"dks", Option::Text, "16,32,64,128,256,512", "(2) the d_k levels of the dose-response (4 or more, increasing)"},
                {"task", Option::Text, "reverse", "(3) synthetic task: copy, reverse or sort"},
                {"symbols", Option::Int, "10", "(3) symbols in the task's alphabet"},
                {"min-len", Option::Int, "4", "(3) shortest sequence"},

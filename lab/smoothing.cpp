@@ -14,8 +14,11 @@
 // with probability --noise, in training and held-out data alike), trained long enough on a small
 // set to memorise it. Per seed (the seed draws the data, the noise, the weights and the batch
 // order): the same model trained on the same batches with eps 0 and with eps --eps; held-out
-// calibration, the logit gap and the penultimate clusters on training tokens.
-// --control is a placebo: two groups of seeds of the eps-0 model in the two arms' places.
+// calibration, the logit gap and the penultimate clusters on training tokens. The logit gap is also
+// measured at every level of --eps-levels (a dose-response, lab/report.h), and its claim is the
+// trend: the slope of ln(gap) on eps, per seed.
+// --control is a placebo: two groups of seeds of the eps-0 model in the two arms' places, and
+// eps-0 models of different seeds in every eps level's place for the trend.
 #include "lab/smoothing.h"
 
 #include <fmt/format.h>
@@ -416,7 +419,7 @@ void add_figure(Report& r, const Settings& s, const Runs& runs) {
   (void)s;
 }
 
-void check_claims(Report& r, const Runs& runs) {
+void check_claims(Report& r, const Runs& runs, const std::vector<double>& gap_trend) {
   std::vector<double> over, ece_diff;
   double loss_worst = 0;
   for (const auto& x : runs) {
@@ -424,11 +427,11 @@ void check_claims(Report& r, const Runs& runs) {
     ece_diff.push_back(x[1].end.held_out.ece - x[0].end.held_out.ece);
     loss_worst = std::max({loss_worst, x[0].loss_check, x[1].loss_check});
   }
-  const auto gap = ratio_column(runs, [](const Arm& a) { return a.end.gap_train; });
   const auto cluster = ratio_column(runs, [](const Arm& a) { return a.end.cluster; });
   r.paper("baseline_overconfident", over, fmt::format("eps 0: held-out confidence - accuracy per seed: {:+.3f}", fmt::join(over, ", ")));
   r.paper("ece_lower", ece_diff, fmt::format("ECE(eps) - ECE(0) per seed: {:+.3f}", fmt::join(ece_diff, ", ")));
-  r.paper("logit_gap_smaller", gap, fmt::format("logit gap on training tokens, eps / eps 0, per seed: {:.3f}", fmt::join(gap, ", ")));
+  r.paper("logit_gap_trend", gap_trend,
+          fmt::format("slope of ln(logit gap on training tokens) on eps, per seed: {:.3f}", fmt::join(gap_trend, ", ")));
   r.paper("tighter_clusters", cluster, fmt::format("cluster ratio, eps / eps 0, per seed: {:.3f}", fmt::join(cluster, ", ")));
   r.check("smoothed_loss", loss_worst, fmt::format("largest |batch_loss - definition| / definition {:.3g} (float64)", loss_worst));
 }
@@ -442,10 +445,24 @@ std::pair<IdData, std::vector<train::EncodedPair>> noisy_task(const Settings& s,
   return {std::move(data), std::move(clean_train)};
 }
 
+// The eps levels of the dose-response (lab/report.h): 4 or more, increasing, from 0, below 1, --eps
+// among them (its arm is the other claims' smoothed arm).
+std::vector<double> eps_levels(Report& r, const Settings& s) {
+  const std::vector<double> levels = parse_increasing_reals(r.text("eps-levels"), "lab smoothing: --eps-levels");
+  GF_CHECK(levels.size() >= 4, "lab smoothing: --eps-levels needs 4 or more levels for the dose-response, got '{}'", r.text("eps-levels"));
+  GF_CHECK(levels.front() == 0 && levels.back() < 1, "lab smoothing: --eps-levels must start at 0 and stay below 1, got '{}'", r.text("eps-levels"));
+  GF_CHECK(std::find(levels.begin(), levels.end(), s.eps) != levels.end(), "lab smoothing: --eps {} must be one of --eps-levels '{}'", s.eps,
+           r.text("eps-levels"));
+  return levels;
+}
+
 // --control: the placebo. A pool of eps-0 models, each on its own seed; every contrast between two
-// groups of them (one group in eps 0's place, the other in the smoothed arm's).
+// groups of them (one group in eps 0's place, the other in the smoothed arm's), and the gap's trend
+// with eps-0 models of different seeds in every level's place (the true trend is zero).
 void placebo(Report& r, const Settings& s) {
-  const int n = r.placebo_pool();
+  const std::vector<double> levels = eps_levels(r, s);
+  const int k = static_cast<int>(levels.size());
+  const int n = std::max(r.placebo_pool(), r.trend_placebo_pool(k));
   r.say(fmt::format("PLACEBO: {} models trained with eps 0 on seeds {}-{}; each contrast compares two groups of them, unpaired.", n, r.seed(0),
                     r.seed(n - 1)));
   std::vector<Arm> pool;
@@ -462,7 +479,11 @@ void placebo(Report& r, const Settings& s) {
   r.no_placebo("baseline_overconfident", "one arm's statistic (eps 0) against 0, no contrast between arms");
   const std::string how = "eps-0 model a in eps 0's place, b in the smoothed arm's";
   r.placebo("ece_lower", [&](int a, int b) { return pool[b].end.held_out.ece - pool[a].end.held_out.ece; }, how);
-  r.placebo("logit_gap_smaller", [&](int a, int b) { return pool[b].end.gap_train / pool[a].end.gap_train; }, how);
+  r.placebo_trend("logit_gap_trend", k, [&](const std::vector<int>& runs) {
+    std::vector<double> y;
+    for (int j : runs) y.push_back(std::log(pool[static_cast<size_t>(j)].end.gap_train));
+    return trend(levels, y, TrendKind::Slope);
+  }, fmt::format("eps-0 models of different seeds as eps {}", fmt::join(levels, ", ")));
   r.placebo("tighter_clusters", [&](int a, int b) { return pool[b].end.cluster / pool[a].end.cluster; }, how);
 }
 
@@ -480,13 +501,35 @@ void run(Report& r) {
   r.say(fmt::format("alike): {} training and {} held-out sequences. Post-LN, d_model {}, {} heads, {}+{} layers; {} steps of Adam at lr {} (warm-up {}),",
                     s.n_train, s.n_eval, s.d_model, s.heads, s.layers, s.layers, s.steps, s.lr, s.steps / 10));
   r.say(fmt::format("{} tokens a batch, the same batches for both arms: eps 0 and eps {}.", s.max_tokens, eps));
+  const std::vector<double> levels = eps_levels(r, s);
+  r.say(fmt::format("The dose-response: the same model, data and batches at eps {} (the ones not 0 or {} trained only for it).",
+                    fmt::join(levels, ", "), eps));
   Runs runs;
+  std::vector<std::vector<double>> ln_gap, ece;  // [seed][level]
   for (int i = 0; i < r.seeds(); ++i) {
     const auto [data, clean_train] = noisy_task(s, r.seed(i));
     runs.push_back({train_arm(s, data, clean_train, 0.0, r.seed(i)), train_arm(s, data, clean_train, eps, r.seed(i))});
+    ln_gap.emplace_back(), ece.emplace_back();
+    for (double level : levels) {
+      const Measured m = level == 0 ? runs.back()[0].end : level == eps ? runs.back()[1].end : train_arm(s, data, clean_train, level, r.seed(i)).end;
+      ln_gap.back().push_back(std::log(m.gap_train)), ece.back().push_back(m.held_out.ece);
+    }
   }
   report(r, s, runs);
   add_figure(r, s, runs);
+  r.section("dose-response: the logit gap on training tokens against eps (mean and 95% t interval over seeds)");
+  const std::vector<Spread> ece_at = spread_per_column(ece);
+  Table lv("levels", {"eps", "held-out ECE", "logit gap (geometric mean)", "the loss's optimum gap"});
+  const int64_t V = 4 + s.symbols;
+  const std::vector<Spread> gap_at = spread_per_column(ln_gap);
+  for (size_t k = 0; k < levels.size(); ++k) {
+    const double e = levels[k], optimum = e > 0 ? std::log((1 - e + e / static_cast<double>(V)) / (e / static_cast<double>(V))) : INFINITY;
+    lv.row({e, ece_at[k].mean, std::exp(gap_at[k].mean), optimum});
+  }
+  r.print(lv);
+  // Slope, not per doubling: eps starts at 0, which has no log; ln(gap) since the gap changes by factors.
+  const std::vector<double> gap_trend =
+      r.dose_response({"eps", "label smoothing eps", "ln logit gap, training tokens", levels, ln_gap, TrendKind::Slope, false, kSmoothColor});
   auto& d = r.data();
   for (size_t i = 0; i < runs.size(); ++i)
     for (const auto& a : runs[i])
@@ -505,7 +548,8 @@ void run(Report& r) {
                            {"bin_count", a.end.held_out.count},
                            {"probe_steps", a.probe_steps},
                            {"probe_ece", a.probe_ece}});
-  check_claims(r, runs);
+  d["levels"] = {{"eps", levels}, {"ln_gap_train", ln_gap}, {"ece", ece}};
+  check_claims(r, runs, gap_trend);
 }
 
 }  // namespace
@@ -517,7 +561,7 @@ Lab smoothing_lab() {
   l.reference = "Müller, Kornblith and Hinton 2019, arXiv:1906.02629 (Sections 2 and 3, Figures 1 and 2)";
   l.question = "On a task with noise no model can predict, trained until it memorises its training set, does label smoothing lower the expected "
                "calibration error, bound the logit gap and tighten the penultimate layer's clusters?";
-  l.control = "placebo: two groups of seeds of the eps-0 model";
+  l.control = "placebo: two groups of seeds of the eps-0 model; eps-0 models in every eps level's place";
   l.placebo = true;
   l.default_seeds = 5;
   l.options = {{"symbols", Option::Int, "16", "symbols in the task's alphabet"},
@@ -527,6 +571,7 @@ Lab smoothing_lab() {
                {"eval", Option::Int, "300", "held-out sequences"},
                {"noise", Option::Real, "0.2", "probability that a target token is replaced by a random symbol"},
                {"eps", Option::Real, "0.1", "label smoothing of the second arm"},
+               {"eps-levels", Option::Text, "0,0.05,0.1,0.2", "the eps levels of the dose-response (4 or more, from 0; --eps among them)"},
                {"d-model", Option::Int, "64", "model width (FFN 4x)"},
                {"heads", Option::Int, "4", "attention heads"},
                {"layers", Option::Int, "2", "encoder and decoder layers each"},

@@ -169,7 +169,7 @@ TEST_CASE("lab norm, tiny settings: writes its JSON with its seven claims (lab/c
 TEST_CASE("lab depth, tiny settings: writes its JSON with its five claims (lab/claims.cpp) and their evidence") {
   int rc = -1;
   const nlohmann::json j = run_lab("depth", {{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"max-tokens", "128"},
-                                             {"depths", "1,2,3"}, {"draws", "1"}, {"attn-layers", "3"}, {"attn-d-model", "16"},
+                                             {"depths", "1,2,3,4"}, {"draws", "1"}, {"attn-layers", "3"}, {"attn-d-model", "16"},
                                              {"tokens", "6"}, {"attn-batch", "2"}},
                                    &rc);
   REQUIRE(j.at("claims").size() == claim_specs_of("depth").size());
@@ -181,13 +181,69 @@ TEST_CASE("lab depth, tiny settings: writes its JSON with its five claims (lab/c
   }
   CHECK(j.at("check").at("agrees").get<bool>() == all);
   CHECK(rc == expected_code(j));
-  CHECK(j.at("data").at("amplification").at("Post-LN").at("relative_change_mean").size() == 3);
+  CHECK(j.at("data").at("amplification").at("Post-LN").at("relative_change_mean").size() == 4);
+  // The dose-response on depth (lab/report.h): Post-LN and Pre-LN, each slope per seed the one its claim reads.
+  REQUIRE(j.at("dose_response").size() == 2);
+  for (const auto& d : j.at("dose_response")) {
+    CHECK(d.at("levels") == nlohmann::json({1.0, 2.0, 3.0, 4.0}));
+    CHECK(d.at("trend") == "slope per doubling");
+    CHECK(d.at("trends").size() == 2);  // run_lab's 2 seeds
+    CHECK(d.at("lo").size() == 4);
+  }
   CHECK(j.at("data").at("attention_only").at("no_skip").at("res_mean").size() == 4);
+}
+
+// The dose-response labs at tiny settings (lab/report.h): each writes its trend claims, the
+// per-level band in the JSON, and refuses fewer than 4 levels.
+TEST_CASE("lab scale, tiny settings: the d_k dose-response, its two trend claims, and its levels flag") {
+  int rc = -1;
+  const std::map<std::string, std::string> tiny{{"batch", "2"}, {"queries", "4"}, {"keys", "4"}, {"pairs", "200"}, {"sentences", "4"},
+                                                {"dks", "8,16,32,64"}, {"train", "40"}, {"eval", "10"}, {"train-d-model", "16"},
+                                                {"train-layers", "1"}, {"steps", "2"}, {"max-tokens", "128"}};
+  const nlohmann::json j = run_lab("scale", tiny, &rc);
+  REQUIRE(j.at("claims").size() == claim_specs_of("scale").size());
+  CHECK(rc == expected_code(j));
+  REQUIRE(j.at("dose_response").size() == 2);
+  for (const auto& d : j.at("dose_response")) {
+    CHECK(d.at("levels") == nlohmann::json({8.0, 16.0, 32.0, 64.0}));
+    CHECK(d.at("trend") == "slope per doubling");
+    CHECK(d.at("per_seed").size() == 2);
+  }
+  for (const auto& c : j.at("claims"))
+    if (c.at("id") == "unscaled_gradient_trend") CHECK(c.at("values") == j.at("dose_response")[0].at("trends"));
+  auto few = tiny;
+  few["dks"] = "16,32,64";
+  CHECK_THROWS_WITH_AS(run_lab("scale", few, &rc), doctest::Contains("4 or more d_k levels"), std::invalid_argument);
+}
+
+TEST_CASE("lab smoothing, tiny settings: the eps dose-response of the logit gap and its levels flag") {
+  int rc = -1;
+  const std::map<std::string, std::string> tiny{{"symbols", "6"}, {"train", "30"}, {"eval", "10"}, {"d-model", "16"}, {"heads", "2"},
+                                                {"layers", "1"}, {"steps", "4"}, {"eval-every", "2"}, {"max-tokens", "128"},
+                                                {"feature-seqs", "30"}};
+  const nlohmann::json j = run_lab("smoothing", tiny, &rc);
+  REQUIRE(j.at("claims").size() == claim_specs_of("smoothing").size());
+  CHECK(rc == expected_code(j));
+  REQUIRE(j.at("dose_response").size() == 1);
+  const auto& d = j.at("dose_response")[0];
+  CHECK(d.at("levels") == nlohmann::json({0.0, 0.05, 0.1, 0.2}));
+  CHECK(d.at("trend") == "slope");
+  CHECK(d.at("mean").size() == 4);
+  for (const auto& c : j.at("claims"))
+    if (c.at("id") == "logit_gap_trend") CHECK(c.at("values") == d.at("trends"));
+  auto bad = tiny;
+  bad["eps-levels"] = "0,0.1,0.2";
+  CHECK_THROWS_WITH_AS(run_lab("smoothing", bad, &rc), doctest::Contains("4 or more levels"), std::invalid_argument);
+  bad["eps-levels"] = "0,0.05,0.2,0.3";
+  CHECK_THROWS_WITH_AS(run_lab("smoothing", bad, &rc), doctest::Contains("must be one of --eps-levels"), std::invalid_argument);
+  bad["eps-levels"] = "0.01,0.05,0.1,0.2";
+  CHECK_THROWS_WITH_AS(run_lab("smoothing", bad, &rc), doctest::Contains("must start at 0"), std::invalid_argument);
 }
 
 TEST_CASE("labs norm and depth: a depth list that does not increase is an error naming the flag") {
   int rc = 0;
   CHECK_THROWS_WITH_AS(run_lab("depth", {{"depths", "4,2"}}, &rc), doctest::Contains("--depths must increase"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(run_lab("depth", {{"depths", "1,2,4"}}, &rc), doctest::Contains("4 or more depths"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(run_lab("norm", {{"depths", "2,x"}}, &rc), doctest::Contains("--depths"), std::invalid_argument);
 }
 

@@ -810,3 +810,161 @@ TEST_CASE("Report --ablate: a placebo lab's second control, named in the verdict
                        std::invalid_argument);
   std::fclose(out);
 }
+
+// ---------------------------------------------------------------- dose-response (issue 35, item 5)
+
+TEST_CASE("least_squares_slope and trend: slopes and rank correlations on known inputs; bad levels refused") {
+  CHECK(least_squares_slope({1, 2, 3, 4}, {3, 5, 7, 9}) == doctest::Approx(2));
+  // y = 1, 2, 2, 5 on x = 0..3: sxy = (-1.5)(-1.5) + (-0.5)(-0.5) + (0.5)(-0.5) + (1.5)(2.5) = 6, sxx = 5.
+  CHECK(least_squares_slope({0, 1, 2, 3}, {1, 2, 2, 5}) == doctest::Approx(1.2));
+  CHECK(std::isnan(least_squares_slope({1, 1, 1}, {1, 2, 3})));
+  CHECK(std::isnan(least_squares_slope({1, 2, 3}, {1, NAN, 3})));
+  CHECK_THROWS_AS(least_squares_slope({1}, {1}), std::invalid_argument);
+  CHECK_THROWS_AS(least_squares_slope({1, 2}, {1}), std::invalid_argument);
+  // Slope per doubling: y = 3 log2(x) + 1 over 16..512 gives 3 (on the raw level it would not be linear).
+  std::vector<double> dk = {16, 32, 64, 128, 256, 512}, y;
+  for (double x : dk) y.push_back(3 * std::log2(x) + 1);
+  CHECK(trend(dk, y, TrendKind::LogSlope) == doctest::Approx(3));
+  CHECK(trend(dk, y, TrendKind::Slope) < 0.1);  // the raw level's slope is set by the widest gap
+  // Spearman: any increasing response is 1, a decreasing one -1, whatever its shape.
+  CHECK(trend({0, 0.05, 0.1, 0.2}, {0.1, 0.5, 0.51, 9}, TrendKind::Rank) == doctest::Approx(1));
+  CHECK(trend({0, 0.05, 0.1, 0.2}, {4, 3, 2, 1}, TrendKind::Rank) == doctest::Approx(-1));
+  // 1 - 6 sum d^2 / (n (n^2 - 1)) with ranks 1 3 2 4: sum d^2 = 2, so 1 - 12 / 60 = 0.8.
+  CHECK(trend({1, 2, 3, 4}, {1, 3, 2, 4}, TrendKind::Rank) == doctest::Approx(0.8));
+  CHECK_THROWS_WITH_AS(trend({1, 2, 3}, {1, 2, 3}, TrendKind::Slope), doctest::Contains("at least 4 levels"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(trend({1, 2, 2, 3}, {1, 2, 3, 4}, TrendKind::Slope), doctest::Contains("increase strictly"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(trend({0, 1, 2, 4}, {1, 2, 3, 4}, TrendKind::LogSlope), doctest::Contains("above 0"), std::invalid_argument);
+  CHECK_THROWS_AS(trend({1, 2, 3, 4}, {1, 2, 3}, TrendKind::Slope), std::invalid_argument);
+}
+
+TEST_CASE("Report::dose_response: an increasing statistic's trend is supported, a flat noisy one is not; the band is in the JSON and the figure") {
+  const std::vector<ClaimSpec> specs = {
+      {"testlab", "grows", ClaimKind::Paper, "the statistic rises with the level: its slope is above 0", Compare::Above, 0.0, "Nobody 2024", false},
+      {"testlab", "small", ClaimKind::Paper, "the statistic's rank correlation with the level is above 0", Compare::Above, 0.0, "Nobody 2024",
+       false, -1.0, 1.0}};
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  const std::vector<double> levels = {1, 2, 4, 8};
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  auto sweep = [&](double slope, int seeds) {
+    std::vector<std::vector<double>> per_seed(static_cast<size_t>(seeds));
+    for (auto& s : per_seed)
+      for (double x : levels) s.push_back(slope * x + noise(rng));
+    return per_seed;
+  };
+  {
+    const fs::path dir = fresh_dir("dose_supported");
+    auto s = settings(dir);
+    s["seeds"] = "5";
+    Report r(l, s, out, specs);
+    const DoseResponse up{"level", "level", "statistic", levels, sweep(1.0, 5), TrendKind::Slope, true, ""};
+    const std::vector<double> slopes = r.dose_response(up);
+    REQUIRE(slopes.size() == 5);
+    for (size_t i = 0; i < 5; ++i) CHECK(slopes[i] == doctest::Approx(least_squares_slope(levels, up.per_seed[i])));
+    r.paper("grows", slopes, "slopes");
+    const DoseResponse rank{"level (rank)", "level", "statistic", levels, sweep(1.0, 5), TrendKind::Rank, false, ""};
+    r.paper("small", r.dose_response(rank), "rank correlations");
+    CHECK(r.finish() == 0);
+    CHECK(r.claims()[0].outcome == Outcome::Supported);
+    CHECK(r.claims()[1].outcome == Outcome::Supported);
+    const nlohmann::json j = read_json(dir / "testlab.json");
+    REQUIRE(j["dose_response"].size() == 2);
+    const auto& d = j["dose_response"][0];
+    CHECK(d["levels"].size() == 4);
+    CHECK(d["trend"] == "slope");
+    CHECK(d["trends"].size() == 5);
+    const DoseBand b = dose_band(up);
+    for (size_t k = 0; k < 4; ++k) {
+      std::vector<double> at;
+      for (const auto& seed : up.per_seed) at.push_back(seed[k]);
+      const Interval iv = t_interval(at);
+      CHECK(d["mean"][k].get<double>() == doctest::Approx(iv.mean));
+      CHECK(d["lo"][k].get<double>() == doctest::Approx(iv.lo));
+      CHECK(d["hi"][k].get<double>() == doctest::Approx(iv.hi));
+      CHECK(b.lo[k] < b.mean[k]);
+      CHECK(b.mean[k] < b.hi[k]);
+    }
+    CHECK(j["dose_response"][1]["trend"] == "Spearman rho");
+    CHECK(fs::exists(dir / "testlab.svg"));
+    CHECK(contents(out).find("dose-response level: slope of the statistic on level per seed") != std::string::npos);
+  }
+  {
+    // Flat and noisy: no trend, so neither claim may be supported.
+    Report r(l, settings(fresh_dir("dose_flat")), out, specs);
+    r.paper("grows", r.dose_response({"level", "level", "statistic", levels, sweep(0.0, 3), TrendKind::Slope, false, ""}));
+    r.paper("small", r.dose_response({"level (rank)", "level", "statistic", levels, sweep(0.0, 3), TrendKind::Rank, false, ""}));
+    r.finish();
+    CHECK(r.claims()[0].outcome != Outcome::Supported);
+    CHECK(r.claims()[1].outcome != Outcome::Supported);
+  }
+  Report r(l, settings(fresh_dir("dose_bad")), out, specs);
+  CHECK_THROWS_AS(r.dose_response({"one", "level", "statistic", levels, sweep(1.0, 1), TrendKind::Slope, false, ""}), std::invalid_argument);
+  CHECK_THROWS_AS(r.dose_response({"ragged", "level", "statistic", levels, {{1, 2, 3, 4}, {1, 2, 3}}, TrendKind::Slope, false, ""}),
+                  std::invalid_argument);
+}
+
+TEST_CASE("Report::placebo_trend: runs of one level under the level labels; no run twice in a split; a real trend fails it") {
+  Lab l = test_lab();
+  l.control = "placebo: runs of one level";
+  l.placebo = true;
+  const std::vector<ClaimSpec> specs = {
+      {"testlab", "grows", ClaimKind::Paper, "the statistic rises with the level", Compare::Above, 0.0, "Nobody 2024", false},
+      {"testlab", "small", ClaimKind::Paper, "a side effect", Compare::Below, 0.5, "Nobody 2024", false}};
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  auto s = [](const fs::path& dir) {
+    auto m = settings(dir);
+    m["control"] = "1";
+    m["seeds"] = "5";
+    return m;
+  };
+  const std::vector<double> levels = {1, 2, 4, 8};
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  std::vector<double> pool;
+  {
+    const fs::path dir = fresh_dir("placebo_trend");
+    Report r(l, s(dir), out, specs);
+    CHECK(r.trend_placebo_pool(4) == 22);
+    for (int i = 0; i < r.trend_placebo_pool(4); ++i) pool.push_back(noise(rng));
+    int calls = 0;
+    r.placebo_trend("grows", 4, [&](const std::vector<int>& runs) {
+      ++calls;
+      REQUIRE(runs.size() == 4);
+      std::vector<double> y;
+      for (int run : runs) y.push_back(pool[static_cast<size_t>(run)]);
+      return trend(levels, y, TrendKind::Slope);
+    }, "runs of one level as levels 1, 2, 4, 8");
+    CHECK(calls == 5 * kPlaceboSplits);
+    r.no_placebo("small", "one arm's statistic");
+    CHECK(r.finish() == 0);
+    REQUIRE(r.placebos().size() == 2);
+    CHECK(r.placebos()[0].pool == 22);
+    CHECK(r.placebos()[0].rate() <= kPlaceboMaxRate);
+  }
+  {
+    // Every placebo seed's runs are its own within a split: the 5 x 4 indices of one split differ.
+    Report r(l, s(fresh_dir("placebo_trend_distinct")), out, specs);
+    std::set<int> seen;
+    int in_split = 0;
+    bool distinct = true;
+    r.placebo_trend("grows", 4, [&](const std::vector<int>& runs) {
+      if (in_split++ % 5 == 0) seen.clear();
+      for (int run : runs) distinct = distinct && seen.insert(run).second;
+      return 0.0;
+    }, "indices only");
+    CHECK(distinct);
+  }
+  {
+    // A "placebo" whose statistic carries a trend regardless of the runs: FAILS.
+    Report r(l, s(fresh_dir("placebo_trend_fails")), out, specs);
+    r.placebo_trend("grows", 4, [&](const std::vector<int>& runs) { return 1.0 + 0.1 * pool[static_cast<size_t>(runs[0])]; }, "a trend");
+    r.no_placebo("small", "one arm's statistic");
+    CHECK(r.finish() == 3);
+    CHECK(r.placebos()[0].supported == kPlaceboSplits);
+  }
+  Report r(l, s(fresh_dir("placebo_trend_few")), out, specs);
+  CHECK_THROWS_AS(r.placebo_trend("grows", 3, [](const std::vector<int>&) { return 0.0; }, "x"), std::invalid_argument);
+}

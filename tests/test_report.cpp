@@ -298,6 +298,9 @@ TEST_CASE("lab pages: the lab's and its control's JSON paired, figures inlined, 
     CHECK(grows["lo"].get<double>() < grows["mean"].get<double>());
     REQUIRE(d["result"]["figures"].size() == 1);
     CHECK(d["result"]["figures"][0]["svg"].get<std::string>().rfind("<svg", 0) == 0);
+    REQUIRE(d["result"]["dose_response"].size() == 1);  // kept beside the claims (the page draws it), not in "data"
+    CHECK(d["result"]["dose_response"][0]["lo"].size() == 4);
+    CHECK_FALSE(d["control"].contains("dose_response"));
   }
 
   // Without the control's folder: the lab alone.

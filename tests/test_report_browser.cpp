@@ -229,6 +229,9 @@ TEST_CASE("the lab pages (a lab with its control, a real lab, the index) open in
   CHECK(b.eval("document.querySelectorAll('#figures > .figure svg').length").get<int>() == 1);  // the lab's; the control's in <details>
   CHECK(b.eval("document.querySelectorAll('#figures details .figure svg').length").get<int>() == 1);
   CHECK(b.eval("document.querySelector('a[href=\"https://arxiv.org/abs/2401.00001\"]') !== null") == true);
+  // The dose-response: one chart with its band (a polygon) and a point per level.
+  CHECK(b.eval("document.querySelectorAll('#dose-response svg.dose-chart polygon').length").get<int>() == 1);
+  CHECK(b.eval("document.querySelectorAll('#dose-response svg.dose-chart circle').length").get<int>() == 4);
   shoot(b, "#claims", kShots / "lab" / "claims.png");
 
   open_page(b, labs / "nan" / "nan.html");

@@ -1,7 +1,7 @@
 #pragma once
 // A lab's output written by the real lab::Report (lab/report.h), for the lab-page tests
 // (tests/test_report.cpp, tests/test_report_browser.cpp): lab "toy" with two paper claims (one a
-// target of its control), one exact check, a printed table and a figure, run once as the lab
+// target of its control), one exact check, a printed table, a figure and (the lab) a dose-response, run once as the lab
 // (PARENT/toy, agrees) and once as its control (PARENT/toy-control, disagrees). Its claims are
 // given to the Report, not taken from lab/claims.cpp, as the lab framework's own tests do.
 #include <cstdio>
@@ -55,6 +55,9 @@ inline std::filesystem::path write_toy_lab(const std::filesystem::path& parent, 
   c.y_label = "ratio";
   c.series.push_back({"ratio", {1, 2, 3}, control ? std::vector<double>{1.1, 1.4, 2.6} : std::vector<double>{3.1, 3.4, 3.2}, {}, {}, false, ""});
   r.add_panel(c);
+  // A dose-response (the lab only): the page draws its mean and band in its own section.
+  if (!control) r.dose_response({"level", "level", "ratio", {1, 2, 4, 8}, {{1, 2, 3, 4}, {1.2, 2.1, 2.9, 4.4}, {0.9, 1.8, 3.2, 4.1}},
+                                 lab::TrendKind::LogSlope, true, ""});
   r.finish();
   std::fclose(quiet);
   return dir;

@@ -94,8 +94,9 @@ function holdsCell(claim) {
 
 function labPage(page, data) {
   const lab = data.lab, result = data.result, control = data.control;
-  const links = [["verdict", "Verdict"], ["claims", "Claims"], ["figures", "Figures"], ["tables", "Tables"], ["log", "Log"],
-                 ["settings", "Settings"]];
+  const links = [["verdict", "Verdict"], ["claims", "Claims"], ["figures", "Figures"]];
+  if (result && (result.dose_response || []).length) links.push(["dose-response", "Dose-response"]);
+  links.push(["tables", "Tables"], ["log", "Log"], ["settings", "Settings"]);
   page.append(...header(`gradflow lab ${lab.name}: ${lab.title}`, lab.question || "", links));
   page.append(referenceLine(`Paper: ${lab.reference}`));
   if (data.index) page.append(el("p", {}, el("a", {href: data.index}, "← every lab")));
@@ -135,6 +136,7 @@ function labPage(page, data) {
   page.append(v);
   page.append(claimsSection(lab, result, control));
   page.append(figuresSection(result, control));
+  if (result && (result.dose_response || []).length) page.append(doseSection(result));
   page.append(tablesSection(result, control));
   page.append(logSection(result, control));
   page.append(settingsSection(result, control));
@@ -202,6 +204,56 @@ function figuresSection(result, control) {
     s.append(d);
   }
   return s;
+}
+
+// The lab's dose-responses (NAME.json's "dose_response", lab/report.h): the mean statistic per level
+// of the causal factor with its 95% t band across seeds, and each seed's trend, which the claim decides.
+function doseSection(result) {
+  const s = el("section", {id: "dose-response"}, el("h2", {}, "Dose-response"));
+  s.append(el("p", {class: "note"}, "The lab's main statistic at each level of its causal factor: the mean over seeds (line) " +
+                                    "and its 95% t interval (band). The claim is the trend, one value per seed."));
+  for (const d of result.dose_response) {
+    s.append(el("h3", {}, `${d.statistic} against ${d.factor}`));
+    s.append(doseChart(d));
+    s.append(el("p", {class: "mono"}, `${d.trend} per seed: ${(d.trends || []).map(fmt).join(", ")}`));
+  }
+  return s;
+}
+
+// One dose-response as an SVG line with its band: levels on the x axis (log when d.log_x).
+function doseChart(d) {
+  const W = 520, H = 260, left = 64, right = 16, top = 12, bottom = 40;
+  const xs = d.levels, fx = d.log_x ? Math.log10 : (v => v);
+  const ys = [...d.mean, ...d.lo, ...d.hi].filter(Number.isFinite);
+  let y0 = Math.min(...ys), y1 = Math.max(...ys);
+  if (!(y1 > y0)) { y0 -= 1; y1 += 1; }
+  const pad = (y1 - y0) * 0.06;
+  y0 -= pad, y1 += pad;
+  const a = fx(xs[0]), b = fx(xs[xs.length - 1]);
+  const X = v => left + (b > a ? (fx(v) - a) / (b - a) : 0.5) * (W - left - right);
+  const Y = v => top + (1 - (v - y0) / (y1 - y0)) * (H - top - bottom);
+  const svg = svgEl("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "dose-chart"});
+  svg.append(svgEl("rect", {x: left, y: top, width: W - left - right, height: H - top - bottom, fill: "none", stroke: "#d0d7de"}));
+  for (const t of niceTicks(y0, y1, 5)) {
+    if (t < y0 || t > y1) continue;
+    svg.append(svgEl("line", {x1: left, x2: W - right, y1: Y(t), y2: Y(t), stroke: "#eaeef2"}));
+    svg.append(svgEl("text", {x: left - 6, y: Y(t) + 4, "text-anchor": "end", "font-size": 11}, fmt(t)));
+  }
+  for (const v of xs) svg.append(svgEl("text", {x: X(v), y: H - bottom + 16, "text-anchor": "middle", "font-size": 11}, fmt(v)));
+  svg.append(svgEl("text", {x: (left + W - right) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12}, d.factor));
+  const ok = xs.map((_, k) => [d.mean[k], d.lo[k], d.hi[k]].every(Number.isFinite));
+  const pts = xs.map((v, k) => ok[k] ? [X(v), Y(d.mean[k])] : null).filter(p => p);
+  const upper = xs.map((v, k) => ok[k] ? `${X(v)},${Y(d.hi[k])}` : null).filter(p => p);
+  const lower = xs.map((v, k) => ok[k] ? `${X(v)},${Y(d.lo[k])}` : null).filter(p => p).reverse();
+  svg.append(svgEl("polygon", {points: [...upper, ...lower].join(" "), fill: "#1f6feb", "fill-opacity": 0.18, stroke: "none"}));
+  svg.append(svgEl("polyline", {points: pts.map(p => p.join(",")).join(" "), fill: "none", stroke: "#1f6feb", "stroke-width": 2}));
+  xs.forEach((v, k) => {
+    if (!ok[k]) return;
+    const c = svgEl("circle", {cx: X(v), cy: Y(d.mean[k]), r: 3.5, fill: "#1f6feb"});
+    c.append(svgEl("title", {}, `${d.factor} ${fmt(v)}: ${fmt(d.mean[k])} [${fmt(d.lo[k])}, ${fmt(d.hi[k])}] (${d.band})`));
+    svg.append(c);
+  });
+  return svg;
 }
 
 // Every table the lab printed, as it printed it (numbers exact in the JSON, 4 significant digits here).
