@@ -494,6 +494,9 @@ void run(Report& r) {
   GF_CHECK(s.eps > 0 && s.eps < 1, "lab smoothing: --eps must be in (0, 1), got {}", s.eps);
   GF_CHECK(s.noise >= 0 && s.noise < 1, "lab smoothing: --noise must be in [0, 1), got {}", s.noise);
   GF_CHECK(s.eval_every >= 1, "lab smoothing: --eval-every must be positive, got {}", s.eval_every);
+  // The calibration curve is probed every eval_every steps; with fewer steps it would have no point.
+  GF_CHECK(s.eval_every <= s.steps, "lab smoothing: --eval-every {} is more than --steps {}: no calibration probe would be taken",
+           s.eval_every, s.steps);
   if (r.placebo_mode()) return placebo(r, s);
   const double eps = s.eps;
   r.say(fmt::format("copy task over {} symbols, lengths {}-{}, each target token replaced by a random symbol with probability {} (training and held-out",
