@@ -37,6 +37,14 @@ Tensor float_mask(int64_t R, int64_t len, uint64_t seed, DType dtype) {
   return m;
 }
 
+// Random q (R, H, 1, d_k) and a cache k, v (rows, KV, cap, d_k); q and k of spread qk_sd.
+struct Inputs {
+  Tensor q, k, v;
+};
+Inputs random_inputs(const Shape& q_shape, const Shape& kv_shape, uint64_t seed, DType dtype, double qk_sd = 1.0) {
+  return {randn(q_shape, seed, qk_sd, dtype), randn(kv_shape, seed + 1, qk_sd, dtype), randn(kv_shape, seed + 2, 1.0, dtype)};
+}
+
 // Scores of order 1 and values of order 1: float32's rounding of the scores, the sums and the
 // exp leave the outputs within 1e-5 of the double reference; float64 within 1e-12.
 double tolerance(DType dtype) { return dtype == DType::Float32 ? 1e-5 : 1e-12; }
@@ -62,9 +70,7 @@ TEST_CASE("attend_one equals its reference: dtypes, head widths, grouped heads, 
           CAPTURE(KV);
           CAPTURE(len);
           const uint64_t seed = static_cast<uint64_t>(dk * 1000 + KV * 100 + len);
-          Tensor q = randn({R, H, 1, dk}, seed, 1.0, dtype);        // (R, H, 1, d_k)
-          Tensor k = randn({R, KV, cap, dk}, seed + 1, 1.0, dtype);  // (R, KV, cap, d_k)
-          Tensor v = randn({R, KV, cap, dk}, seed + 2, 1.0, dtype);
+          const auto [q, k, v] = random_inputs({R, H, 1, dk}, {R, KV, cap, dk}, seed, dtype);  // (R, KV, cap, d_k) cache
           kernels::AttendOneConfig cfg;
           cfg.len = len, cfg.scale = 1.0 / std::sqrt(static_cast<double>(dk));
           for (const Tensor& mask : {Tensor(), bool_mask(R, len, seed), float_mask(R, len, seed, dtype)}) {
@@ -77,9 +83,7 @@ TEST_CASE("attend_one equals its reference: dtypes, head widths, grouped heads, 
 TEST_CASE("attend_one: fully blocked rows give zeros, not NaN; len 0 too") {
   const int64_t R = 3, H = 2, dk = 20, len = 7;
   for (DType dtype : {DType::Float32, DType::Float64}) {
-    Tensor q = randn({R, H, 1, dk}, 1, 1.0, dtype);
-    Tensor k = randn({R, H, len, dk}, 2, 1.0, dtype);
-    Tensor v = randn({R, H, len, dk}, 3, 1.0, dtype);
+    const auto [q, k, v] = random_inputs({R, H, 1, dk}, {R, H, len, dk}, 1, dtype);
     kernels::AttendOneConfig cfg;
     cfg.len = len, cfg.scale = 0.3;
     for (const Tensor& mask : {bool_mask(R, len, 4), float_mask(R, len, 4, dtype)}) {
@@ -99,9 +103,7 @@ TEST_CASE("attend_one: fully blocked rows give zeros, not NaN; len 0 too") {
 TEST_CASE("attend_one: large scores (a near one-hot softmax) and one key") {
   const int64_t R = 2, H = 2, dk = 16, len = 9;
   for (DType dtype : {DType::Float32, DType::Float64}) {
-    Tensor q = randn({R, H, 1, dk}, 11, 3.0, dtype);
-    Tensor k = randn({R, H, len, dk}, 12, 3.0, dtype);
-    Tensor v = randn({R, H, len, dk}, 13, 1.0, dtype);
+    const auto [q, k, v] = random_inputs({R, H, 1, dk}, {R, H, len, dk}, 11, dtype, 3.0);
     kernels::AttendOneConfig cfg;
     cfg.len = len, cfg.scale = 1.0;  // scores of spread ~36: most weights are tiny, some subnormal
     // A score of size 36 is rounded 36 times as coarsely as one of size 1: so is the tolerance.
@@ -117,9 +119,7 @@ TEST_CASE("attend_one: large scores (a near one-hot softmax) and one key") {
 TEST_CASE("attend_one: shared key/value rows (kv_rows) and reordered positions (position_rows)") {
   const int64_t R = 4, Bk = 3, H = 4, KV = 2, cap = 12, len = 10, dk = 24;
   for (DType dtype : {DType::Float32, DType::Float64}) {
-    Tensor q = randn({R, H, 1, dk}, 21, 1.0, dtype);
-    Tensor k = randn({Bk, KV, cap, dk}, 22, 1.0, dtype);  // (3, 2, 12, 24)
-    Tensor v = randn({Bk, KV, cap, dk}, 23, 1.0, dtype);
+    const auto [q, k, v] = random_inputs({R, H, 1, dk}, {Bk, KV, cap, dk}, 21, dtype);  // cache (3, 2, 12, 24)
     const std::vector<int64_t> kv_rows = {2, 0, 0, 1};
     std::vector<int64_t> position_rows(static_cast<size_t>(R * cap));
     for (int64_t r = 0; r < R; ++r)
@@ -141,9 +141,7 @@ TEST_CASE("attend_one: shared key/value rows (kv_rows) and reordered positions (
 
 TEST_CASE("attend_one never reads keys and values blocked at the end of a row") {
   const int64_t R = 3, H = 2, dk = 5, len = 8;
-  Tensor q = randn({R, H, 1, dk}, 31, 1.0, DType::Float32);
-  Tensor k = randn({R, H, len, dk}, 32, 1.0, DType::Float32);
-  Tensor v = randn({R, H, len, dk}, 33, 1.0, DType::Float32);
+  const auto [q, k, v] = random_inputs({R, H, 1, dk}, {R, H, len, dk}, 31, DType::Float32);
   kernels::AttendOneConfig cfg;
   cfg.len = len, cfg.scale = 0.4, cfg.mask = bool_mask(R, len, 34);  // row 2: keys [4, 8) blocked
   const Tensor want = kernels::attend_one(q, k, v, cfg);
