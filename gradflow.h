@@ -43,6 +43,7 @@
 #include "nn/embedding.h"
 #include "nn/ffn.h"
 #include "nn/init.h"
+#include "nn/kv_cache.h"
 #include "nn/layer_norm.h"
 #include "nn/layer_options.h"
 #include "nn/linear.h"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/op_names.h"
 #include "tensor/tensor.h"
 
 namespace gf {
@@ -33,7 +34,9 @@ struct Node {
   void release() {
     for (auto& [name, t] : saved()) *t = Tensor();
   }
-  virtual const char* name() const = 0;
+  // Which op this Node is; its name is op_name(kind()) (op_names.h: every op named once).
+  virtual Op kind() const = 0;
+  const char* name() const { return op_name(kind()); }
 
   // next[i]: the Node that takes input i's gradient; null when input i needs none.
   std::vector<std::shared_ptr<Node>> next;
@@ -59,7 +62,7 @@ struct Node {
 struct AccumulateGrad final : Node {
   explicit AccumulateGrad(std::weak_ptr<VariableImpl> v) : variable(std::move(v)) { persistent = true; }
   std::vector<Tensor> backward(const Tensor& grad_output) override;
-  const char* name() const override { return "AccumulateGrad"; }
+  Op kind() const override { return Op::AccumulateGrad; }
   std::weak_ptr<VariableImpl> variable;
 };
 

@@ -364,7 +364,7 @@ std::vector<ClaimSpec> table() {
        "the cache holds 2 x layers x kv_heads x d_k x (bytes per value) per token and row: the largest |measured - formula| in bytes, "
        "over the cache's buffers and decoding's DecodeStats",
        Below, 0.5,
-       "K and V are (rows, kv_heads, positions, d_k) in every layer (nn/multihead_attention.h); the size Pope et al. 2022 give for the "
+       "K and V are (rows, kv_heads, positions, d_k) in every layer (nn/kv_cache.h); the size Pope et al. 2022 give for the "
        "KV cache",
        false},
       // ---- gqa

@@ -1,6 +1,5 @@
 #include "nn/multihead_attention.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -16,10 +15,9 @@
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "nn/init.h"
+#include "nn/masks.h"
 #include "nn/sigma_reparam.h"
 #include "tensor/check.h"
-#include "tensor/kernels/indexing.h"
-#include "tensor/parallel.h"
 
 namespace gf::nn {
 
@@ -126,53 +124,12 @@ std::pair<Variable, Variable> MultiheadAttention::project_kv(const Variable& x) 
   return {split_heads(k, kv_heads), split_heads(v, kv_heads)};  // (B, KV, S, d_k)
 }
 
-namespace {
-
-// Only bool (blocked) and floating (added) masks have a meaning; an int64 0/1 mask would be added
-// as a +1 bias where it meant "blocked", so it is refused.
-void check_mask_dtype(const Tensor& m, const char* what) {
-  GF_CHECK(!m.defined() || m.dtype() == DType::Bool || is_floating(m.dtype()),
-           "MultiheadAttention: {} must be bool or floating, got {} {}", what, dtype_name(m.dtype()), shape_str(m.shape()));
-}
-
-void check_input(const Variable& x, int64_t D, const char* what) {
-  GF_CHECK(x.ndim() == 3 && x.size(2) == D, "MultiheadAttention: {} must be (B, len, {}), got {}", what, D,
+void MultiheadAttention::check_input(const Variable& x, const char* what) const {
+  GF_CHECK(x.ndim() == 3 && x.size(2) == embed_dim, "MultiheadAttention: {} must be (B, len, {}), got {}", what, embed_dim,
            shape_str(x.shape()));
 }
 
-void check_masks(const Tensor& kpm, const Tensor& attn_mask, int64_t B, int64_t H, int64_t L, int64_t S) {
-  check_mask_dtype(kpm, "key_padding_mask");
-  check_mask_dtype(attn_mask, "attn_mask");
-  GF_CHECK(!kpm.defined() || (kpm.ndim() == 2 && kpm.size(0) == B && kpm.size(1) == S),
-           "MultiheadAttention: key_padding_mask must be ({}, {}), got {}", B, S, shape_str(kpm.shape()));
-  if (attn_mask.defined()) {
-    bool ok2 = attn_mask.ndim() == 2 && attn_mask.size(0) == L && attn_mask.size(1) == S;
-    bool ok3 = attn_mask.ndim() == 3 && attn_mask.size(0) == B * H && attn_mask.size(1) == L && attn_mask.size(2) == S;
-    GF_CHECK(ok2 || ok3, "MultiheadAttention: attn_mask must be ({}, {}) or ({}, {}, {}), got {}", L, S, B * H, L, S,
-             shape_str(attn_mask.shape()));
-  }
-}
-
-// OR of the boolean masks as one (B, 1, L, S) or (B, H, L, S) tensor; undefined if none is bool.
-Tensor combine_bool_masks(const Tensor& kpm, const Tensor& attn, int64_t B, int64_t H, int64_t L, int64_t S) {
-  bool kb = kpm.defined() && kpm.dtype() == DType::Bool;
-  bool ab = attn.defined() && attn.dtype() == DType::Bool;
-  if (!kb && !ab) return Tensor();
-  const int64_t Hm = ab && attn.ndim() == 3 ? H : 1;
-  Tensor out = Tensor::zeros({B, Hm, L, S}, DType::Bool);  // (B, Hm, L, S)
-  bool* o = out.data<bool>();
-  Tensor k = kb ? kpm.contiguous() : Tensor();   // (B, S)
-  Tensor a = ab ? attn.contiguous() : Tensor();  // (L, S) or (B*H, L, S)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hm; ++h)
-      for (int64_t l = 0; l < L; ++l) {
-        bool* row = o + ((b * Hm + h) * L + l) * S;
-        const bool* krow = kb ? k.data<bool>() + b * S : nullptr;
-        const bool* arow = !ab ? nullptr : a.ndim() == 2 ? a.data<bool>() + l * S : a.data<bool>() + ((b * H + h) * L + l) * S;
-        for (int64_t s = 0; s < S; ++s) row[s] = (krow && krow[s]) || (arow && arow[s]);
-      }
-  return out;
-}
+namespace {
 
 // softmax written out from ops, with no guard: a fully blocked row gives NaN (see naive_softmax).
 Variable unguarded_softmax(const Variable& s) {
@@ -213,7 +170,7 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
            "MultiheadAttention::attend: q {}, k {}, v {} for {} query and {} key/value heads", shape_str(q.shape()),
            shape_str(k.shape()), shape_str(v.shape()), num_heads, kv_heads);
   const int64_t G = H / KV;  // query heads per key/value head
-  check_masks(kpm, attn_mask, B, H, L, S);
+  check_attention_masks(kpm, attn_mask, B, H, L, S);
   Variable weights = weights_of(q, k, kpm, attn_mask);  // (B, H, L, S)
   if (weights_transform) {
     const Shape shape = weights.shape();
@@ -233,270 +190,6 @@ AttentionResult MultiheadAttention::attend(const Variable& q, const Variable& k,
   return r;
 }
 
-int64_t KVCache::bytes() const { return (k.defined() ? static_cast<int64_t>(k.nbytes()) : 0) + (v.defined() ? static_cast<int64_t>(v.nbytes()) : 0); }
-
-int64_t KVCache::batch() const {
-  if (!position_rows.empty()) return static_cast<int64_t>(position_rows.size()) / capacity();
-  return k.defined() ? k.size(0) : 0;
-}
-
-namespace {
-
-// A new (n, KV, capacity, d_k) buffer whose row i holds, at positions [0, len), what `src` holds
-// for position p in buffer row at(i, p). Rows are independent, so the split over threads changes nothing.
-template <class At>
-Tensor gather_positions(const Tensor& src, int64_t n, int64_t len, At at) {
-  const int64_t KV = src.size(1), cap = src.size(2), dk = src.size(3), row = KV * cap * dk;
-  Tensor dst = Tensor::empty({n, KV, cap, dk}, src.dtype());  // (n, KV, capacity, d_k)
-  GF_CHECK(src.is_contiguous(), "KVCache: the cache {} must be contiguous", shape_str(src.shape()));
-  dispatch_float(src.dtype(), "KVCache::select_rows", [&]<class T>() {
-    const T* s = src.data<T>();
-    T* d = dst.data<T>();
-    parallel_for(n * KV, row_grain(len * dk), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        const int64_t r = i / KV, h = i % KV;
-        for (int64_t p = 0; p < len; ++p) {
-          const T* from = s + at(r, p) * row + (h * cap + p) * dk;
-          std::copy(from, from + dk, d + r * row + (h * cap + p) * dk);
-        }
-      }
-    });
-  });
-  return dst;
-}
-
-}  // namespace
-
-void KVCache::select_rows(const std::vector<int64_t>& rows) {
-  if (!k.defined()) return;
-  const int64_t B = batch(), n = static_cast<int64_t>(rows.size()), cap = capacity();
-  for (int64_t i = 0; i < n; ++i)
-    GF_CHECK_AS(std::out_of_range, rows[i] >= 0 && rows[i] < B,
-                "KVCache::select_rows: index {} at position {} is out of range for a table of {} rows (cache keys {})", rows[i], i, B,
-                shape_str(k.shape()));
-  bool same = n == B;
-  for (int64_t i = 0; same && i < n; ++i) same = rows[i] == i;
-  if (same) return;  // beam search often keeps every row where it was
-  // The buffer row of position p of the current row r.
-  auto at = [&](int64_t r, int64_t p) { return position_rows.empty() ? r : position_rows[static_cast<size_t>(r * cap + p)]; };
-  if (n > k.size(0) || cap == 0) {  // more rows than slots (a repeat): a new buffer
-    k = gather_positions(k, n, length, [&](int64_t i, int64_t p) { return at(rows[i], p); });
-    v = gather_positions(v, n, length, [&](int64_t i, int64_t p) { return at(rows[i], p); });
-    position_rows.clear();
-    return;
-  }
-  std::vector<int64_t> next(static_cast<size_t>(n * cap));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t p = 0; p < cap; ++p) next[static_cast<size_t>(i * cap + p)] = p < length ? at(rows[i], p) : i;
-  position_rows = std::move(next);
-}
-
-void KVCache::materialize() {
-  if (position_rows.empty()) return;
-  const int64_t cap = capacity();
-  auto at = [&](int64_t r, int64_t p) { return position_rows[static_cast<size_t>(r * cap + p)]; };
-  k = gather_positions(k, batch(), length, at);  // (batch, KV, capacity, d_k)
-  v = gather_positions(v, batch(), length, at);
-  position_rows.clear();
-}
-
-KVCache MultiheadAttention::start_cache(int64_t batch, int64_t capacity, DType dtype) const {
-  KVCache c;
-  c.k = Tensor::empty({batch, kv_heads, capacity, head_dim}, dtype);  // (B, KV, capacity, d_k)
-  c.v = Tensor::empty({batch, kv_heads, capacity, head_dim}, dtype);
-  return c;
-}
-
-AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& cache, bool need_weights) const {
-  NoGradGuard ng;
-  check_input(x, embed_dim, "x");
-  const int64_t t = x.size(1), past = cache.length;
-  GF_CHECK(cache.k.defined() && cache.batch() == x.size(0),
-           "MultiheadAttention::forward_cached: the cache was not started for {} (cache keys {})", shape_str(x.shape()),
-           shape_str(cache.k.shape()));
-  GF_CHECK_AS(std::length_error, past + t <= cache.capacity(),
-              "MultiheadAttention::forward_cached: the cache holds {} positions, {} are used and {} more were given",
-              cache.capacity(), past, t);
-  Variable q = project_q(x);           // (B, H, t, d_k)
-  auto [k_new, v_new] = project_kv(x);  // (B, KV, t, d_k)
-  if (!cache.position_rows.empty() && (t > 1 || need_weights)) cache.materialize();  // attend() reads rows in place
-  const int64_t R = x.size(0);
-  cache.k.narrow(0, 0, R).narrow(2, past, t).copy_(k_new.data());  // row r writes its new positions in buffer row r
-  cache.v.narrow(0, 0, R).narrow(2, past, t).copy_(v_new.data());
-  cache.length = past + t;
-  // One new position needs no mask: only the past is in the cache.
-  if (t == 1 && !need_weights) return {attend_one(q, cache.k, cache.v, cache.length, {}, Tensor(), cache.position_rows), Variable()};  // (B, 1, D)
-  Variable k(cache.k.narrow(2, 0, cache.length)), v(cache.v.narrow(2, 0, cache.length));  // (B, KV, past+t, d_k)
-  Tensor causal;
-  if (t > 1) {
-    causal = Tensor::zeros({t, past + t}, DType::Bool);  // (t, past+t): new position i sees keys <= past + i
-    for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = past + i + 1; j < past + t; ++j) causal.data<bool>()[i * (past + t) + j] = true;
-  }
-  return attend(q, k, v, Tensor(), causal, need_weights);
-}
-
-namespace {
-
-// Asks for the cache line holding p. Not __builtin_prefetch: GCC deletes a loop whose only
-// statements are that builtin's prefetches (they have no effect it must keep).
-inline void prefetch(const void* p) {
-#if defined(__x86_64__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p);
-#endif
-}
-
-// sum_j a[j] * b[j] for n a multiple of 16 or not: 16 partial sums combined in a fixed order, so
-// the compiler vectorises it without reassociating (no -ffast-math) and every run sums alike.
-template <class T>
-T dot(const T* a, const T* b, int64_t n) {
-  T acc[16] = {};
-  const int64_t full = n - n % 16;
-  for (int64_t j = 0; j < full; j += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * b[j + l];
-  for (int64_t j = full; j < n; ++j) acc[j - full] += a[j] * b[j];  // lane j % 16
-  for (int w = 8; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0];
-}
-
-// One (row, head): scores over keys [0, len), masked, softmax, weighted sum of values into out
-// (d_k). scores is scratch of len. A row with every key blocked gets zeros (softmax's rule).
-// key(s) and value(s) point at position s's d_k values; ahead(s) is called as key s is read (a
-// hint for what comes next). DK, if not 0, is dk known at compile time: the weighted sum is then
-// kept in a local array of fixed size (the same sums, in the same order).
-template <class T, int DK, class Key, class Value, class Ahead>
-void attend_row(const T* q, Key key, Value value, int64_t len, int64_t dk, const bool* blocked, const T* added, T* scores, T* out,
-                Ahead ahead) {
-  if constexpr (DK > 0) dk = DK;
-  T top = -INFINITY;
-  for (int64_t s = 0; s < len; ++s) {
-    ahead(s);
-    T x = dot(q, key(s), dk);
-    if (added) x += added[s];
-    if (blocked && blocked[s]) x = -INFINITY;
-    scores[s] = x;
-    top = std::max(top, x);
-  }
-  std::fill(out, out + dk, T(0));
-  if (top == -INFINITY) return;
-  T total = 0;
-  for (int64_t s = 0; s < len; ++s) total += scores[s] = std::exp(scores[s] - top);
-  if constexpr (DK > 0) {
-    T acc[DK] = {};  // (d_k): a local array, not out, which the compiler must store at every position
-    for (int64_t s = 0; s < len; ++s) {
-      const T w = scores[s] / total;
-      const T* vs = value(s);
-      for (int j = 0; j < DK; ++j) acc[j] += w * vs[j];
-    }
-    std::copy(acc, acc + DK, out);
-  } else {
-    for (int64_t s = 0; s < len; ++s) {
-      const T w = scores[s] / total;
-      const T* vs = value(s);
-      for (int64_t j = 0; j < dk; ++j) out[j] += w * vs[j];
-    }
-  }
-}
-
-// How many keys row r must read: all `len`, except that keys blocked at the end of a row by a bool
-// mask (a source's padding, in cross-attention) are never read. A blocked key's weight is exactly 0,
-// so the output is the same; decoding reads about half less of the cross-attention cache when a
-// batch's sources differ in length.
-std::vector<int64_t> keys_to_read(const Tensor& mask, int64_t R, int64_t len) {  // mask: (R, len) or undefined
-  std::vector<int64_t> keys(static_cast<size_t>(R), len);
-  if (!mask.defined() || mask.dtype() != DType::Bool) return keys;
-  const bool* m = mask.data<bool>();
-  for (int64_t r = 0; r < R; ++r)
-    while (keys[r] > 0 && m[r * len + keys[r] - 1]) --keys[r];
-  return keys;
-}
-
-}  // namespace
-
-Variable MultiheadAttention::attend_one(const Variable& q_in, const Tensor& k, const Tensor& v, int64_t len,
-                                        const std::vector<int64_t>& kv_rows, const Tensor& kpm,
-                                        const std::vector<int64_t>& position_rows) const {
-  NoGradGuard ng;
-  const int64_t R = q_in.size(0), H = num_heads, KV = kv_heads, dk = head_dim, Bk = k.size(0);
-  GF_CHECK(q_in.ndim() == 4 && q_in.size(1) == H && q_in.size(2) == 1 && q_in.size(3) == dk && k.ndim() == 4 && k.size(1) == KV &&
-               k.size(3) == dk && v.shape() == k.shape() && len <= k.size(2),
-           "MultiheadAttention::attend_one: q {} must be (R, {}, 1, {}) and k {}, v {} (Bk, {}, >= {}, {})", shape_str(q_in.shape()), H,
-           dk, shape_str(k.shape()), shape_str(v.shape()), KV, len, dk);
-  const int64_t cap = k.size(2);
-  GF_CHECK(!position_rows.empty() ? static_cast<int64_t>(position_rows.size()) == R * cap && kv_rows.empty()
-           : kv_rows.empty()      ? Bk == R
-                                  : static_cast<int64_t>(kv_rows.size()) == R,
-           "MultiheadAttention::attend_one: {} query rows, {} key/value rows, {} row indices and {} position rows", R, Bk, kv_rows.size(),
-           position_rows.size());
-  for (const auto* rows : {&kv_rows, &position_rows})
-    for (int64_t r : *rows) GF_CHECK(r >= 0 && r < Bk, "MultiheadAttention::attend_one: key/value row {} out of range for {} rows", r, Bk);
-  check_mask_dtype(kpm, "key_padding_mask");
-  GF_CHECK(!kpm.defined() || (kpm.ndim() == 2 && kpm.size(0) == R && kpm.size(1) == len),
-           "MultiheadAttention::attend_one: key_padding_mask must be ({}, {}), got {}", R, len, shape_str(kpm.shape()));
-  GF_CHECK(k.is_contiguous() && v.is_contiguous(), "MultiheadAttention::attend_one: k {} and v {} must be contiguous",
-           shape_str(k.shape()), shape_str(v.shape()));
-  Tensor q = q_in.data().contiguous();                       // (R, H, 1, d_k)
-  Tensor merged = Tensor::empty({R, 1, H * dk}, q.dtype());  // (R, 1, D): heads side by side, as attend's merge
-  Tensor mask = kpm.defined() ? (kpm.dtype() == DType::Bool ? kpm.contiguous() : kpm.to(q.dtype()).contiguous()) : Tensor();  // (R, len)
-  const int64_t G = H / KV;
-  const std::vector<int64_t> keys = keys_to_read(mask, R, len);  // (R,)
-  dispatch_float(q.dtype(), "MultiheadAttention::attend_one", [&]<class T>() {
-    const T* qp = q.data<T>();
-    const T *kp = k.data<T>(), *vp = v.data<T>();
-    T* op = merged.data<T>();
-    const int64_t cache_row = KV * cap * dk;  // elements of one buffer row
-    // Where item i's (= row * H + head) position s starts in k and v: at(s), cheap in the hot loop.
-    auto positions_of = [&](int64_t i) {
-      const int64_t r = i / H, head = (i % H / G) * cap * dk;
-      const int64_t* pos = position_rows.empty() ? nullptr : position_rows.data() + r * cap;
-      const int64_t fixed = kv_rows.empty() ? r : kv_rows[static_cast<size_t>(r)];
-      return [=](int64_t s) { return (pos ? pos[s] : fixed) * cache_row + head + s * dk; };
-    };
-    // The keys and values an item reads are a few KB each, in many short runs the hardware
-    // prefetcher starts too late for: while item i reads its key s, position s of item i + 1 is
-    // asked for (spread out so, the requests do not queue up behind each other), and the rest of
-    // item i + 1's positions, if it has more, after it.
-    auto prefetch_position = [&](const auto& at, int64_t s) {
-      const int64_t offset = at(s);
-      const T *ks = kp + offset, *vs = vp + offset;
-      for (int64_t j = 0; j < dk; j += 64 / static_cast<int64_t>(sizeof(T))) {
-        prefetch(ks + j);
-        prefetch(vs + j);
-      }
-    };
-    parallel_for(R * H, row_grain(4 * len * dk), [&](int64_t lo, int64_t hi) {
-      std::vector<T> scores(static_cast<size_t>(std::max<int64_t>(len, 1))), qs(static_cast<size_t>(dk));
-      for (int64_t i = lo; i < hi; ++i) {
-        // The chunk's last item has no next one: next_len is 0, so its next_at (built on itself, as
-        // i + 1 may be past the last row) is never called.
-        const bool has_next = i + 1 < hi;
-        const auto next_at = positions_of(has_next ? i + 1 : i);
-        const int64_t next_len = has_next ? keys[(i + 1) / H] : 0;
-        const int64_t r = i / H;
-        // q scaled first, as attend's (q * scale) @ k^T
-        for (int64_t j = 0; j < dk; ++j) qs[j] = qp[i * dk + j] * static_cast<T>(score_scale);
-        auto at = positions_of(i);
-        const bool* blocked = mask.defined() && mask.dtype() == DType::Bool ? mask.data<bool>() + r * len : nullptr;
-        const T* added = mask.defined() && mask.dtype() != DType::Bool ? mask.data<T>() + r * len : nullptr;
-        auto ahead = [&](int64_t s) {
-          if (s < next_len) prefetch_position(next_at, s);
-        };
-        auto key = [&](int64_t s) { return kp + at(s); };
-        auto value = [&](int64_t s) { return vp + at(s); };
-        if (dk == 64)  // the usual head width (d_model 256 or 512 over 4 or 8 heads)
-          attend_row<T, 64>(qs.data(), key, value, keys[r], dk, blocked, added, scores.data(), op + i * dk, ahead);
-        else
-          attend_row<T, 0>(qs.data(), key, value, keys[r], dk, blocked, added, scores.data(), op + i * dk, ahead);
-        for (int64_t s = keys[r]; s < next_len; ++s) prefetch_position(next_at, s);
-      }
-    });
-  });
-  return out_proj->forward(Variable(merged));  // (R, 1, D)
-}
-
 bool MultiheadAttention::can_fuse(const Tensor& kpm, const Tensor& attn_mask, bool need_weights) const {
   // Float masks would need to be added tile by tile; (B*H, L, S) masks are rare. Both stay unfused.
   const bool kpm_ok = !kpm.defined() || kpm.dtype() == DType::Bool;
@@ -508,7 +201,7 @@ AttentionResult MultiheadAttention::attend_rows(const Variable& q, const Variabl
                                                 const Tensor& attn_mask, bool need_weights) const {
   if (!can_fuse(kpm, attn_mask, need_weights))
     return attend(split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads), kpm, attn_mask, need_weights);
-  check_masks(kpm, attn_mask, q.size(0), num_heads, q.size(1), k.size(1));
+  check_attention_masks(kpm, attn_mask, q.size(0), num_heads, q.size(1), k.size(1));
   if (weights_peek) peek_weights(q, k, kpm, attn_mask);
   AttentionResult r;
   r.output = out_proj->forward(fused_attention(q, k, v, fused_options(kpm, attn_mask)));  // (B, L, D): heads come out merged
@@ -528,9 +221,9 @@ FusedAttentionOptions MultiheadAttention::fused_options(const Tensor& kpm, const
 AttentionResult MultiheadAttention::forward(const Variable& query, const Variable& key, const Variable& value, const Tensor& kpm,
                                             const Tensor& attn_mask, bool need_weights) const {
   const int64_t D = embed_dim;
-  check_input(query, D, "query");
-  check_input(key, D, "key");
-  check_input(value, D, "value");
+  check_input(query, "query");
+  check_input(key, "key");
+  check_input(value, "value");
   GF_CHECK(key.size(0) == query.size(0) && value.size(0) == query.size(0) && key.size(1) == value.size(1),
            "MultiheadAttention: query {}, key {} and value {} disagree in batch or key length", shape_str(query.shape()),
            shape_str(key.shape()), shape_str(value.shape()));
@@ -539,7 +232,7 @@ AttentionResult MultiheadAttention::forward(const Variable& query, const Variabl
     Variable qkv = linear(query, in_proj_weight, in_proj_bias);  // (B, L, 3D): one GEMM for self-attention
     if (can_fuse(kpm, attn_mask, need_weights)) {  // one gradient tensor for the three projections
       const int64_t B = query.size(0), L = query.size(1);
-      check_masks(kpm, attn_mask, B, num_heads, L, L);
+      check_attention_masks(kpm, attn_mask, B, num_heads, L, L);
       if (weights_peek) peek_weights(narrow(qkv, -1, 0, D), narrow(qkv, -1, D, D), kpm, attn_mask);
       AttentionResult r;
       r.output = out_proj->forward(fused_self_attention(qkv, fused_options(kpm, attn_mask)));  // (B, L, D)

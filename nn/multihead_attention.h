@@ -16,6 +16,7 @@
 
 #include "autograd/ops/attention.h"
 #include "nn/dropout.h"
+#include "nn/kv_cache.h"
 #include "nn/linear.h"
 #include "nn/module.h"
 
@@ -24,26 +25,6 @@ namespace gf::nn {
 struct AttentionResult {
   Variable output;   // (B, L, D)
   Variable weights;  // (B, H, L, S) per head, part of the graph; undefined unless asked for
-};
-
-// The keys and values of the positions seen so far, for incremental self-attention (no graph).
-// Beam search reorders rows every step; rather than moving every row's past keys and values, a
-// row's positions may live in other buffer rows (its ancestors'): position_rows says where. Each
-// (buffer row, position) is written once, at that position's step, by the row then in that slot.
-struct KVCache {
-  Tensor k, v;  // (buffer rows, KV, capacity, d_k): positions [0, length) are filled
-  int64_t length = 0;
-  // Empty: row r's positions are all in buffer row r. Else (batch x capacity): the buffer row
-  // holding position p of row r (positions >= length: row r's own slot, where they will be written).
-  std::vector<int64_t> position_rows;
-  int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
-  int64_t batch() const;  // rows being decoded
-  int64_t bytes() const;
-  // Keeps batch rows `rows` (in that order, repeats allowed): beam search reorders hypotheses with
-  // it. Only position_rows changes, unless there are more rows than buffer rows (then a new buffer).
-  void select_rows(const std::vector<int64_t>& rows);
-  // Moves every row's positions into its own buffer row (position_rows empty again).
-  void materialize();
 };
 
 class MultiheadAttention : public Module {
@@ -74,7 +55,7 @@ class MultiheadAttention : public Module {
   // sentence's beam share its cross-attention keys and values; key_padding_mask (R, len) per query
   // row, bool or float, or undefined; position_rows (R x capacity), if not empty, names the
   // key/value row of each (row, position) instead (KVCache::position_rows). Returns (R, 1, D)
-  // after out_proj; no weights, no graph.
+  // after out_proj; no weights, no graph. The loop is kernels::attend_one (tensor/kernels/attend_one.h).
   Variable attend_one(const Variable& q, const Tensor& k, const Tensor& v, int64_t len, const std::vector<int64_t>& kv_rows,
                       const Tensor& key_padding_mask, const std::vector<int64_t>& position_rows = {}) const;
 
@@ -146,6 +127,7 @@ class MultiheadAttention : public Module {
   Variable weights_of(const Variable& q, const Variable& k, const Tensor& key_padding_mask, const Tensor& attn_mask) const;
   // weights_peek's call on the fused path: the weights from the unsplit projections, no graph.
   void peek_weights(const Variable& q, const Variable& k, const Tensor& key_padding_mask, const Tensor& attn_mask) const;
+  void check_input(const Variable& x, const char* what) const;  // x (B, len, embed_dim)
   Variable split_heads(const Variable& x, int64_t heads) const;  // (B, L, heads * d_k) -> (B, heads, L, d_k) contiguous
   // W_q, W_k or W_v (which = 0, 1, 2) as stored: a block of in_proj_weight, or q/k/v_proj's weight.
   Variable raw_weight(int which) const;

@@ -2,11 +2,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
 #include "autograd/ops/unary.h"
 #include "autograd/profile.h"
 #include "gradcheck_util.h"
@@ -224,6 +227,24 @@ TEST_CASE("profile: each op's forward and backward calls, and the bytes it wrote
   CHECK(r.at("matmul").forward_seconds >= 0);
   Variable z = relu(a);  // after stop(): not recorded
   CHECK(profile::results().at("relu").forward_calls == 1);
+}
+
+TEST_CASE("op names: one per Op, distinct, and a Node's name is its Op's") {
+  std::set<std::string> names;
+  for (int i = 0; i < static_cast<int>(Op::Count); ++i) {
+    const char* n = op_name(static_cast<Op>(i));
+    REQUIRE(n != nullptr);
+    CHECK(std::string(n).size() > 0);
+    names.insert(n);
+  }
+  CHECK(names.size() == static_cast<size_t>(Op::Count));
+  Variable a(Tensor::ones({2, 3}, DType::Float64), true);
+  CHECK(std::string(transpose(a, 0, 1).grad_fn()->name()) == "transpose");
+  CHECK(transpose(a, 0, 1).grad_fn()->kind() == Op::Transpose);
+  CHECK(std::string(permute(a, {1, 0}).grad_fn()->name()) == "permute");
+  CHECK(std::string(unsqueeze(a, 0).grad_fn()->name()) == "unsqueeze");
+  CHECK(std::string(sigmoid(a).grad_fn()->name()) == "sigmoid");
+  CHECK(std::string(exp(a).grad_fn()->name()) == op_name(Op::Exp));
 }
 
 TEST_CASE("a leaf takes its first gradient without a copy only when no other tensor shares it") {

@@ -10,7 +10,7 @@ namespace gf {
 // ---- add: d(a+b) = (g, g) ----
 struct AddBackward : Node {
   Shape a_shape, b_shape;
-  const char* name() const override { return "add"; }
+  Op kind() const override { return Op::Add; }
   std::vector<Tensor> backward(const Tensor& g) override {
     return {needs_grad(0) ? kernels::sum_to(g, a_shape) : Tensor(), needs_grad(1) ? kernels::sum_to(g, b_shape) : Tensor()};
   }
@@ -26,7 +26,7 @@ Variable add(const Variable& a, const Variable& b) {
 // ---- sub: d(a-b) = (g, -g) ----
 struct SubBackward : Node {
   Shape a_shape, b_shape;
-  const char* name() const override { return "sub"; }
+  Op kind() const override { return Op::Sub; }
   std::vector<Tensor> backward(const Tensor& g) override {
     return {needs_grad(0) ? kernels::sum_to(g, a_shape) : Tensor(),
             needs_grad(1) ? kernels::sum_to(kernels::mul_scalar(g, -1.0), b_shape) : Tensor()};
@@ -44,7 +44,7 @@ Variable sub(const Variable& a, const Variable& b) {
 struct MulBackward : Node {
   Tensor a, b;  // saved inputs (only those needed)
   Shape a_shape, b_shape;
-  const char* name() const override { return "mul"; }
+  Op kind() const override { return Op::Mul; }
   std::vector<Tensor> backward(const Tensor& g) override {
     return {needs_grad(0) ? kernels::sum_to(kernels::mul(g, b), a_shape) : Tensor(),
             needs_grad(1) ? kernels::sum_to(kernels::mul(g, a), b_shape) : Tensor()};
@@ -66,7 +66,7 @@ Variable mul(const Variable& a, const Variable& b) {
 // ---- div: d(a/b) = (g/b, -g*a/b^2) ----
 struct DivBackward : Node {
   Tensor a, b;
-  const char* name() const override { return "div"; }
+  Op kind() const override { return Op::Div; }
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor g_over_b = kernels::div(g, b);
     Tensor ga, gb;
@@ -88,7 +88,7 @@ Variable div(const Variable& a, const Variable& b) {
 // neg is mul_scalar by -1, so its Node reports "mul_scalar".
 struct ScaleBackward : Node {
   double scale = 1.0;
-  const char* name() const override { return "mul_scalar"; }
+  Op kind() const override { return Op::MulScalar; }
   std::vector<Tensor> backward(const Tensor& g) override { return {scale == 1.0 ? g : kernels::mul_scalar(g, scale)}; }
 };
 
@@ -103,7 +103,7 @@ Variable neg(const Variable& a) { return mul_scalar(a, -1.0); }
 
 // Its own Node so that anomaly reports and graph pictures name the op that ran.
 struct AddScalarBackward : Node {
-  const char* name() const override { return "add_scalar"; }
+  Op kind() const override { return Op::AddScalar; }
   std::vector<Tensor> backward(const Tensor& g) override { return {g}; }  // the gradient passes through
 };
 

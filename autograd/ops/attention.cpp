@@ -21,7 +21,7 @@ struct FusedAttentionBackward : Node {
   Tensor out;      // (B, L, H*d_k)
   Tensor lse;      // (B, H, L)
   kernels::AttentionConfig cfg;
-  const char* name() const override { return "attention"; }
+  Op kind() const override { return Op::Attention; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (B, L, H*d_k)
     kernels::AttentionGrads gr = kernels::attention_backward(g, q, k, v, out, lse, cfg);
     return {needs_grad(0) ? gr.q : Tensor(), needs_grad(1) ? gr.k : Tensor(), needs_grad(2) ? gr.v : Tensor()};
@@ -80,7 +80,7 @@ struct FusedSelfAttentionBackward : Node {
   Tensor out;  // (B, L, H*d_k)
   Tensor lse;  // (B, H, L)
   kernels::AttentionConfig cfg;
-  const char* name() const override { return "attention"; }
+  Op kind() const override { return Op::Attention; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (B, L, H*d_k)
     Tensor gx = Tensor::zeros(qkv.shape(), out.dtype());  // (B, L, (H + 2 KV) d_k), the scores' type
     auto [q, k, v] = unpack(qkv, cfg.heads, cfg.kv_heads);

@@ -21,7 +21,7 @@ struct CrossEntropyBackward : Node {
   int64_t ignore_index = -100;
   int64_t count = 0;
   double label_smoothing = 0.0;
-  const char* name() const override { return "cross_entropy"; }
+  Op kind() const override { return Op::CrossEntropy; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: ()
     const double scale = count > 0 ? g.item() / static_cast<double>(count) : 0.0;
     // The logits are (N, V), the step's largest tensor. On the last backward, when no other
@@ -56,7 +56,7 @@ struct LinearCrossEntropyBackward : Node {
   Tensor grad_h;       // (N, D): d loss / d h for an upstream gradient of 1; kept if h needs it
   Tensor grad_weight;  // (V, D), likewise
   Tensor grad_bias;    // (V), likewise
-  const char* name() const override { return "linear_cross_entropy"; }
+  Op kind() const override { return Op::LinearCrossEntropy; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: ()
     const double s = g.item();
     auto scaled = [s](const Tensor& t) { return !t.defined() || s == 1.0 ? t : kernels::mul_scalar(t, s); };

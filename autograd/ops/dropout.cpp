@@ -15,7 +15,7 @@ namespace gf {
 struct DropoutBackward : Node {
   Tensor mask;  // (...) bool, true = kept
   double scale = 1.0;
-  const char* name() const override { return "dropout"; }
+  Op kind() const override { return Op::Dropout; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::apply_mask(g, mask, scale)}; }
   std::vector<SavedTensor> saved() override { return {{"mask", &mask}}; }
 };
@@ -44,7 +44,7 @@ Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
 struct ReluDropoutBackward : Node {
   Tensor out;  // (...): relu(x) * (scale or 0); the next layer's input, so no extra memory
   double scale = 1.0;
-  const char* name() const override { return "relu_dropout"; }
+  Op kind() const override { return Op::ReluDropout; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::relu_dropout_backward(g, out, scale)}; }
   std::vector<SavedTensor> saved() override { return {{"out", &out}}; }
 };

@@ -17,7 +17,7 @@ struct IndexSelectBackward : Node {
   Tensor indices;     // int64 (I...)
   Shape weight_shape;  // (N, D...)
   int64_t padding_idx = -1;
-  const char* name() const override { return "index_select"; }
+  Op kind() const override { return Op::IndexSelect; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (I..., D...)
     Tensor gw = Tensor::zeros(weight_shape, g.dtype());    // (N, D...)
     kernels::index_add_(gw, indices, g, padding_idx);
@@ -39,7 +39,7 @@ Variable index_select(const Variable& weight, const Tensor& indices, int64_t pad
 // ---- masked_fill: masked positions were overwritten by a constant, so their gradient is 0 ----
 struct MaskedFillBackward : Node {
   Tensor mask;  // bool, broadcastable to the input's shape
-  const char* name() const override { return "masked_fill"; }
+  Op kind() const override { return Op::MaskedFill; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::masked_fill(g, mask, 0.0)}; }
   std::vector<SavedTensor> saved() override { return {{"mask", &mask}}; }
 };
@@ -55,7 +55,7 @@ Variable masked_fill(const Variable& x, const Tensor& mask, double value) {
 struct WhereBackward : Node {
   Tensor cond;          // bool, broadcastable to the output's shape
   Shape a_shape, b_shape;
-  const char* name() const override { return "where"; }
+  Op kind() const override { return Op::Where; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: the broadcast output shape
     Tensor zero = Tensor::scalar(0.0, g.dtype());            // ()
     Tensor ga, gb;

@@ -20,7 +20,7 @@ struct LayerNormBackward : Node {
   Tensor rstd;    // (...)
   Tensor weight;  // (D,) or undefined
   Tensor bias;    // (D,) or undefined: with y only
-  const char* name() const override { return "layer_norm"; }
+  Op kind() const override { return Op::LayerNorm; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (..., D)
     kernels::LayerNormGrads gr =
         from_output ? kernels::layer_norm_backward_from_output(g, kept, rstd, weight, bias, needs_grad(0), needs_grad(1), needs_grad(2))

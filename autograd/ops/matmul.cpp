@@ -14,7 +14,7 @@ struct MatmulBackward : Node {
   Tensor a;  // (..., m, k), kept only when b needs a gradient
   Tensor b;  // (..., k, n), kept only when a needs a gradient
   Shape a_shape, b_shape;
-  const char* name() const override { return "matmul"; }
+  Op kind() const override { return Op::Matmul; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (batch..., m, n)
     Tensor ga, gb;
     if (needs_grad(0)) ga = kernels::matmul_sum_to(g, b.transpose(-1, -2), a_shape);  // (..., m, k)
@@ -45,7 +45,7 @@ struct LinearBackward : Node {
   Tensor weight;  // (out, in), kept only when x needs a gradient; bfloat16 under bf16
   Shape x_shape;
   bool bf16 = false;
-  const char* name() const override { return "linear"; }
+  Op kind() const override { return Op::Linear; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (..., out)
     const int64_t out_f = g.shape().back();
     const int64_t rows = shape_numel(Shape(x_shape.begin(), x_shape.end() - 1));

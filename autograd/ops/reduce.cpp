@@ -37,7 +37,7 @@ Tensor spread(const Tensor& g, const Shape& keep, const Shape& shape, double sca
 // ---- sum: every input element gets the gradient of the output it was summed into ----
 struct SumBackward : Node {
   Shape keep, shape;  // output shape with keepdim, and the input's shape
-  const char* name() const override { return "sum"; }
+  Op kind() const override { return Op::Sum; }
   std::vector<Tensor> backward(const Tensor& g) override { return {spread(g, keep, shape, 1.0)}; }
 };
 
@@ -52,7 +52,7 @@ Variable sum(const Variable& x, std::vector<int64_t> dims, bool keepdim) {
 struct MeanBackward : Node {
   Shape keep, shape;  // output shape with keepdim, and the input's shape
   int64_t count = 1;
-  const char* name() const override { return "mean"; }
+  Op kind() const override { return Op::Mean; }
   std::vector<Tensor> backward(const Tensor& g) override {
     return {spread(g, keep, shape, 1.0 / static_cast<double>(count))};
   }
@@ -73,7 +73,7 @@ struct MaxBackward : Node {
   Tensor indices;  // int64, x's shape with dim = 1: where each max was
   Shape shape;     // the input's shape
   int dim = 0;
-  const char* name() const override { return "max"; }
+  Op kind() const override { return Op::Max; }
   std::vector<Tensor> backward(const Tensor& g) override {
     return {kernels::scatter_add_along(shape, dim, indices, g.reshape(indices.shape()))};
   }

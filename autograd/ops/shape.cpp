@@ -14,28 +14,28 @@ namespace gf {
 // ---- reshape (also unsqueeze and squeeze): the gradient takes the input's shape back ----
 struct ReshapeBackward : Node {
   Shape shape;  // the input's shape
-  const char* op = "reshape";
-  const char* name() const override { return op; }
+  Op op = Op::Reshape;  // or Unsqueeze, Squeeze
+  Op kind() const override { return op; }
   std::vector<Tensor> backward(const Tensor& g) override { return {g.reshape(shape)}; }
 };
 
 namespace {
-Variable reshaped(const Variable& x, Tensor out, const char* op) {
+Variable reshaped(const Variable& x, Tensor out, Op op) {
   auto node = make_node<ReshapeBackward>({&x});
   if (node) node->shape = x.shape(), node->op = op;
   return Variable::from_op(std::move(out), node);
 }
 }  // namespace
 
-Variable reshape(const Variable& x, const Shape& shape) { return reshaped(x, x.data().reshape(shape), "reshape"); }
-Variable unsqueeze(const Variable& x, int64_t dim) { return reshaped(x, x.data().unsqueeze(dim), "unsqueeze"); }
-Variable squeeze(const Variable& x, int64_t dim) { return reshaped(x, x.data().squeeze(dim), "squeeze"); }
+Variable reshape(const Variable& x, const Shape& shape) { return reshaped(x, x.data().reshape(shape), Op::Reshape); }
+Variable unsqueeze(const Variable& x, int64_t dim) { return reshaped(x, x.data().unsqueeze(dim), Op::Unsqueeze); }
+Variable squeeze(const Variable& x, int64_t dim) { return reshaped(x, x.data().squeeze(dim), Op::Squeeze); }
 
 // ---- permute (and transpose): the inverse permutation of the gradient, still a view ----
 struct PermuteBackward : Node {
   std::vector<int64_t> inverse;  // inverse[dims[i]] = i
-  const char* op = "permute";
-  const char* name() const override { return op; }
+  Op op = Op::Permute;  // or Transpose
+  Op kind() const override { return op; }
   std::vector<Tensor> backward(const Tensor& g) override { return {g.permute(inverse)}; }
 };
 
@@ -56,7 +56,7 @@ Variable transpose(const Variable& x, int64_t d0, int64_t d1) {
   if (node) {
     const int a = normalize_dim(d0, x.shape().size(), "transpose", x.shape());
     const int b = normalize_dim(d1, x.shape().size(), "transpose", x.shape());
-    node->op = "transpose";
+    node->op = Op::Transpose;
     node->inverse.resize(x.shape().size());
     for (size_t i = 0; i < node->inverse.size(); ++i) node->inverse[i] = static_cast<int64_t>(i);
     std::swap(node->inverse[a], node->inverse[b]);  // a swap is its own inverse
@@ -66,7 +66,7 @@ Variable transpose(const Variable& x, int64_t d0, int64_t d1) {
 
 // ---- contiguous: a copy in forward only; the gradient passes through ----
 struct IdentityBackward : Node {
-  const char* name() const override { return "contiguous"; }
+  Op kind() const override { return Op::Contiguous; }
   std::vector<Tensor> backward(const Tensor& g) override { return {g}; }
 };
 
@@ -80,7 +80,7 @@ Variable contiguous(const Variable& x) {
 struct NarrowBackward : Node {
   Shape shape;  // the input's shape
   int64_t dim = 0, start = 0, length = 0;
-  const char* name() const override { return "narrow"; }
+  Op kind() const override { return Op::Narrow; }
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor gx = Tensor::zeros(shape, g.dtype());  // the input's shape
     gx.narrow(dim, start, length).copy_(g);
@@ -104,7 +104,7 @@ Variable narrow(const Variable& x, int64_t dim, int64_t start, int64_t length) {
 struct ConcatBackward : Node {
   int64_t dim = 0;
   std::vector<int64_t> sizes;  // each input's size in dim
-  const char* name() const override { return "concat"; }
+  Op kind() const override { return Op::Concat; }
   std::vector<Tensor> backward(const Tensor& g) override {
     std::vector<Tensor> grads(sizes.size());
     int64_t start = 0;
@@ -135,7 +135,7 @@ Variable concat(const std::vector<Variable>& xs, int64_t dim) {
 // ---- expand: a broadcast view; the gradient is summed over the broadcast dims ----
 struct ExpandBackward : Node {
   Shape shape;  // the input's shape
-  const char* name() const override { return "expand"; }
+  Op kind() const override { return Op::Expand; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::sum_to(g, shape)}; }
 };
 

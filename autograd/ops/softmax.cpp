@@ -9,7 +9,7 @@ namespace gf {
 // ---- softmax: grad_x = y * (g - sum(g * y)) ----
 struct SoftmaxBackward : Node {
   Tensor y;  // (..., C) the output
-  const char* name() const override { return "softmax"; }
+  Op kind() const override { return Op::Softmax; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::softmax_backward(y, g)}; }
   std::vector<SavedTensor> saved() override { return {{"y", &y}}; }
 };
@@ -24,7 +24,7 @@ Variable softmax(const Variable& x) {
 // ---- log_softmax: grad_x = g - exp(y) * sum(g) ----
 struct LogSoftmaxBackward : Node {
   Tensor y;  // (..., C) the output
-  const char* name() const override { return "log_softmax"; }
+  Op kind() const override { return Op::LogSoftmax; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::log_softmax_backward(y, g)}; }
   std::vector<SavedTensor> saved() override { return {{"y", &y}}; }
 };

@@ -153,8 +153,8 @@ void online_update(int64_t n, int64_t nk, int64_t wk, int64_t dk, Scratch<T>& w)
       std::fill(sr, sr + wk, T(0));
       continue;
     }
-    const T alpha = fast_exp(w.m[r] - mx);  // 0 for the row's first live tile (m = -inf)
-    for (int64_t j = 0; j < wk; ++j) sr[j] = fast_exp(sr[j] - mx);
+    const T alpha = fast::exp(w.m[r] - mx);  // 0 for the row's first live tile (m = -inf)
+    for (int64_t j = 0; j < wk; ++j) sr[j] = fast::exp(sr[j] - mx);
     const double add = lane_sum(nk, [&](int64_t j) { return sr[j]; });  // to nk: the sum's order is the unpadded one
     w.sum[r] = w.sum[r] * static_cast<double>(alpha) + add;
     if (alpha != T(1))
@@ -208,7 +208,7 @@ void recompute_probs(int64_t n, int64_t wk, const T* lse, Scratch<T>& w) {
     // exp of every entry, then 0 where blocked: a select after the arithmetic vectorises.
     const T shift = lse[r];
     for (int64_t j = 0; j < wk; ++j) {
-      const T e = fast_exp(sr[j] - shift);
+      const T e = fast::exp(sr[j] - shift);
       sr[j] = lr[j] ? e : T(0);
     }
   }

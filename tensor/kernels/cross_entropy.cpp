@@ -8,7 +8,7 @@
 
 #include "tensor/kernels/bf16.h"
 #include "tensor/kernels/row_blocks.h"
-#include "tensor/kernels/softmax.h"  // fast_exp, row_max, lane_sum
+#include "tensor/kernels/softmax.h"  // fast::exp, row_max, lane_sum
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 
@@ -35,7 +35,7 @@ int64_t check_inputs(const Tensor& logits, const Tensor& target, int64_t ignore_
 template <class T>
 void row_forward(const T* xr, int64_t c, int64_t t, double label_smoothing, double& lse, double& loss) {
   const T mx = row_max(xr, c);
-  const double sum_exp = lane_sum(c, [&](int64_t j) { return fast_exp(xr[j] - mx); });
+  const double sum_exp = lane_sum(c, [&](int64_t j) { return fast::exp(xr[j] - mx); });
   const double sum_x = label_smoothing > 0 ? lane_sum(c, [&](int64_t j) { return xr[j]; }) : 0.0;
   lse = mx + std::log(sum_exp);
   const double nll = lse - xr[t];
@@ -56,8 +56,8 @@ struct SmoothedTarget {
 template <class T>
 void row_backward(const T* xr, T* gr, int64_t c, int64_t t, T l, T s, SmoothedTarget<T> y) {
   const T xt = xr[t];  // read first: in place, the loop overwrites it
-  for (int64_t j = 0; j < c; ++j) gr[j] = (fast_exp(xr[j] - l) - y.off) * s;
-  gr[t] = (fast_exp(xt - l) - y.hit) * s;
+  for (int64_t j = 0; j < c; ++j) gr[j] = (fast::exp(xr[j] - l) - y.off) * s;
+  gr[t] = (fast::exp(xt - l) - y.hit) * s;
 }
 
 double sum_in_row_order(const std::vector<double>& row_loss) {

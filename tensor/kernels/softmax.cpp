@@ -33,7 +33,7 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
         }
         // A NaN entry leaves mx alone but turns the sum into NaN, so NaN still propagates.
         // Summed in double: a long row of small terms must not lose the tail.
-        const double sum = lane_sum(cols, [&](int64_t j) { return yr[j] = fast_exp(xr[j] - mx); });
+        const double sum = lane_sum(cols, [&](int64_t j) { return yr[j] = fast::exp(xr[j] - mx); });
         const T inv = static_cast<T>(1.0 / sum);
         for (int64_t j = 0; j < cols; ++j) yr[j] *= inv;
       }
@@ -110,7 +110,7 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g) {
           continue;
         }
         const T s = static_cast<T>(sum);
-        for (int64_t j = 0; j < cols; ++j) xr[j] = gr[j] - fast_exp(yr[j]) * s;
+        for (int64_t j = 0; j < cols; ++j) xr[j] = gr[j] - fast::exp(yr[j]) * s;
       }
     });
   });

@@ -2,47 +2,14 @@
 // Softmax and log-softmax over the last dim, fused and numerically stable (the row max is
 // subtracted before exp). A row whose entries are all -inf (every position masked) gives
 // softmax 0 everywhere and log_softmax -inf everywhere, and a zero gradient in both: never NaN.
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#include "tensor/kernels/fast_math.h"  // fast::exp, the one float32 exp
 #include "tensor/tensor.h"
 
 namespace gf::kernels {
-
-// exp for float32 written so that GCC vectorises the loops that call it: std::exp stays a scalar
-// libm call without -ffast-math, and exp dominates softmax and cross-entropy over a vocabulary.
-// Cody-Waite reduction x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two so n*ln2_hi is exact),
-// the Taylor series of e^r to degree 7 (truncation < 5e-9 relative, below float's 6e-8), then 2^n
-// through the exponent bits. Results below ~1e-38 (x < -87) flush to 0 (no subnormals); x > 88.7
-// gives inf; NaN stays NaN. Measured within 1 ulp of std::exp on [-87, 88] (test_softmax checks 2).
-inline float fast_exp(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;       // 355/512: few bits, so n * kLn2Hi is exact
-  constexpr float kLn2Lo = -2.12194440e-4f;    // ln2 - kLn2Hi
-  constexpr float kRound = 12582912.0f;        // 1.5 * 2^23: adding it rounds to an integer
-  // Written so that NaN fails both tests and is clamped too (to -87): converting NaN to int below
-  // is undefined behaviour (UBSan's float-cast-overflow). The last line returns the NaN.
-  const float xc = x > -87.0f ? (x < 88.0f ? x : 88.0f) : -87.0f;
-  const float n = (xc * kLog2e + kRound) - kRound;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);  // 2^n, n in [-126, 127]
-  float y = p * scale;
-  y = x < -87.0f ? 0.0f : y;
-  y = x > 88.72f ? std::numeric_limits<float>::infinity() : y;
-  return x != x ? x : y;
-}
-// float64 is the precision reference (gradchecks): it keeps libm's exp.
-inline double fast_exp(double x) { return std::exp(x); }
 
 // Largest of p[0..n), -inf for an empty or all -inf row; NaN entries are passed over (callers'
 // sums still turn NaN). In 16 lanes, for the same reason as lane_sum below.
@@ -84,7 +51,7 @@ template <class T>
 T log_softmax_shift(const T* p, int64_t n) {
   const T mx = row_max(p, n);
   if (mx == -std::numeric_limits<T>::infinity()) return std::numeric_limits<T>::infinity();
-  const double sum = lane_sum(n, [&](int64_t j) { return fast_exp(p[j] - mx); });
+  const double sum = lane_sum(n, [&](int64_t j) { return fast::exp(p[j] - mx); });
   return mx + static_cast<T>(std::log(sum));
 }
 

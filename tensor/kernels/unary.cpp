@@ -53,12 +53,7 @@ Tensor map2(const Tensor& g_in, const Tensor& s_in, const char* op, int64_t grai
 constexpr double kInvSqrt2 = 0.70710678118654752440;    // 1 / sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 
-// float32 takes the vectorisable versions; float64 the std:: ones.
-template <class T>
-T exp_of(T v) {
-  if constexpr (std::is_same_v<T, float>) return fast::exp(v);
-  else return std::exp(v);
-}
+// float32 takes the vectorisable versions; float64 the std:: ones (fast::exp has both overloads).
 template <class T>
 T tanh_of(T v) {
   if constexpr (std::is_same_v<T, float>) return fast::tanh(v);
@@ -73,7 +68,7 @@ T normal_cdf_of(T v) {  // Phi(v)
 }  // namespace
 
 Tensor exp(const Tensor& x) {
-  return map1(x, "exp", kCostlyGrain, [](auto v) { return exp_of(v); });
+  return map1(x, "exp", kCostlyGrain, [](auto v) { return fast::exp(v); });
 }
 
 Tensor log(const Tensor& x) {
@@ -111,7 +106,7 @@ Tensor sigmoid(const Tensor& x) {
   return map1(x, "sigmoid", kCostlyGrain, [](auto v) {
     using T = decltype(v);
     // e^-|v| never overflows; both branches are the same function.
-    const T e = exp_of(-std::abs(v));
+    const T e = fast::exp(-std::abs(v));
     return v >= 0 ? static_cast<T>(1) / (static_cast<T>(1) + e) : e / (static_cast<T>(1) + e);
   });
 }
@@ -150,7 +145,7 @@ Tensor relu_backward(const Tensor& g, const Tensor& y) {
 Tensor gelu_backward(const Tensor& g, const Tensor& x) {
   return map2(g, x, "gelu_backward", kCostlyGrain, [](auto gv, auto xv) {
     using T = decltype(gv);
-    const T pdf = static_cast<T>(kInvSqrt2Pi) * exp_of(static_cast<T>(-0.5) * xv * xv);  // phi(x)
+    const T pdf = static_cast<T>(kInvSqrt2Pi) * fast::exp(static_cast<T>(-0.5) * xv * xv);  // phi(x)
     return gv * (normal_cdf_of(xv) + xv * pdf);
   });
 }

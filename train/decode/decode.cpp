@@ -9,10 +9,6 @@
 #include <memory>
 #include <stdexcept>
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
-
 #include "autograd/grad_mode.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
@@ -21,6 +17,7 @@
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
 #include "tensor/kernels/softmax.h"
+#include "tensor/kernels/top_tokens.h"
 #include "tensor/parallel.h"
 
 namespace gf::train {
@@ -215,11 +212,6 @@ int64_t longest_limit(const Tensor& src, const DecodeOptions& opt) {
 // be masked out of the prefix as padding, and the model was never trained to predict either.
 std::array<int64_t, 2> never_output(const DecodeOptions& opt) { return {opt.pad, opt.bos}; }
 
-bool is_never_output(int64_t tok, const DecodeOptions& opt) {
-  const auto never = never_output(opt);
-  return std::find(never.begin(), never.end(), tok) != never.end();
-}
-
 // Greedy's scores: the tokens never output get -inf.
 void forbid_specials(Tensor& scores, const DecodeOptions& opt) {  // scores: (R, V), contiguous
   const int64_t R = scores.size(0), V = scores.size(1);
@@ -323,59 +315,11 @@ struct Candidate {
 };
 
 // A token and its log-probability (a float32 model's float32 value, held exactly).
-struct Scored {
-  double log_prob;
-  int64_t token;
-};
-
-// Whether any of x[0..16) - shift beats cut. With AVX-512, one subtraction and one comparison to a
-// mask (inlined into the scan, a plain loop is unrolled into 16 scalar compares instead); the
-// same arithmetic, so the same answer, either way.
-template <class T>
-bool any_of_16_beats(const T* x, T shift, T cut) {
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<T, float>) {
-    const __m512 lp = _mm512_sub_ps(_mm512_loadu_ps(x), _mm512_set1_ps(shift));
-    return _mm512_cmp_ps_mask(lp, _mm512_set1_ps(cut), _CMP_GT_OQ) != 0;
-  }
-#endif
-  bool any = false;
-  for (int l = 0; l < 16; ++l) any |= x[l] - shift > cut;
-  return any;
-}
-
-// The n best of a row's V tokens by log-probability x[v] - shift (log_softmax's own arithmetic:
-// the same bits; shift 0 for scores that are log-probabilities already), best first, of equal
-// values the lower token first; tokens with never(v) are not taken. One pass with a small sorted
-// list (n is K + 1, far below V). Once the list is full, a block of 16 tokens none of which beats
-// its last is passed over after one test of its 16 raw values (any_of_16_beats; a shorter last
-// block is always scanned). The test leaves never(v) out of account, so it may only let a block
-// through that then yields nothing.
-template <class T, class Never>
-std::vector<Scored> top_tokens(const T* x, int64_t V, T shift, int64_t n, Never never) {
-  constexpr int64_t kBlock = 16;  // any_of_16_beats
-  n = std::min(n, V);
-  std::vector<Scored> top;
-  top.reserve(static_cast<size_t>(n) + 1);
-  for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
-    const int64_t v1 = std::min(V, v0 + kBlock);
-    if (static_cast<int64_t>(top.size()) == n && v1 - v0 == kBlock && !any_of_16_beats(x + v0, shift, static_cast<T>(top.back().log_prob))) continue;
-    for (int64_t v = v0; v < v1; ++v) {
-      if (never(v)) continue;
-      const T lp = x[v] - shift;
-      if (static_cast<int64_t>(top.size()) == n && !(lp > top.back().log_prob)) continue;
-      size_t at = top.size();
-      while (at > 0 && lp > top[at - 1].log_prob) --at;  // after every value >= it: ties keep token order
-      top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), Scored{lp, v});
-      if (static_cast<int64_t>(top.size()) > n) top.pop_back();
-    }
-  }
-  return top;
-}
+using Scored = kernels::ScoredToken;
 
 // The best continuations of sentence b's live rows (one row per hypothesis): each row's K+1 best
 // tokens are enough, since at most one of them is <eos> and the sentence keeps K others. Best
-// first. tops[r] holds row r's K+1 best tokens (top_tokens).
+// first. tops[r] holds row r's K+1 best tokens (kernels::top_tokens).
 std::vector<Candidate> candidates(int64_t b, const std::vector<LiveRow>& live, const std::vector<Hypothesis>& beam,
                                   const std::vector<std::vector<Scored>>& tops) {
   std::vector<Candidate> out;
@@ -449,16 +393,17 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
     // Each row's K + 1 best tokens, found for all rows at once on the threads: a pass over the
     // vocabulary per row is most of the search's own work. A token's log-probability is x - shift,
     // log_softmax's own arithmetic (the same bits), computed only where the scan looks: the (R, V)
-    // log-probabilities are never written. <pad> and <bos> are never taken (is_never_output).
+    // log-probabilities are never written. <pad> and <bos> are never taken (never_output).
     const int64_t V = scores.size(1);
     const bool normalise = !step->scores_are_log_probs();
     std::vector<std::vector<Scored>> tops(static_cast<size_t>(R));
+    const auto never = never_output(opt);
     dispatch_float(scores.dtype(), "beam_search", [&]<class T>() {
       parallel_for(R, row_grain(4 * V), [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           const T* x = scores.data<T>() + r * V;
           const T shift = normalise ? kernels::log_softmax_shift(x, V) : T(0);
-          tops[r] = top_tokens(x, V, shift, K + 1, [&](int64_t v) { return is_never_output(v, opt); });
+          tops[r] = kernels::top_tokens(x, V, shift, K + 1, never);
         }
       });
     });
