@@ -182,12 +182,19 @@ std::vector<CachedWeight> g_cache;
 
 const char* bf16_path_name(Bf16Path p) { return p == Bf16Path::Native ? "native" : "portable"; }
 
-std::string bf16_native_unavailable_reason() {
+namespace {
+
+// Decided once: bf16_path() asks on every conversion and tile, so no string is copied there.
+const std::string& native_unavailable() {
   static const std::string reason = native_reason();
   return reason;
 }
 
-bool bf16_native_available() { return bf16_native_unavailable_reason().empty(); }
+}  // namespace
+
+std::string bf16_native_unavailable_reason() { return native_unavailable(); }
+
+bool bf16_native_available() { return native_unavailable().empty(); }
 
 Bf16Path bf16_path() { return portable_forced() || !bf16_native_available() ? Bf16Path::Portable : Bf16Path::Native; }
 
