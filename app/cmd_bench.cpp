@@ -164,7 +164,8 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
     // The products ran in bfloat16: mfu against bf16's own peak, measured the same way.
     const double bf16_peak = bf16_peak_gflops();
     info["bf16_peak_gflops_per_s"] = round_to(bf16_peak, 2);
-    info["bf16_isa"] = kernels::bf16_isa();
+    info["bf16_path"] = kernels::bf16_path_name(kernels::bf16_path());
+    info["bf16_isa"] = kernels::bf16_path() == kernels::Bf16Path::Native ? kernels::bf16_isa() : "none (portable path)";
     info["mfu"] = round_to(model_gflops / bf16_peak, 3);
     info["mfu_vs_sgemm_peak"] = round_to(model_gflops / peak_gflops, 3);
   } else {
@@ -228,7 +229,8 @@ double sgemm_peak_gflops() {
 }
 
 // The same for bfloat16 products: the fastest of 7 bfloat16 GEMMs of 2048 x 2048 x 2048 through
-// the kernel the step's products use (oneDNN, cut across the threads as they are).
+// the kernel the step's products use (oneDNN, or sgemm on the portable path; cut across the threads
+// as they are).
 double bf16_peak_gflops() {
   constexpr int64_t n = 2048;
   const Tensor a = Tensor::full({n, n}, 0.5, DType::BFloat16), b = Tensor::full({n, n}, 0.25, DType::BFloat16);  // (n, n)

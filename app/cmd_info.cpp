@@ -16,6 +16,18 @@ Flags info_flags() { return Flags("info", "Shows the OpenBLAS kernel in use (and
 
 void check_info_flags(const Flags&) {}
 
+namespace {
+
+// Which path --precision bf16 takes here, and why not the native one when it does not.
+std::string bf16_line() {
+  const std::string why = kernels::bf16_native_unavailable_reason();
+  if (kernels::bf16_path() == kernels::Bf16Path::Native) return fmt::format("native path; oneDNN runs them with {}", kernels::bf16_isa());
+  if (why.empty()) return "portable path (GRADFLOW_BF16=portable; the native one could run here)";
+  return "portable path (float32 sgemm on the rounded operands, slower), because " + why;
+}
+
+}  // namespace
+
 int cmd_info(int argc, char** argv) {
   Flags flags = info_flags();
   if (!flags.parse(argc, argv)) return 0;
@@ -24,9 +36,7 @@ int cmd_info(int argc, char** argv) {
   fmt::print("openblas core: {} (this CPU suits: {})\n", blas_core_in_use(), preferred.empty() ? "OpenBLAS's own choice" : preferred);
   fmt::print("openblas config: {}\n", blas_config());
   fmt::print("threads: {} (oneTBB {}.{} and OpenBLAS share this count)\n", max_threads(), TBB_VERSION_MAJOR, TBB_VERSION_MINOR);
-  fmt::print("bfloat16 products (--precision bf16): {}\n",
-             kernels::bf16_supported() ? fmt::format("supported; oneDNN runs them with {}", kernels::bf16_isa())
-                                       : "not supported: " + kernels::bf16_unsupported_reason());
+  fmt::print("bfloat16 products (--precision bf16): {}\n", bf16_line());
   namespace dist = train::distributed;
   fmt::print("data-parallel training: {}\n", dist::built_with_mpi() ? fmt::format("MPI ({}): mpirun -np N gradflow train ... (docs/distributed.md)",
                                                                                     dist::mpi_library())

@@ -38,7 +38,7 @@ const std::vector<std::string>& model_flag_names() {
 void add_precision_flag(Flags& f, const std::string& def, const std::string& more) {
   f.add_string("precision", def,
                "matrix products in fp32, or bf16: bfloat16 operands with float32 sums, float32 weights, optimizer, norms, softmax and "
-               "loss; needs AVX512-BF16 (`gradflow info` says; docs/precision.md)" + more);
+               "loss; fast with AVX512-BF16, on a portable slower path elsewhere (`gradflow info` says which; docs/precision.md)" + more);
 }
 
 void apply_precision(const std::string& value, const std::string& command) {
@@ -49,6 +49,12 @@ void apply_precision(const std::string& value, const std::string& command) {
     GF_FAIL_AS(UsageError, "{}: {}", command, e.what());
   }
   kernels::set_precision(p);
+  // Not silent: the same numbers, but a bf16 run on the portable path is slower than fp32.
+  if (p == Precision::BFloat16 && kernels::bf16_path() == kernels::Bf16Path::Portable) {
+    const std::string why = kernels::bf16_native_unavailable_reason();
+    fmt::print(stderr, "{}: --precision bf16 runs on the portable path ({}): the same rounding, slower than fp32\n", command,
+               why.empty() ? "GRADFLOW_BF16=portable" : why);
+  }
 }
 
 void add_max_line_bytes_flag(Flags& f) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tensor/cpu_features.h"
 #include "tensor/parallel.h"
 #include "tensor/storage.h"
 
@@ -43,10 +44,8 @@ bool core_is_weaker(const std::string& in_use, const std::string& want) {
 }  // namespace
 
 std::string preferred_blas_core() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq"))
-    return "SkylakeX";
+  __builtin_cpu_init();  // before main(), __builtin_cpu_supports needs it
+  if (avx512_usable()) return "SkylakeX";  // the CPUID flags and the OS's AVX-512 state (cpu_features.h)
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return "";
 }

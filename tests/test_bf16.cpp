@@ -1,14 +1,19 @@
-// bfloat16 products (--precision bf16): the conversion's bits against its scalar reference, oneDNN's
-// products and the attention tiles against plain references, the ops that use them (linear,
-// linear_cross_entropy, fused attention) against float64 computations on the same rounded operands,
-// and the switch itself (its error on a CPU without AVX512-BF16, its scope).
+// bfloat16 products (--precision bf16), on both paths (tensor/kernels/bf16.h): the portable path
+// runs on every CPU and the native one (AVX512-BF16: vcvtneps2bf16, oneDNN, the vdpbf16ps tiles)
+// where it can, and every kernel and op test runs on each path there is, against the same plain
+// reference; where both exist they are also compared with each other. Also: the conversion's bits
+// against its scalar reference, the ops that use the products (linear, linear_cross_entropy, fused
+// attention) against float64 computations on the same rounded operands, the switches (precision,
+// path, GRADFLOW_BF16), and the CPU check (CPUID and the OS's AVX-512 state).
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -23,14 +28,16 @@
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
 #include "tensor/kernels/random.h"
+#include "tensor/cpu_features.h"
 #include "tensor/parallel.h"
+#include "tests/fault_util.h"
 
 using namespace gf;
 using namespace gf::testing;
 
 namespace {
 
-const bool kBf16 = kernels::bf16_supported();
+using kernels::Bf16Path;
 constexpr double kU = 1.0 / 256;  // bfloat16's unit roundoff, 2^-8
 
 std::vector<float> random_floats(int64_t n, uint64_t seed, float scale = 1.0f) {
@@ -49,8 +56,9 @@ std::vector<bfloat16> rounded(const std::vector<float>& v) {
 
 Tensor tensor_of(const std::vector<float>& v, const Shape& shape) { return Tensor::from_vector(v, shape); }
 
-// x rounded to bfloat16 and back, as float64: the value a bf16 product multiplies.
-Tensor rounded64(const Tensor& x) { return kernels::to_bf16(x).to(DType::Float32).to(DType::Float64); }
+// x rounded to bfloat16 (by the scalar bfloat16(float), on no path) and back, as float64: the value
+// a bf16 product multiplies.
+Tensor rounded64(const Tensor& x) { return x.to(DType::BFloat16).to(DType::Float32).to(DType::Float64); }
 
 // The largest |a - b| over `tol` elementwise (both float64-convertible, same shape): <= 1 passes.
 double worst_ratio(const Tensor& a, const Tensor& b, const Tensor& tol) {
@@ -58,6 +66,38 @@ double worst_ratio(const Tensor& a, const Tensor& b, const Tensor& tol) {
   double worst = 0;
   for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(a.flat_get(i) - b.flat_get(i)) / tol.flat_get(i));
   return worst;
+}
+
+// Every path this machine can run: the portable one always, the native one where it can run. A
+// machine without the native path says so in the test log (doctest's MESSAGE).
+std::vector<Bf16Path> paths() {
+  if (kernels::bf16_native_available()) return {Bf16Path::Portable, Bf16Path::Native};
+  static bool said = false;  // once in the log, in the first test case that asks
+  if (!std::exchange(said, true))
+    MESSAGE("the native bf16 path cannot run here (", kernels::bf16_native_unavailable_reason(), "): the portable path only");
+  return {Bf16Path::Portable};
+}
+
+// `run()` on each path, under a Bf16PathScope; the path is named in every failure.
+template <class F>
+void on_each_path(F run) {
+  for (Bf16Path p : paths()) {
+    kernels::Bf16PathScope scope(p);
+    INFO("bf16 path: ", std::string(kernels::bf16_path_name(p)));
+    run(p);
+  }
+}
+
+// The output and exit status of a shell command.
+std::pair<std::string, int> shell(const std::string& cmd) {
+  std::string out;
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f != nullptr);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int status = ::pclose(f);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }
 
 }  // namespace
@@ -95,22 +135,71 @@ TEST_CASE("bfloat16 tensors: conversions, copies and safetensors names") {
   CHECK_FALSE(is_floating(DType::BFloat16));  // no op but the products takes it
 }
 
-TEST_CASE("the switch: bf16 runs where the CPU has AVX512-BF16, and says why not elsewhere") {
-  if (kBf16) {
+TEST_CASE("AVX-512 is used only where the OS has enabled its vector state (XGETBV) beside the CPUID flag") {
+  CHECK(avx512_state_enabled(0xe7));
+  CHECK(avx512_state_enabled(0x2ff));                      // AMX's tile state besides
+  CHECK_FALSE(avx512_state_enabled(0x07));                 // x87, SSE, AVX: an OS that never enabled AVX-512
+  CHECK_FALSE(avx512_state_enabled(0xe7 & ~(1u << 5)));    // no opmask state
+  CHECK_FALSE(avx512_state_enabled(0xe7 & ~(1u << 6)));    // no upper halves of ZMM0-15
+  CHECK_FALSE(avx512_state_enabled(0xe7 & ~(1u << 7)));    // no ZMM16-31
+  CHECK_FALSE(avx512_state_enabled(0xe7 & ~(1u << 2)));    // no YMM state
+  CpuFeatures f;
+  f.osxsave = true, f.xcr0 = 0xe7, f.avx512f = f.avx512bw = f.avx512_bf16 = true;
+  CHECK(avx512_bf16_unusable_reason(f).empty());
+  CpuFeatures no_state = f;
+  no_state.xcr0 = 0x07;  // the CPU has the instructions, the OS does not save their registers
+  CHECK(avx512_bf16_unusable_reason(no_state).find("operating system has not enabled the AVX-512 register state (XCR0 = 0x7") !=
+        std::string::npos);
+  CpuFeatures no_xsave = f;
+  no_xsave.osxsave = false, no_xsave.xcr0 = 0;
+  CHECK(avx512_bf16_unusable_reason(no_xsave).find("operating system has not enabled") != std::string::npos);
+  CpuFeatures no_bf16 = f;
+  no_bf16.avx512_bf16 = false;
+  CHECK(avx512_bf16_unusable_reason(no_bf16) == "this CPU has no AVX512-BF16 instructions (vdpbf16ps)");
+  // This machine: the native path runs only with both.
+  const CpuFeatures& here = cpu_features();
+  if (kernels::bf16_native_available()) CHECK((here.avx512_bf16 && here.osxsave && avx512_state_enabled(here.xcr0)));
+  CHECK(avx512_usable() == (here.avx512f && here.avx512bw && here.avx512dq && here.avx512vl && here.osxsave && avx512_state_enabled(here.xcr0)));
+}
+
+TEST_CASE("the switches: bf16 runs on every CPU, natively where it can, and the portable path can be forced") {
+  {
     kernels::PrecisionScope scope(Precision::BFloat16);
     CHECK(kernels::precision() == Precision::BFloat16);
     CHECK(kernels::bf16_products(DType::Float32));
     CHECK_FALSE(kernels::bf16_products(DType::Float64));  // float64 is never rounded
-  } else {
-    CHECK_THROWS_WITH_AS(kernels::set_precision(Precision::BFloat16), doctest::Contains("AVX512-BF16"), std::runtime_error);
   }
   CHECK(kernels::precision() == Precision::Float32);  // the scope put it back
   CHECK(parse_precision("bf16", "--precision") == Precision::BFloat16);
   CHECK_THROWS_WITH_AS(parse_precision("fp16", "--precision"), doctest::Contains("--precision must be fp32 or bf16, got 'fp16'"),
                        std::invalid_argument);
+  // The default path: native exactly where it can run, unless GRADFLOW_BF16=portable runs this test.
+  const char* env = std::getenv("GRADFLOW_BF16");
+  const bool native = kernels::bf16_native_available(), forced = env && std::string(env) == "portable";
+  const Bf16Path by_default = native && !forced ? Bf16Path::Native : Bf16Path::Portable;
+  CHECK(kernels::bf16_path() == by_default);
+  {
+    kernels::Bf16PathScope portable(Bf16Path::Portable);
+    CHECK(kernels::bf16_path() == Bf16Path::Portable);
+  }
+  CHECK(kernels::bf16_path() == by_default);
+  if (!native)
+    CHECK_THROWS_WITH_AS(kernels::set_bf16_path(Bf16Path::Native), doctest::Contains("the native bf16 path cannot run here"), std::runtime_error);
+  // The command line: GRADFLOW_BF16 forces the portable path, and a wrong value is refused.
+  const std::string gradflow = std::string(GRADFLOW_BINARY_DIR) + "/gradflow";
+  const auto [portable_out, portable_rc] = shell("GRADFLOW_BF16=portable " + gradflow + " info");
+  CHECK(portable_rc == 0);
+  CHECK(portable_out.find("bfloat16 products (--precision bf16): portable path") != std::string::npos);
+  const auto [plain, plain_rc] = shell("env -u GRADFLOW_BF16 " + gradflow + " info");
+  CHECK(plain_rc == 0);
+  CHECK(plain.find(native ? "bfloat16 products (--precision bf16): native path; oneDNN runs them with"
+                          : "bfloat16 products (--precision bf16): portable path") != std::string::npos);
+  const auto [bad, bad_rc] = shell("GRADFLOW_BF16=fast " + gradflow + " info");
+  CHECK(bad_rc != 0);
+  CHECK(bad.find("GRADFLOW_BF16 must be 'portable', 'auto' or unset, got 'fast'") != std::string::npos);
 }
 
-TEST_CASE("to_bf16 gives the reference's bits" * doctest::skip(!kBf16)) {
+TEST_CASE("to_bf16 and to_bf16_in_place give the reference's bits, on each path") {
   std::mt19937_64 rng(7);
   std::vector<float> v;
   for (int i = 0; i < 200000; ++i) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));  // every class of value
@@ -118,61 +207,90 @@ TEST_CASE("to_bf16 gives the reference's bits" * doctest::skip(!kBf16)) {
                   -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
                   std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u), std::bit_cast<float>(0x7f7f8000u)})
     v.push_back(s);
-  for (int64_t n : {int64_t(v.size()), int64_t(17), int64_t(5)}) {  // whole vectors and masked tails
-    std::vector<bfloat16> fast(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
-    kernels::to_bf16(v.data(), fast.data(), n);
-    kernels::to_bf16_reference(v.data(), ref.data(), n);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < n; ++i) differ += fast[i].bits != ref[i].bits;
-    CHECK(differ == 0);
-  }
+  on_each_path([&](Bf16Path) {
+    for (int64_t n : {int64_t(v.size()), int64_t(17), int64_t(5)}) {  // whole vectors and masked tails
+      std::vector<bfloat16> fast(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+      kernels::to_bf16(v.data(), fast.data(), n);
+      kernels::to_bf16_reference(v.data(), ref.data(), n);
+      std::vector<float> in_place(v.begin(), v.begin() + n);
+      kernels::to_bf16_in_place(in_place.data(), n);
+      int64_t differ = 0, differ_in_place = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t bits = 0;
+        std::memcpy(&bits, reinterpret_cast<const char*>(in_place.data()) + 2 * i, 2);
+        differ += fast[i].bits != ref[i].bits;
+        differ_in_place += bits != ref[i].bits;
+      }
+      INFO("n ", n);
+      CHECK(differ == 0);
+      CHECK(differ_in_place == 0);
+    }
+  });
 }
 
-TEST_CASE("gemm_bf16 (oneDNN) against the plain reference, every layout, cut across threads or not" * doctest::skip(!kBf16)) {
+TEST_CASE("gemm_bf16 against the plain reference on each path, every layout, cut across threads or not; the paths against each other") {
   struct Dims {
     int64_t m, n, k;
   };
-  for (Dims d : {Dims{1, 1, 1}, Dims{3, 5, 7}, Dims{70, 33, 129}, Dims{600, 200, 64}, Dims{64, 700, 300}})
+  for (Dims d : {Dims{1, 1, 1}, Dims{3, 5, 7}, Dims{70, 33, 129}, Dims{600, 200, 64}, Dims{64, 700, 300}, Dims{9, 40, 1500}})
     for (int t = 0; t < 8; ++t) {
       const bool ta = t & 1, tb = t & 2, acc = t & 4;
       const int64_t lda = (ta ? d.m : d.k) + 3, ldb = (tb ? d.k : d.n) + 5, ldc = d.n + 2;  // leading dims beyond the extents
       const std::vector<bfloat16> a = rounded(random_floats((ta ? d.k : d.m) * lda, 1)), b = rounded(random_floats((tb ? d.n : d.k) * ldb, 2));
       const std::vector<float> bias = random_floats(d.n, 3), c0 = random_floats(d.m * ldc, 4);
-      std::vector<float> c = c0, ref = c0;
-      const uint64_t flops0 = kernels::gemm_flops();
-      kernels::gemm_bf16(ta, tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, acc ? 1.0f : 0.0f, c.data(), ldc, t % 3 ? bias.data() : nullptr);
-      CHECK(kernels::gemm_flops() - flops0 == static_cast<uint64_t>(2 * d.m * d.n * d.k));
+      std::vector<float> ref = c0;
       kernels::gemm_bf16_reference(ta, tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, acc ? 1.0f : 0.0f, ref.data(), ldc,
                                    t % 3 ? bias.data() : nullptr);
-      // Each element: a float32 sum of exact bfloat16 products, in some order.
-      double worst = 0;
+      // Each element's tolerance: a float32 sum of exact bfloat16 products, in some order.
+      std::vector<double> tol(static_cast<size_t>(d.m * ldc), 0.0);
       for (int64_t i = 0; i < d.m; ++i)
         for (int64_t j = 0; j < d.n; ++j) {
           double mag = std::abs(acc ? c0[i * ldc + j] : 0.0) + (t % 3 ? std::abs(bias[j]) : 0.0);
           for (int64_t p = 0; p < d.k; ++p)
             mag += std::abs(static_cast<float>(ta ? a[p * lda + i] : a[i * lda + p]) * static_cast<float>(tb ? b[j * ldb + p] : b[p * ldb + j]));
-          worst = std::max(worst, std::abs(c[i * ldc + j] - ref[i * ldc + j]) / two_orders_tolerance(d.k + 2, mag, DType::Float32));
+          tol[i * ldc + j] = two_orders_tolerance(d.k + 2, mag, DType::Float32);
         }
       INFO("m ", d.m, " n ", d.n, " k ", d.k, " ta ", ta, " tb ", tb, " beta ", acc);
-      CHECK(worst <= 1.0);
-      for (int64_t i = 0; i < d.m; ++i)  // the leading dims' gaps are never written
-        for (int64_t j = d.n; j < ldc; ++j) CHECK(c[i * ldc + j] == c0[i * ldc + j]);
+      std::vector<std::vector<float>> results;
+      on_each_path([&](Bf16Path) {
+        std::vector<float> c = c0;
+        const uint64_t flops0 = kernels::gemm_flops();
+        kernels::gemm_bf16(ta, tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, acc ? 1.0f : 0.0f, c.data(), ldc, t % 3 ? bias.data() : nullptr);
+        CHECK(kernels::gemm_flops() - flops0 == static_cast<uint64_t>(2 * d.m * d.n * d.k));
+        double worst = 0;
+        for (int64_t i = 0; i < d.m; ++i)
+          for (int64_t j = 0; j < d.n; ++j) worst = std::max(worst, std::abs(c[i * ldc + j] - ref[i * ldc + j]) / tol[i * ldc + j]);
+        CHECK(worst <= 1.0);
+        for (int64_t i = 0; i < d.m; ++i)  // the leading dims' gaps are never written
+          for (int64_t j = d.n; j < ldc; ++j) CHECK(c[i * ldc + j] == c0[i * ldc + j]);
+        results.push_back(std::move(c));
+      });
+      if (results.size() == 2) {  // portable against native (oneDNN): two float32 orders of the same exact products
+        double worst = 0;
+        for (int64_t i = 0; i < d.m; ++i)
+          for (int64_t j = 0; j < d.n; ++j) worst = std::max(worst, std::abs(results[0][i * ldc + j] - results[1][i * ldc + j]) / tol[i * ldc + j]);
+        CHECK(worst <= 1.0);
+      }
     }
 }
 
-TEST_CASE("gemm_bf16 while decoding: blocks fixed by the shape, the same bits on 1 and 2 threads" * doctest::skip(!kBf16)) {
+TEST_CASE("gemm_bf16 while decoding: blocks fixed by the shape, the same bits on 1 and 2 threads, on each path") {
   const int64_t m = 32, n = 768, k = 256;
   const std::vector<bfloat16> a = rounded(random_floats(m * k, 5)), b = rounded(random_floats(n * k, 6));
-  std::vector<float> one(m * n), two(m * n);
   kernels::SmallRowsGemmScope decoding;
-  set_num_threads(1);
-  kernels::gemm_bf16(false, true, m, n, k, a.data(), k, b.data(), k, 0.0f, one.data(), n);
-  set_num_threads(2);
-  kernels::gemm_bf16(false, true, m, n, k, a.data(), k, b.data(), k, 0.0f, two.data(), n);
-  CHECK(std::memcmp(one.data(), two.data(), sizeof(float) * one.size()) == 0);
+  on_each_path([&](Bf16Path) {
+    std::vector<float> one(m * n), two(m * n);
+    set_num_threads(1);
+    kernels::gemm_bf16(false, true, m, n, k, a.data(), k, b.data(), k, 0.0f, one.data(), n);
+    set_num_threads(2);
+    kernels::gemm_bf16(false, true, m, n, k, a.data(), k, b.data(), k, 0.0f, two.data(), n);
+    CHECK(std::memcmp(one.data(), two.data(), sizeof(float) * one.size()) == 0);
+  });
 }
 
-TEST_CASE("tile_gemm_bf16 (vdpbf16ps) against the plain reference: float and bfloat16 operands, every layout" * doctest::skip(!kBf16)) {
+// k > 1024 with B read transposed reaches the native kernel's packing of B^T in chunks of 512
+// pairs (pack_b in bf16_tile.cpp): a chunk boundary inside k, and an odd k's padding in the last.
+TEST_CASE("tile_gemm_bf16 against the plain reference on each path: float and bfloat16 operands, every layout, k past 1024") {
   struct Dims {
     int64_t m, n, k;
   };
@@ -185,25 +303,42 @@ TEST_CASE("tile_gemm_bf16 (vdpbf16ps) against the plain reference: float and bfl
     for (size_t i = 0; i < af.size(); ++i) a[i] = static_cast<TA>(af[i]);
     for (size_t i = 0; i < bf.size(); ++i) b[i] = static_cast<TB>(bf[i]);
     const std::vector<float> c0 = random_floats(d.m * ldc, 13);
-    std::vector<float> c = c0, ref = c0;
-    kernels::tile_gemm_bf16(ta, tb, d.m, d.n, d.k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, ws);
+    std::vector<float> ref = c0;
     kernels::tile_gemm_bf16_reference(ta, tb, d.m, d.n, d.k, alpha, a.data(), lda, b.data(), ldb, beta, ref.data(), ldc);
-    double worst = 0;
+    std::vector<double> tol(static_cast<size_t>(d.m * ldc), 0.0);
     for (int64_t i = 0; i < d.m; ++i)
-      for (int64_t j = 0; j < ldc; ++j) {
-        if (j >= d.n) {
-          CHECK(c[i * ldc + j] == c0[i * ldc + j]);
-          continue;
-        }
+      for (int64_t j = 0; j < d.n; ++j) {
         double mag = std::abs(beta * c0[i * ldc + j]);
         for (int64_t p = 0; p < d.k; ++p)
           mag += std::abs(alpha * af[ta ? p * lda + i : i * lda + p] * bf[tb ? j * ldb + p : p * ldb + j]) * (1 + 2 * kU);
-        worst = std::max(worst, std::abs(c[i * ldc + j] - ref[i * ldc + j]) / two_orders_tolerance(d.k + 2, mag, DType::Float32));
+        tol[i * ldc + j] = two_orders_tolerance(d.k + 2, mag, DType::Float32);
       }
     INFO("m ", d.m, " n ", d.n, " k ", d.k, " ta ", ta, " tb ", tb, " beta ", beta);
-    CHECK(worst <= 1.0);
+    std::vector<std::vector<float>> results;
+    on_each_path([&](Bf16Path) {
+      std::vector<float> c = c0;
+      kernels::tile_gemm_bf16(ta, tb, d.m, d.n, d.k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, ws);
+      double worst = 0;
+      for (int64_t i = 0; i < d.m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          if (j >= d.n) {
+            CHECK(c[i * ldc + j] == c0[i * ldc + j]);
+            continue;
+          }
+          worst = std::max(worst, std::abs(c[i * ldc + j] - ref[i * ldc + j]) / tol[i * ldc + j]);
+        }
+      CHECK(worst <= 1.0);
+      results.push_back(std::move(c));
+    });
+    if (results.size() == 2) {  // the portable path against vdpbf16ps
+      double worst = 0;
+      for (int64_t i = 0; i < d.m; ++i)
+        for (int64_t j = 0; j < d.n; ++j) worst = std::max(worst, std::abs(results[0][i * ldc + j] - results[1][i * ldc + j]) / tol[i * ldc + j]);
+      CHECK(worst <= 1.0);
+    }
   };
-  for (Dims d : {Dims{1, 1, 1}, Dims{5, 13, 7}, Dims{64, 13, 64}, Dims{64, 64, 13}, Dims{13, 64, 64}, Dims{70, 100, 33}})
+  for (Dims d : {Dims{1, 1, 1}, Dims{5, 13, 7}, Dims{64, 13, 64}, Dims{64, 64, 13}, Dims{13, 64, 64}, Dims{70, 100, 33}, Dims{3, 21, 1025},
+                 Dims{7, 17, 2051}, Dims{2, 5, 3072}})
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       run.operator()<float, bfloat16>(d, ta, tb, 0.125f, 0.0f);
@@ -213,98 +348,138 @@ TEST_CASE("tile_gemm_bf16 (vdpbf16ps) against the plain reference: float and bfl
     }
 }
 
-TEST_CASE("linear under bf16: output and gradients are float32 sums of the rounded operands' products" * doctest::skip(!kBf16)) {
-  const int64_t N = 37, in = 70, out = 45;
-  Variable x(tensor_of(random_floats(N * in, 21), {N, in}), true), w(tensor_of(random_floats(out * in, 22, 0.2f), {out, in}), true),
-      b(tensor_of(random_floats(out, 23), {out}), true);
-  const Tensor g = tensor_of(random_floats(N * out, 24), {N, out});  // upstream gradient
-  Variable y;
-  {
-    kernels::PrecisionScope bf16(Precision::BFloat16);
-    y = linear(x, w, b);
-    sum(y * Variable(g)).backward();
-  }
-  // float64 on the rounded operands: what the bf16 products compute, up to float32 accumulation.
-  const Tensor x64 = rounded64(x.data()), w64 = rounded64(w.data()), g64 = rounded64(g);
-  const Tensor y_ref = kernels::linear(x64, w64, b.data().to(DType::Float64));
-  const Tensor gx_ref = kernels::matmul(g64, w64), gw_ref = kernels::matmul(g64.transpose(0, 1), x64);
-  auto abs64 = [](const Tensor& t) {
-    Tensor r = t.contiguous().clone();
-    for (int64_t i = 0; i < r.numel(); ++i) r.flat_set(i, std::abs(r.flat_get(i)));
-    return r;
-  };
-  // two_orders_tolerance per element, from the magnitudes |A| @ |B| (+ |bias|) of its terms.
-  auto tolerance = [](Tensor mag, int64_t k) {
-    for (int64_t i = 0; i < mag.numel(); ++i) mag.flat_set(i, two_orders_tolerance(k + 1, mag.flat_get(i), DType::Float32) + 1e-30);
-    return mag;
-  };
-  const Tensor y_mag = kernels::linear(abs64(x64), abs64(w64), abs64(b.data().to(DType::Float64)));
-  CHECK(worst_ratio(y.data(), y_ref, tolerance(y_mag, in)) <= 1.0);
-  CHECK(worst_ratio(x.grad(), gx_ref, tolerance(kernels::matmul(abs64(g64), abs64(w64)), out)) <= 1.0);
-  CHECK(worst_ratio(w.grad(), gw_ref, tolerance(kernels::matmul(abs64(g64).transpose(0, 1), abs64(x64)), N)) <= 1.0);
-  CHECK(worst_ratio(b.grad(), kernels::sum(g.to(DType::Float64), {0}, false), Tensor::full({out}, 1e-5, DType::Float64)) <= 1.0);
-  // And the rounding did happen: float32 products differ from these by about u = 2^-8 relative.
-  const Tensor y32 = kernels::linear(x.data(), w.data(), b.data());
-  double most = 0;
-  for (int64_t i = 0; i < y32.numel(); ++i) most = std::max(most, std::abs(y32.flat_get(i) - y.data().flat_get(i)));
-  CHECK(most > 1e-3);
-}
-
-TEST_CASE("linear_cross_entropy under bf16 equals linear + cross_entropy under bf16" * doctest::skip(!kBf16)) {
-  const int64_t N = 50, D = 24, V = 31;
-  kernels::PrecisionScope bf16(Precision::BFloat16);
-  Tensor tgt = Tensor::empty({N}, DType::Int64);
-  for (int64_t i = 0; i < N; ++i) tgt.flat_set(i, i % 7 == 0 ? 0 : (i * 5) % V);  // some ignored (0)
-  const Tensor h0 = tensor_of(random_floats(N * D, 31), {N, D}), w0 = tensor_of(random_floats(V * D, 32, 0.3f), {V, D}),
-               b0 = tensor_of(random_floats(V, 33), {V});
-  Variable h1(h0.clone(), true), w1(w0.clone(), true), b1(b0.clone(), true);
-  Variable h2(h0.clone(), true), w2(w0.clone(), true), b2(b0.clone(), true);
-  Variable fused = linear_cross_entropy(h1, w1, b1, tgt, 0, 0.1, 7);  // chunks of 7 rows
-  Variable plain = cross_entropy(linear(h2, w2, b2), tgt, 0, 0.1);
-  fused.backward();
-  plain.backward();
-  CHECK(fused.item() == doctest::Approx(plain.item()).epsilon(1e-6));
-  for (auto [a, b] : {std::pair{h1.grad(), h2.grad()}, {w1.grad(), w2.grad()}, {b1.grad(), b2.grad()}})
-    for (int64_t i = 0; i < a.numel(); ++i) CHECK(a.flat_get(i) == doctest::Approx(b.flat_get(i)).epsilon(1e-5).scale(1e-3));
-}
-
-TEST_CASE("fused attention under bf16: within the bfloat16 rounding of float64, far outside float32's" * doctest::skip(!kBf16)) {
-  const int64_t B = 2, L = 19, S = 23, H = 2, dk = 16;
-  const Tensor q0 = tensor_of(random_floats(B * L * H * dk, 41), {B, L, H * dk}), k0 = tensor_of(random_floats(B * S * H * dk, 42), {B, S, H * dk}),
-               v0 = tensor_of(random_floats(B * S * H * dk, 43), {B, S, H * dk}), g0 = tensor_of(random_floats(B * L * H * dk, 44), {B, L, H * dk});
-  FusedAttentionOptions o;
-  o.heads = o.kv_heads = H;
-  o.scale = 1.0 / std::sqrt(double(dk));
-  o.block_q = 8, o.block_k = 7;  // several tiles, none dividing the lengths
-  auto run = [&](DType dtype, bool bf16) {
-    std::optional<kernels::PrecisionScope> scope;
-    if (bf16) scope.emplace(Precision::BFloat16);
-    Variable q(q0.to(dtype), true), k(k0.to(dtype), true), v(v0.to(dtype), true);
-    Variable out = fused_attention(q, k, v, o);
-    sum(out * Variable(g0.to(dtype))).backward();
-    return std::vector<Tensor>{out.data(), q.grad(), k.grad(), v.grad()};
-  };
-  const std::vector<Tensor> exact = run(DType::Float64, false), f32 = run(DType::Float32, false), b16 = run(DType::Float32, true);
-  for (size_t i = 0; i < exact.size(); ++i) {
-    double err32 = 0, err16 = 0, scale = max_abs(exact[i]);
-    for (int64_t j = 0; j < exact[i].numel(); ++j) {
-      err32 = std::max(err32, std::abs(f32[i].flat_get(j) - exact[i].flat_get(j)));
-      err16 = std::max(err16, std::abs(b16[i].flat_get(j) - exact[i].flat_get(j)));
+TEST_CASE("linear under bf16: output and gradients are float32 sums of the rounded operands' products, on each path") {
+  on_each_path([&](Bf16Path) {
+    const int64_t N = 37, in = 70, out = 45;
+    Variable x(tensor_of(random_floats(N * in, 21), {N, in}), true), w(tensor_of(random_floats(out * in, 22, 0.2f), {out, in}), true),
+        b(tensor_of(random_floats(out, 23), {out}), true);
+    const Tensor g = tensor_of(random_floats(N * out, 24), {N, out});  // upstream gradient
+    Variable y;
+    {
+      kernels::PrecisionScope bf16(Precision::BFloat16);
+      y = linear(x, w, b);
+      sum(y * Variable(g)).backward();
     }
-    INFO("tensor ", i, ": float32 error ", err32 / scale, ", bf16 error ", err16 / scale, " of max |value| ", scale);
-    CHECK(err16 <= 4 * kU * scale);  // each product's operands rounded once: about u of the largest value (docs/performance.md, bfloat16)
-    CHECK(err16 > 16 * err32);        // and the products really were rounded
-  }
+    // float64 on the rounded operands: what the bf16 products compute, up to float32 accumulation.
+    const Tensor x64 = rounded64(x.data()), w64 = rounded64(w.data()), g64 = rounded64(g);
+    const Tensor y_ref = kernels::linear(x64, w64, b.data().to(DType::Float64));
+    const Tensor gx_ref = kernels::matmul(g64, w64), gw_ref = kernels::matmul(g64.transpose(0, 1), x64);
+    auto abs64 = [](const Tensor& t) {
+      Tensor r = t.contiguous().clone();
+      for (int64_t i = 0; i < r.numel(); ++i) r.flat_set(i, std::abs(r.flat_get(i)));
+      return r;
+    };
+    // two_orders_tolerance per element, from the magnitudes |A| @ |B| (+ |bias|) of its terms.
+    auto tolerance = [](Tensor mag, int64_t k) {
+      for (int64_t i = 0; i < mag.numel(); ++i) mag.flat_set(i, two_orders_tolerance(k + 1, mag.flat_get(i), DType::Float32) + 1e-30);
+      return mag;
+    };
+    const Tensor y_mag = kernels::linear(abs64(x64), abs64(w64), abs64(b.data().to(DType::Float64)));
+    CHECK(worst_ratio(y.data(), y_ref, tolerance(y_mag, in)) <= 1.0);
+    CHECK(worst_ratio(x.grad(), gx_ref, tolerance(kernels::matmul(abs64(g64), abs64(w64)), out)) <= 1.0);
+    CHECK(worst_ratio(w.grad(), gw_ref, tolerance(kernels::matmul(abs64(g64).transpose(0, 1), abs64(x64)), N)) <= 1.0);
+    CHECK(worst_ratio(b.grad(), kernels::sum(g.to(DType::Float64), {0}, false), Tensor::full({out}, 1e-5, DType::Float64)) <= 1.0);
+    // And the rounding did happen: float32 products differ from these by about u = 2^-8 relative.
+    const Tensor y32 = kernels::linear(x.data(), w.data(), b.data());
+    double most = 0;
+    for (int64_t i = 0; i < y32.numel(); ++i) most = std::max(most, std::abs(y32.flat_get(i) - y.data().flat_get(i)));
+    CHECK(most > 1e-3);
+  });
 }
 
-TEST_CASE("Bf16WeightCache: one conversion per weight while it lives, none kept after" * doctest::skip(!kBf16)) {
-  Tensor w = tensor_of(random_floats(64, 51), {8, 8});
-  {
-    kernels::Bf16WeightCache cache;
+TEST_CASE("linear_cross_entropy under bf16 equals linear + cross_entropy under bf16, on each path") {
+  on_each_path([&](Bf16Path) {
+    const int64_t N = 50, D = 24, V = 31;
+    kernels::PrecisionScope bf16(Precision::BFloat16);
+    Tensor tgt = Tensor::empty({N}, DType::Int64);
+    for (int64_t i = 0; i < N; ++i) tgt.flat_set(i, i % 7 == 0 ? 0 : (i * 5) % V);  // some ignored (0)
+    const Tensor h0 = tensor_of(random_floats(N * D, 31), {N, D}), w0 = tensor_of(random_floats(V * D, 32, 0.3f), {V, D}),
+                 b0 = tensor_of(random_floats(V, 33), {V});
+    Variable h1(h0.clone(), true), w1(w0.clone(), true), b1(b0.clone(), true);
+    Variable h2(h0.clone(), true), w2(w0.clone(), true), b2(b0.clone(), true);
+    Variable fused = linear_cross_entropy(h1, w1, b1, tgt, 0, 0.1, 7);  // chunks of 7 rows
+    Variable plain = cross_entropy(linear(h2, w2, b2), tgt, 0, 0.1);
+    fused.backward();
+    plain.backward();
+    CHECK(fused.item() == doctest::Approx(plain.item()).epsilon(1e-6));
+    for (auto [a, b] : {std::pair{h1.grad(), h2.grad()}, {w1.grad(), w2.grad()}, {b1.grad(), b2.grad()}})
+      for (int64_t i = 0; i < a.numel(); ++i) CHECK(a.flat_get(i) == doctest::Approx(b.flat_get(i)).epsilon(1e-5).scale(1e-3));
+  });
+}
+
+TEST_CASE("fused attention under bf16: within the bfloat16 rounding of float64, far outside float32's, on each path") {
+  on_each_path([&](Bf16Path) {
+    const int64_t B = 2, L = 19, S = 23, H = 2, dk = 16;
+    const Tensor q0 = tensor_of(random_floats(B * L * H * dk, 41), {B, L, H * dk}), k0 = tensor_of(random_floats(B * S * H * dk, 42), {B, S, H * dk}),
+                 v0 = tensor_of(random_floats(B * S * H * dk, 43), {B, S, H * dk}), g0 = tensor_of(random_floats(B * L * H * dk, 44), {B, L, H * dk});
+    FusedAttentionOptions o;
+    o.heads = o.kv_heads = H;
+    o.scale = 1.0 / std::sqrt(double(dk));
+    o.block_q = 8, o.block_k = 7;  // several tiles, none dividing the lengths
+    auto run = [&](DType dtype, bool bf16) {
+      std::optional<kernels::PrecisionScope> scope;
+      if (bf16) scope.emplace(Precision::BFloat16);
+      Variable q(q0.to(dtype), true), k(k0.to(dtype), true), v(v0.to(dtype), true);
+      Variable out = fused_attention(q, k, v, o);
+      sum(out * Variable(g0.to(dtype))).backward();
+      return std::vector<Tensor>{out.data(), q.grad(), k.grad(), v.grad()};
+    };
+    const std::vector<Tensor> exact = run(DType::Float64, false), f32 = run(DType::Float32, false), b16 = run(DType::Float32, true);
+    for (size_t i = 0; i < exact.size(); ++i) {
+      double err32 = 0, err16 = 0, scale = max_abs(exact[i]);
+      for (int64_t j = 0; j < exact[i].numel(); ++j) {
+        err32 = std::max(err32, std::abs(f32[i].flat_get(j) - exact[i].flat_get(j)));
+        err16 = std::max(err16, std::abs(b16[i].flat_get(j) - exact[i].flat_get(j)));
+      }
+      INFO("tensor ", i, ": float32 error ", err32 / scale, ", bf16 error ", err16 / scale, " of max |value| ", scale);
+      CHECK(err16 <= 4 * kU * scale);  // each product's operands rounded once: about u of the largest value (docs/performance.md, bfloat16)
+      CHECK(err16 > 16 * err32);        // and the products really were rounded
+    }
+  });
+}
+
+TEST_CASE("Bf16WeightCache: one conversion per weight while it lives, none kept after, on each path") {
+  on_each_path([&](Bf16Path) {
+    Tensor w = tensor_of(random_floats(64, 51), {8, 8});
+    {
+      kernels::Bf16WeightCache cache;
+      const Tensor a = kernels::bf16_weight(w), b = kernels::bf16_weight(w);
+      CHECK(a.storage() == b.storage());  // converted once
+      CHECK(kernels::bf16_weight(w.narrow(0, 0, 4)).storage() != a.storage());  // another view is another weight
+    }
     const Tensor a = kernels::bf16_weight(w), b = kernels::bf16_weight(w);
-    CHECK(a.storage() == b.storage());  // converted once
-    CHECK(kernels::bf16_weight(w.narrow(0, 0, 4)).storage() != a.storage());  // another view is another weight
+    CHECK(a.storage() != b.storage());  // no scope: converted every time
+  });
+}
+
+// The command line end to end: `train --precision bf16` runs on the portable path (forced here, as
+// it is taken on a CPU without AVX512-BF16), says so, and trains as the native path does: the same
+// rounding, so after 44 steps the validation losses differ only by the float32 sums' order.
+TEST_CASE("train --precision bf16 on the portable path: runs, says so, and matches the native path's run where both run") {
+  test::Setup setup;
+  auto train = [&](const std::string& name, const std::vector<std::string>& env) {
+    const std::filesystem::path out = setup.tmp.path / name;
+    std::vector<std::string> args = setup.train_args(out, 2);
+    args.insert(args.end(), {"--precision", "bf16"});
+    test::ChildOptions o;
+    o.env = env;
+    const test::Ran r = test::run(test::gradflow_binary(), args, setup.tmp.path / (name + "-log"), o);
+    INFO(r.err);
+    REQUIRE(r.exit_code() == 0);
+    return std::make_pair(r.err, test::load_state(out.string()));
+  };
+  const auto [err, portable] = train("portable", {"GRADFLOW_BF16=portable"});
+  // It names why: the variable where the native path could run, else what stops the native path.
+  const std::string why = kernels::bf16_native_available() ? "GRADFLOW_BF16=portable" : kernels::bf16_native_unavailable_reason();
+  CHECK(err.find("train: --precision bf16 runs on the portable path (" + why + ")") != std::string::npos);
+  CHECK(portable.step == 44);
+  REQUIRE(std::isfinite(portable.best_valid_loss));
+  if (kernels::bf16_native_available()) {
+    const auto [native_err, native] = train("native", {"GRADFLOW_BF16=auto"});
+    CHECK(native_err.find("portable path") == std::string::npos);
+    CHECK(native.step == portable.step);
+    CHECK(std::abs(native.best_valid_loss - portable.best_valid_loss) <= 1e-3 * native.best_valid_loss);
+  } else {
+    MESSAGE("the native bf16 path cannot run here (", kernels::bf16_native_unavailable_reason(), "): the portable run alone");
   }
-  const Tensor a = kernels::bf16_weight(w), b = kernels::bf16_weight(w);
-  CHECK(a.storage() != b.storage());  // no scope: converted every time
 }

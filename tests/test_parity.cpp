@@ -51,30 +51,44 @@ TEST_CASE("training cases pass in float32, the parameters PyTorch left in place 
 // bf16: the standard and variant cases and the training trajectories, each also run by PyTorch's CPU
 // autocast to bfloat16 (scripts/make_parity_bf16.py); every case within twice autocast's distance
 // from the float64 reference (app/parity.cpp, Bf16Comparison).
-const bool kBf16 = kernels::bf16_supported();
-TEST_CASE("bf16 cases: products in bfloat16 within twice PyTorch autocast's error" * doctest::skip(!kBf16)) {
-  expect_all_pass("bf16", DType::Float32, Precision::BFloat16);
-  CHECK(kernels::precision() == Precision::Float32);  // the run's precision does not outlive it
+// Each on every bf16 path this machine has: the portable one everywhere, the native one where it runs.
+std::vector<kernels::Bf16Path> bf16_paths() {
+  if (kernels::bf16_native_available()) return {kernels::Bf16Path::Portable, kernels::Bf16Path::Native};
+  MESSAGE("the native bf16 path cannot run here (", kernels::bf16_native_unavailable_reason(), "): the portable path only");
+  return {kernels::Bf16Path::Portable};
 }
 
-TEST_CASE("bf16 parity fails on a wrong parameter, and needs autocast results in the case" * doctest::skip(!kBf16)) {
-  fs::path dir = fs::temp_directory_path() / "gradflow_parity_bf16_bad";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  SafetensorsFile f = load_safetensors(cases("bf16") + "/standard_ffn.safetensors");
-  REQUIRE(app::run_parity_case(cases("bf16") + "/standard_ffn.safetensors", DType::Float32, Precision::BFloat16).passed);
-  Tensor w = f.tensors.at("param.linear1.weight").clone();  // (ff, d)
-  for (int64_t j = 0; j < w.size(1); ++j) w.flat_set(j, w.flat_get(j) * 1.1);  // one row 10% larger: a small slip
-  f.tensors["param.linear1.weight"] = w;
-  save_safetensors((dir / "ffn.safetensors").string(), f.tensors, f.metadata);
-  const app::ParityCaseResult r = app::run_parity_case((dir / "ffn.safetensors").string(), DType::Float32, Precision::BFloat16);
-  CHECK(r.error.empty());
-  CHECK_FALSE(r.passed);
-  CHECK(r.bf16_gradients > 1.0);
-  const app::ParityCaseResult plain = app::run_parity_case(cases("standard") + "/ffn.safetensors", DType::Float32, Precision::BFloat16);
-  CHECK_FALSE(plain.passed);
-  CHECK(plain.error.find("autocast") != std::string::npos);
-  fs::remove_all(dir);
+TEST_CASE("bf16 cases: products in bfloat16 within twice PyTorch autocast's error, on each bf16 path") {
+  for (kernels::Bf16Path p : bf16_paths()) {
+    kernels::Bf16PathScope scope(p);
+    INFO("bf16 path: ", std::string(kernels::bf16_path_name(p)));
+    expect_all_pass("bf16", DType::Float32, Precision::BFloat16);
+    CHECK(kernels::precision() == Precision::Float32);  // the run's precision does not outlive it
+  }
+}
+
+TEST_CASE("bf16 parity fails on a wrong parameter, and needs autocast results in the case, on each bf16 path") {
+  for (kernels::Bf16Path p : bf16_paths()) {
+    kernels::Bf16PathScope scope(p);
+    INFO("bf16 path: ", std::string(kernels::bf16_path_name(p)));
+    fs::path dir = fs::temp_directory_path() / "gradflow_parity_bf16_bad";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    SafetensorsFile f = load_safetensors(cases("bf16") + "/standard_ffn.safetensors");
+    REQUIRE(app::run_parity_case(cases("bf16") + "/standard_ffn.safetensors", DType::Float32, Precision::BFloat16).passed);
+    Tensor w = f.tensors.at("param.linear1.weight").clone();  // (ff, d)
+    for (int64_t j = 0; j < w.size(1); ++j) w.flat_set(j, w.flat_get(j) * 1.1);  // one row 10% larger: a small slip
+    f.tensors["param.linear1.weight"] = w;
+    save_safetensors((dir / "ffn.safetensors").string(), f.tensors, f.metadata);
+    const app::ParityCaseResult r = app::run_parity_case((dir / "ffn.safetensors").string(), DType::Float32, Precision::BFloat16);
+    CHECK(r.error.empty());
+    CHECK_FALSE(r.passed);
+    CHECK(r.bf16_gradients > 1.0);
+    const app::ParityCaseResult plain = app::run_parity_case(cases("standard") + "/ffn.safetensors", DType::Float32, Precision::BFloat16);
+    CHECK_FALSE(plain.passed);
+    CHECK(plain.error.find("autocast") != std::string::npos);
+    fs::remove_all(dir);
+  }
 }
 
 TEST_CASE("a training case fails when the optimizer differs from PyTorch's (beta2 0.999 instead of 0.98)") {

@@ -1,4 +1,6 @@
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -386,6 +388,55 @@ TEST_CASE("atomic write: large streamed content and many small chunks arrive int
   CHECK(read_bytes(d / "big.bin") == expect);
   write_file_atomic(d / "empty.bin", "");
   CHECK(fs::file_size(d / "empty.bin") == 0);
+}
+
+// A pid that belonged to a process of this machine which has ended (and been reaped).
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(::kill(child, 0) != 0);
+  return child;
+}
+
+TEST_CASE("abandoned temporary files: only this host's dead writers' are removed (shared file systems, issue 36)") {
+  ScratchDir d("tempfiles");
+  const std::string me = temp_file_host(), dead = std::to_string(dead_pid()), alive = std::to_string(::getpid());
+  REQUIRE(!me.empty());
+  CHECK(me.find('.') == std::string::npos);
+  // What a writer killed mid-file leaves: a partial file whose name records this host and its pid.
+  const pid_t writer = ::fork();
+  if (writer == 0) {
+    struct KillAfterOneByte : WriteFaults {
+      Verdict before_write(size_t) override { return {1, Then::Kill}; }
+    } kill_it;
+    set_write_faults(&kill_it);
+    write_file_atomic(d / "w.bin", "xyz");
+    ::_exit(1);  // not reached: the fault kills the process inside the write
+  }
+  REQUIRE(writer > 0);
+  int status = 0;
+  REQUIRE(::waitpid(writer, &status, 0) == writer);
+  REQUIRE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+  const std::string left = ".w.bin.tmp-" + me + "-" + std::to_string(writer) + "-";
+  REQUIRE(d.names().size() == 1);
+  CHECK(d.names()[0].rfind(left, 0) == 0);
+  auto touch = [&](const std::string& name) { std::ofstream(d / name) << "partial"; };
+  // Another machine on the same NFS folder: its pid means nothing here, alive or not. A host
+  // name may be all digits, so one equal to a dead pid must not read as the old "<pid>-<n>".
+  const std::vector<std::string> kept = {".model.safetensors.tmp-node7-" + dead + "-0", ".model.safetensors.tmp-" + dead + "-" + dead + "-3",
+                                         ".state.json.tmp-ip-10-0-0-7-" + dead + "-12", ".state.json.tmp-" + me + "-" + alive + "-1",
+                                         ".old.json.tmp-" + dead + "-0", "model.safetensors"};
+  const std::vector<std::string> removed = {d.names()[0], ".model.safetensors.tmp-" + me + "-" + dead + "-0",
+                                            ".a.tmp-b.json.tmp-" + me + "-" + dead + "-7"};
+  for (const std::string& n : kept) touch(n);
+  for (const std::string& n : removed) touch(n);
+  CHECK(remove_abandoned_temp_files(d.dir.string()) == removed.size());
+  std::vector<std::string> expect = kept;
+  std::sort(expect.begin(), expect.end());
+  CHECK(d.names() == expect);
 }
 
 TEST_CASE("fuzz: random mutations of a valid file are either loaded or rejected cleanly") {

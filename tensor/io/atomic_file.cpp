@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 #include <vector>
 
@@ -42,10 +43,10 @@ class TempFile {
     std::string dir = p.parent_path().string();
     std::string base = p.filename().string();
     if (base.empty() || base == "." || base == "..") fail(target, EINVAL, "not a file name");
-    // A hidden name in the same directory, unique per process and call; O_EXCL guarantees we never
-    // reuse a name someone else holds, so a clash just moves on to the next counter value.
+    // A hidden name in the same directory, unique per host, process and call; O_EXCL guarantees we
+    // never reuse a name someone else holds, so a clash just moves on to the next counter value.
     for (int attempt = 0; attempt < 100; ++attempt) {
-      std::string name = fmt::format(".{}.tmp-{}-{}", base, ::getpid(), counter++);
+      std::string name = fmt::format(".{}.tmp-{}-{}-{}", base, temp_file_host(), ::getpid(), counter++);
       path_ = dir.empty() ? name : (std::filesystem::path(dir) / name).string();
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ >= 0) return;
@@ -72,6 +73,28 @@ class TempFile {
 };
 
 std::atomic<WriteFaults*> g_write_faults{nullptr};
+
+// The digits of `s` as a positive number, or -1 when `s` is empty or holds anything else.
+long digits_of(const std::string& s) {
+  if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return std::stol(s);
+}
+
+// A temporary file's name ".<base>.tmp-<host>-<pid>-<counter>" cut into its host and pid; false
+// for any other name (a file of another program, or one without a host, whose writer's machine
+// cannot be known).
+bool temp_file_writer(const std::string& name, std::string& host, long& pid) {
+  if (name.empty() || name[0] != '.') return false;
+  const size_t c = name.rfind('-');
+  if (c == std::string::npos || c == 0 || digits_of(name.substr(c + 1)) < 0) return false;
+  const size_t p = name.rfind('-', c - 1);
+  if (p == std::string::npos || (pid = digits_of(name.substr(p + 1, c - p - 1))) <= 0) return false;
+  // temp_file_host() has no '.', so the last ".tmp-" before the pid is the one before the host.
+  const size_t at = name.rfind(".tmp-", p);
+  if (at == std::string::npos || at + 5 >= p) return false;
+  host = name.substr(at + 5, p - at - 5);
+  return host.find('.') == std::string::npos;
+}
 
 // write(2) may write less than asked or be interrupted; loop until everything is out. A test's
 // WriteFaults may cut the write short: a kill leaves the partial file a real crash leaves, and
@@ -146,17 +169,32 @@ void write_file_atomic_with(const std::string& path, const std::function<void(co
 
 void set_write_faults(WriteFaults* faults) { g_write_faults.store(faults); }
 
+std::string temp_file_host() {
+  static const std::string host = [] {
+    char h[256] = {};
+    std::string s = ::gethostname(h, sizeof h - 1) == 0 && h[0] ? h : "unknown-host";
+    // Only letters, digits and '-' (a '.' would make ".tmp-" ambiguous), at most 64 of them
+    // (HOST_NAME_MAX), so that a long file name still fits NAME_MAX.
+    s = s.substr(0, 64);
+    for (char& ch : s)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-') ch = '_';
+    return s;
+  }();
+  return host;
+}
+
 size_t remove_abandoned_temp_files(const std::string& dir) {
   namespace fs = std::filesystem;
   size_t removed = 0;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const size_t at = name.rfind(".tmp-");
-    if (name.empty() || name[0] != '.' || at == std::string::npos) continue;
-    // ".<base>.tmp-<pid>-<counter>": the writer's pid, to leave a live writer's file alone.
-    const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
-    if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    std::string host;
+    long pid = 0;
+    if (!temp_file_writer(e.path().filename().string(), host, pid)) continue;
+    // kill(pid, 0) speaks for this machine's processes only: on a shared file system (NFS) another
+    // host's writer may be alive under any pid, so its file is never judged here.
+    if (host != temp_file_host()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // a live writer
     if (fs::remove(e.path(), ec)) ++removed;
   }
   return removed;

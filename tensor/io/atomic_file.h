@@ -17,7 +17,7 @@ using ByteSink = std::function<void(const void* data, size_t size)>;
 
 // Writes `bytes` to `path` atomically. Throws std::runtime_error naming the path, the failing step
 // and the errno text (e.g. "write_file_atomic: 'dir/x.bin': cannot create temporary file
-// 'dir/.x.bin.tmp-123-0': No such file or directory").
+// 'dir/.x.bin.tmp-node1-123-0': No such file or directory").
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 // Streaming variant: `produce` is called once and writes the whole content through the sink it is
@@ -42,8 +42,15 @@ class WriteFaults {
 // Installs `faults` for every writer of this process (nullptr: none, the default). Not owned.
 void set_write_faults(WriteFaults* faults);
 
-// Deletes the temporary files that writers killed mid-write left in `dir` (hidden ".<name>.tmp-<pid>-<n>"
-// files whose process no longer exists); returns how many. A live writer's file is left alone.
+// This machine's name as temporary files record it: gethostname() with every character other than
+// a letter, a digit or '-' made '_', at most 64 characters.
+std::string temp_file_host();
+
+// Deletes the temporary files that writers killed mid-write left in `dir`: hidden
+// ".<name>.tmp-<host>-<pid>-<n>" files of this host whose process no longer exists; returns how
+// many. A live writer's file is left alone, and so is every file of another host (on a shared file
+// system this machine cannot tell whether that writer lives) and every file whose name records no
+// host.
 size_t remove_abandoned_temp_files(const std::string& dir);
 
 }  // namespace gf

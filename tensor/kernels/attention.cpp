@@ -36,7 +36,7 @@ int64_t width(int64_t nk) { return (nk + kLanes - 1) / kLanes * kLanes; }
 // gemm_flops() unless it is the backward's recomputation of the scores, which the model's FLOP
 // count (bench's model_gflops_per_s) leaves out. Operands of the scores' type T go to BLAS; under
 // bf16 (an operand is bfloat16: Q, K, V and dO are, the float tiles P and dS are rounded while
-// packed) to the vdpbf16ps tiles of bf16_tile.h.
+// packed) to the tiles of bf16_tile.h (vdpbf16ps, or sgemm on the portable path).
 template <bool Count = true, class T, class X, class Y>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const X* a, int64_t lda, const Y* b, int64_t ldb, T beta, T* c,
           int64_t ldc, TileWorkspace& ws) {

@@ -1,11 +1,11 @@
 #include "tensor/kernels/bf16.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tensor/check.h"
+#include "tensor/cpu_features.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/parallel.h"
 
@@ -42,14 +43,22 @@ constexpr bool kBuiltForBf16 = true;
 constexpr bool kBuiltForBf16 = false;
 #endif
 
-// CPUID leaf 7, sub-leaf 1, EAX bit 5: AVX512_BF16 (vdpbf16ps, vcvtneps2bf16).
-bool cpu_has_avx512_bf16() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-  return (a >> 5) & 1u;
-}
-
 std::atomic<Precision> g_precision{Precision::Float32};
+
+// -1: GRADFLOW_BF16 not read yet; 0: the default choice; 1: the portable path forced.
+std::atomic<int> g_portable_forced{-1};
+
+bool portable_forced() {
+  int forced = g_portable_forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  const char* env = std::getenv("GRADFLOW_BF16");
+  const std::string value = env ? env : "";
+  GF_CHECK_AS(std::runtime_error, value.empty() || value == "auto" || value == "portable",
+              "GRADFLOW_BF16 must be 'portable', 'auto' or unset, got '{}'", value);
+  int unread = -1;  // a set_bf16_path on another thread meanwhile wins
+  g_portable_forced.compare_exchange_strong(unread, value == "portable" ? 1 : 0);
+  return g_portable_forced.load(std::memory_order_relaxed) == 1;
+}
 
 // ---- oneDNN ----
 // Debian's oneDNN runs on OpenMP. Every thread that calls it is held to one OpenMP thread (its
@@ -105,6 +114,41 @@ const std::pair<dnnl::matmul, std::string>& primitive(const PrimKey& key) {
   }
 }
 
+std::string native_reason() {
+  if (std::string cpu = avx512_bf16_unusable_reason(cpu_features()); !cpu.empty()) return cpu;
+  if (!kBuiltForBf16) return "this build was compiled without AVX512-BF16 (GRADFLOW_NATIVE=OFF, or built on another CPU)";
+  // oneDNN picks its kernel by the CPU and ONEDNN_MAX_CPU_ISA; its reference kernel is correct
+  // but hundreds of times slower than the portable path's sgemm, so it does not count.
+  try {
+    const std::string& impl = primitive({false, true, 64, 64, 64, false, false}).second;
+    if (impl.rfind("ref", 0) == 0)
+      return fmt::format("oneDNN has only its reference bf16 matmul here (ISA {}, implementation {})", bf16_isa(), impl);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The stored (rows, cols) of a bfloat16 operand as float32 (exact), contiguous.
+void widen(int64_t rows, int64_t cols, const bfloat16* x, int64_t ld, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(x[r * ld + c]);
+}
+
+// One product on the portable path, on the calling thread: both operands widened, then one sgemm
+// (exact products, float32 sums); the bias is added after, as a float32 sum.
+void portable_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
+                   bool accumulate, float* c, int64_t ldc, const float* bias) {
+  std::vector<float> fa, fb;
+  widen(ta ? k : m, ta ? m : k, a, lda, fa);  // (m, k) or, read transposed, (k, m)
+  widen(tb ? n : k, tb ? k : n, b, ldb, fb);  // (k, n) or, read transposed, (n, k)
+  blas_gemm(ta, tb, m, n, k, 1.0f, fa.data(), ta ? m : k, fb.data(), tb ? k : n, accumulate ? 1.0f : 0.0f, c, ldc);
+  if (bias)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += bias[j];
+}
+
 // One oneDNN call on the calling thread: C (m, n) = op(A) @ op(B) (+ C) (+ bias).
 void onednn_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb,
                  bool accumulate, float* c, int64_t ldc, const float* bias) {
@@ -136,15 +180,34 @@ std::vector<CachedWeight> g_cache;
 
 }  // namespace
 
-bool bf16_supported() { return bf16_unsupported_reason().empty(); }
+const char* bf16_path_name(Bf16Path p) { return p == Bf16Path::Native ? "native" : "portable"; }
 
-std::string bf16_unsupported_reason() {
-  if (!cpu_has_avx512_bf16()) return "this CPU has no AVX512-BF16 instructions (vdpbf16ps); use --precision fp32";
-  if (!kBuiltForBf16)
-    return "this build was compiled without AVX512-BF16 (GRADFLOW_NATIVE=OFF, or built on another CPU): rebuild with -march=native "
-           "on a CPU that has it, or use --precision fp32";
-  return "";
+namespace {
+
+// Decided once: bf16_path() asks on every conversion and tile, so no string is copied there.
+const std::string& native_unavailable() {
+  static const std::string reason = native_reason();
+  return reason;
 }
+
+}  // namespace
+
+std::string bf16_native_unavailable_reason() { return native_unavailable(); }
+
+bool bf16_native_available() { return native_unavailable().empty(); }
+
+Bf16Path bf16_path() { return portable_forced() || !bf16_native_available() ? Bf16Path::Portable : Bf16Path::Native; }
+
+void set_bf16_path(Bf16Path p) {
+  if (p == Bf16Path::Native) {
+    const std::string why = bf16_native_unavailable_reason();
+    GF_CHECK_AS(std::runtime_error, why.empty(), "the native bf16 path cannot run here: {}", why);
+  }
+  g_portable_forced.store(p == Bf16Path::Portable ? 1 : 0, std::memory_order_relaxed);
+}
+
+Bf16PathScope::Bf16PathScope(Bf16Path p) : before_(bf16_path()) { set_bf16_path(p); }
+Bf16PathScope::~Bf16PathScope() { g_portable_forced.store(before_ == Bf16Path::Portable ? 1 : 0, std::memory_order_relaxed); }
 
 std::string bf16_isa() {
   switch (dnnl::get_effective_cpu_isa()) {
@@ -161,24 +224,17 @@ std::string bf16_isa() {
 Precision precision() { return g_precision.load(std::memory_order_relaxed); }
 
 void set_precision(Precision p) {
-  if (p == Precision::BFloat16) {
-    const std::string why = bf16_unsupported_reason();
-    GF_CHECK_AS(std::runtime_error, why.empty(), "--precision bf16: {}", why);
-    // oneDNN picks its kernel by the CPU and ONEDNN_MAX_CPU_ISA; its reference kernel would be
-    // correct but hundreds of times slower, so that is refused too.
-    const std::string& impl = primitive({false, true, 64, 64, 64, false, false}).second;
-    GF_CHECK_AS(std::runtime_error, impl.rfind("ref", 0) != 0,
-                "--precision bf16: oneDNN has only its reference bf16 matmul here (ISA {}, implementation {}); unset "
-                "ONEDNN_MAX_CPU_ISA or use --precision fp32",
-                bf16_isa(), impl);
-  }
+  if (p == Precision::BFloat16) (void)bf16_path();  // reads GRADFLOW_BF16, and decides the native path, before any product
   g_precision.store(p, std::memory_order_relaxed);
 }
 
 PrecisionScope::PrecisionScope(Precision p) : before_(precision()) { set_precision(p); }
 PrecisionScope::~PrecisionScope() { g_precision.store(before_, std::memory_order_relaxed); }
 
-void to_bf16(const float* src, bfloat16* dst, int64_t n) {
+namespace {
+
+// vcvtneps2bf16, 16 floats at a time; each vector is read before its results are written.
+void to_bf16_native(const float* src, bfloat16* dst, int64_t n) {
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -189,13 +245,30 @@ void to_bf16(const float* src, bfloat16* dst, int64_t n) {
     _mm256_mask_storeu_epi16(dst + i, tail, reinterpret_cast<__m256i>(v));
   }
 #else
-  GF_FAIL_AS(std::runtime_error, "to_bf16: {}", bf16_unsupported_reason());
+  (void)src, (void)dst, (void)n;
+  GF_FAIL_AS(std::logic_error, "to_bf16: the native path was chosen in a build without AVX512-BF16");
 #endif
 }
 
+}  // namespace
+
+void to_bf16(const float* src, bfloat16* dst, int64_t n) {
+  if (bf16_path() == Bf16Path::Native) return to_bf16_native(src, dst, n);
+  to_bf16_reference(src, dst, n);
+}
+
 void to_bf16_in_place(float* x, int64_t n) {
-  // to_bf16's loop already reads each vector of 16 floats before it writes their results, behind them.
-  to_bf16(x, reinterpret_cast<bfloat16*>(x), n);
+  // Element i's 2 bytes land at byte 2i, within floats already read (i/2 <= i); vcvtneps2bf16's
+  // loop reads each vector of 16 before it writes their results, behind them. The portable loop
+  // goes through bytes, since the floats and the bfloat16s share the memory.
+  if (bf16_path() == Bf16Path::Native) return to_bf16_native(x, reinterpret_cast<bfloat16*>(x), n);
+  auto* bytes = reinterpret_cast<unsigned char*>(x);
+  for (int64_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, bytes + 4 * i, sizeof f);
+    const uint16_t bits = bfloat16(f).bits;
+    std::memcpy(bytes + 2 * i, &bits, sizeof bits);
+  }
 }
 
 void to_bf16_reference(const float* src, bfloat16* dst, int64_t n) {
@@ -226,9 +299,10 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
     return;
   }
+  const bool native = bf16_path() == Bf16Path::Native;  // one path for every slab of the product
   auto call = [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-    onednn_gemm(ta, tb, rows, cols, k, ta ? a + r0 : a + r0 * lda, lda, tb ? b + c0 * ldb : b + c0, ldb, accumulate, c + r0 * ldc + c0, ldc,
-                bias ? bias + c0 : nullptr);
+    (native ? onednn_gemm : portable_gemm)(ta, tb, rows, cols, k, ta ? a + r0 : a + r0 * lda, lda, tb ? b + c0 * ldb : b + c0, ldb,
+                                           accumulate, c + r0 * ldc + c0, ldc, bias ? bias + c0 : nullptr);
   };
   if (m * n * k >= kSplitWork && small_rows_gemm_active()) {
     // Decoding: blocks fixed by the shape alone, so a sentence's bits do not depend on the threads.

@@ -8,6 +8,7 @@
 
 #include "tensor/check.h"
 #include "tensor/kernels/bf16.h"
+#include "tensor/kernels/matmul.h"
 
 namespace gf::kernels {
 
@@ -123,17 +124,10 @@ void rows_of(int64_t m, int64_t kp, const uint32_t* a, int64_t rs, int64_t ps, c
   for (; r < m; ++r) micro<1, V>(kp, a + r * rs, rs, ps, b, n16, alpha, beta, c + r * ldc, ldc, cols);
 }
 
-}  // namespace
-
+// Packs both operands for vdpbf16ps, then 64 columns of C at a time.
 template <class TA, class TB>
-void tile_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda, const TB* b, int64_t ldb,
-                    float beta, float* c, int64_t ldc, TileWorkspace& ws) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta != 0.0f ? beta * c[i * ldc + j] : 0.0f;
-    return;
-  }
+void tile_gemm_native(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda, const TB* b, int64_t ldb,
+                      float beta, float* c, int64_t ldc, TileWorkspace& ws) {
   const int64_t kp = (k + 1) / 2, n16 = (n + 15) / 16 * 16;
   int64_t rs = 0, ps = 0;
   pack_a(ta, m, k, a, lda, ws.a, rs, ps);
@@ -151,15 +145,55 @@ void tile_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
+}  // namespace
+
 #else
+namespace {
 
 template <class TA, class TB>
-void tile_gemm_bf16(bool, bool, int64_t, int64_t, int64_t, float, const TA*, int64_t, const TB*, int64_t, float, float*, int64_t,
-                    TileWorkspace&) {
-  GF_FAIL_AS(std::runtime_error, "tile_gemm_bf16: {}", bf16_unsupported_reason());
+void tile_gemm_native(bool, bool, int64_t, int64_t, int64_t, float, const TA*, int64_t, const TB*, int64_t, float, float*, int64_t,
+                      TileWorkspace&) {
+  GF_FAIL_AS(std::logic_error, "tile_gemm_bf16: the native path was chosen in a build without AVX512-BF16");
 }
 
+}  // namespace
 #endif
+
+namespace {
+
+// The stored (rows, cols) of an operand rounded to bfloat16 (as bfloat16(float): the bits
+// vcvtneps2bf16 gives), as float32, contiguous.
+template <class X>
+void rounded(int64_t rows, int64_t cols, const X* x, int64_t ld, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(bfloat16(static_cast<float>(x[r * ld + c])));
+}
+
+template <class TA, class TB>
+void tile_gemm_portable(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda, const TB* b,
+                        int64_t ldb, float beta, float* c, int64_t ldc, TileWorkspace& ws) {
+  rounded(ta ? k : m, ta ? m : k, a, lda, ws.fa);  // (m, k) or, read transposed, (k, m)
+  rounded(tb ? n : k, tb ? k : n, b, ldb, ws.fb);  // (k, n) or, read transposed, (n, k)
+  blas_gemm(ta, tb, m, n, k, alpha, ws.fa.data(), ta ? m : k, ws.fb.data(), tb ? k : n, beta, c, ldc);
+}
+
+}  // namespace
+
+template <class TA, class TB>
+void tile_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda, const TB* b, int64_t ldb,
+                    float beta, float* c, int64_t ldc, TileWorkspace& ws) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta != 0.0f ? beta * c[i * ldc + j] : 0.0f;
+    return;
+  }
+  if (bf16_path() == Bf16Path::Native)
+    tile_gemm_native(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws);
+  else
+    tile_gemm_portable(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws);
+}
 
 template <class TA, class TB>
 void tile_gemm_bf16_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda, const TB* b,
