@@ -5,6 +5,7 @@
 #include "app/commands.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
+#include "app/precision_choice.h"
 #include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -27,6 +28,8 @@ int cmd_info(int argc, char** argv) {
   fmt::print("bfloat16 products (--precision bf16): {}\n",
              kernels::bf16_supported() ? fmt::format("supported; oneDNN runs them with {}", kernels::bf16_isa())
                                        : "not supported: " + kernels::bf16_unsupported_reason());
+  const PrecisionChoice automatic = choose_auto_precision(this_cpu());
+  fmt::print("--precision auto (the default) chooses: {} ({})\n", precision_name(automatic.precision), automatic.reason);
   namespace dist = train::distributed;
   fmt::print("data-parallel training: {}\n", dist::built_with_mpi() ? fmt::format("MPI ({}): mpirun -np N gradflow train ... (docs/distributed.md)",
                                                                                     dist::mpi_library())
