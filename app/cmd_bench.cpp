@@ -88,7 +88,8 @@ Setup make_setup(const train::RunConfig& c) {
                 {"layers", c.layers},
                 {"ff", c.layer.dim_feedforward},
                 {"max_tokens", c.max_tokens},
-                {"precision", c.precision}};
+                {"precision", precision_name(kernels::precision())},
+                {"precision_requested", c.precision}};
   return s;
 }
 
@@ -372,7 +373,7 @@ int cmd_bench(int argc, char** argv) {
   GF_CHECK_AS(UsageError, std::filesystem::is_directory(f.str("data")), "bench: --data '{}' is not a folder", f.str("data"));
   const train::RunConfig c = bench_config(f);
   set_num_threads(static_cast<int>(f.integer("threads")));
-  apply_precision(c.precision, "bench");
+  apply_precision(c.precision, "bench", stderr);  // stdout holds the JSON line alone
 
   Setup s = make_setup(c);
   Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), f.integer("beam"), s);

@@ -5,6 +5,7 @@
 #include "app/commands.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
+#include "app/precision_choice.h"
 #include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -37,6 +38,8 @@ int cmd_info(int argc, char** argv) {
   fmt::print("openblas config: {}\n", blas_config());
   fmt::print("threads: {} (oneTBB {}.{} and OpenBLAS share this count)\n", max_threads(), TBB_VERSION_MAJOR, TBB_VERSION_MINOR);
   fmt::print("bfloat16 products (--precision bf16): {}\n", bf16_line());
+  const PrecisionChoice automatic = choose_auto_precision(this_cpu());
+  fmt::print("--precision auto (the default) chooses: {} ({})\n", precision_name(automatic.precision), automatic.reason);
   namespace dist = train::distributed;
   fmt::print("data-parallel training: {}\n", dist::built_with_mpi() ? fmt::format("MPI ({}): mpirun -np N gradflow train ... (docs/distributed.md)",
                                                                                     dist::mpi_library())

@@ -14,6 +14,7 @@
 #include "lab/lab.h"
 #include "lab/report.h"
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 
 namespace gf::app {
@@ -207,6 +208,9 @@ int cmd_lab(int argc, char** argv) {
     list_labs();
     return 0;
   }
+  // The labs measure float32 gradient flow, whatever --precision auto picks for train and eval
+  // here; the precision lab rounds to bfloat16 itself, with the scalar conversion.
+  const kernels::PrecisionScope fp32(Precision::Float32);
   const std::string name = argv[0];
   if (name == "all") return run_all(argc - 1, argv + 1);
   const lab::Lab* found = nullptr;

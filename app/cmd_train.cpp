@@ -198,7 +198,7 @@ int cmd_train(int argc, char** argv) {
                 "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
   }
   apply_builtin_options(f, c, opt);
-  apply_precision(c.precision, "train");
+  const ResolvedPrecision precision = apply_precision(c.precision, "train", nullptr);
   if (dist::several()) {
     if (dist::is_root())
       fmt::print("gradflow train: {} processes ({}), {} thread{} each, {} processes on this machine\n", dist::world().size,
@@ -206,6 +206,7 @@ int cmd_train(int argc, char** argv) {
   } else {
     fmt::print("gradflow train: {} threads\n", max_threads());
   }
+  if (dist::is_root()) fmt::print("{}\n", precision_line(precision));
   train::train_translator(c, opt);
   if (f.on("report") && dist::is_root()) {
     const std::string page = train::run_file(opt.out, "report.html");

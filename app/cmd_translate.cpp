@@ -14,6 +14,7 @@
 #include "app/flags.h"
 #include "app/recipe_flags.h"
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 #include "train/eval/bleu.h"
 #include "train/run/checkpoint.h"
@@ -37,7 +38,7 @@ void add_decode_flags(Flags& f) {
                "(slower, may find a higher score)");
   f.add_int("batch-size", 64, "sentences decoded together");
   f.add_int("threads", 0, "threads (default: the hardware's)");
-  add_precision_flag(f, "fp32", " (whatever the run trained in: a bf16 run's weights are float32)");
+  add_precision_flag(f, " (whatever the run trained in: a bf16 run's weights are float32, and decode in either)");
 }
 
 // The decoding flags alone, checked before a model is loaded or a line read.
@@ -46,6 +47,7 @@ void check_decode_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, stop == "heuristic" || stop == "exact", "{}: --beam-stop must be heuristic or exact, got '{}'", f.command(), stop);
   GF_CHECK_AS(UsageError, f.integer("beam") >= 1, "{}: --beam must be at least 1, got {}", f.command(), f.integer("beam"));
   GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
+  check_precision_flag(f);
 }
 
 train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) {
@@ -145,6 +147,21 @@ void translate_group(const train::Translator& t, const std::vector<InputLine>& l
                  train::join_tokens(pieces.output[k]));
 }
 
+// eval --compare-precision: the same sources decoded again with the products in `other`; how many
+// outputs change is what choosing one precision over the other does to the translations.
+void compare_precision(const train::Translator& t, const train::TestScore& s, const train::DecodeOptions& o, int64_t batch_size,
+                       const std::string& tok, const std::string& other) {
+  std::vector<std::string> hyps;
+  {
+    const kernels::PrecisionScope scope(parse_precision(other, "--compare-precision"));
+    hyps = t.translate(s.sources, o, batch_size);
+  }
+  const int64_t differ = train::count_differing(s.hypotheses, hyps);
+  fmt::print("compared with {} decoding: {} of {} outputs differ ({:.2f}%); {}'s {}\n", other, differ, hyps.size(),
+             100.0 * static_cast<double>(differ) / static_cast<double>(hyps.size()), other,
+             corpus_bleu(hyps, s.references, tok).format());
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -182,7 +199,7 @@ int cmd_translate(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   check_translate_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  apply_precision(f.str("precision"), "translate");
+  apply_precision(f.str("precision"), "translate", stderr);  // stdout holds the translations alone
   Input input(f.str("input"), max_line_bytes(f));
   train::Translator t = train::Translator::load(f.str("model"));
   const train::DecodeOptions options = decode_options(f, t);
@@ -226,6 +243,9 @@ Flags eval_flags() {
   f.add_string("split", "", "split to score (default: the run's test split)");
   f.add_string("tokenize", "", "BLEU tokenizer: 13a (sacreBLEU's default, for detokenised text) or none (pre-tokenised text); default: 13a for a run with --subwords, none otherwise");
   f.add_string("output", "", "also write the translations to this file");
+  f.add_string("compare-precision", "",
+               "also decode the split with the products in this precision (fp32 or bf16) and report how many outputs differ from "
+               "--precision's, and that decoding's BLEU");
   add_decode_flags(f);
   add_max_line_bytes_flag(f);
   return f;
@@ -235,6 +255,8 @@ void check_eval_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("model").empty(), "eval: --model DIR is required");
   const std::string tok_flag = f.str("tokenize");
   GF_CHECK_AS(UsageError, tok_flag.empty() || tok_flag == "13a" || tok_flag == "none", "eval: --tokenize must be 13a or none, got '{}'", tok_flag);
+  const std::string other = f.str("compare-precision");
+  GF_CHECK_AS(UsageError, other.empty() || other == "fp32" || other == "bf16", "eval: --compare-precision must be fp32 or bf16, got '{}'", other);
   check_decode_flags(f);
   (void)max_line_bytes(f);
 }
@@ -244,7 +266,7 @@ int cmd_eval(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   check_eval_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  apply_precision(f.str("precision"), "eval");
+  apply_precision(f.str("precision"), "eval", stdout);
   const std::string tok_flag = f.str("tokenize");
   train::Translator t = train::Translator::load(f.str("model"));
   train::RunConfig c = t.config;
@@ -268,6 +290,7 @@ int cmd_eval(int argc, char** argv) {
              t.segmenters.tgt.subwords() ? ", detokenised subword output" : "");
   fmt::print("exact match {:.1f}% ({}/{}); decoded in {:.1f}s ({:.1f} sentences/s)\n", 100.0 * s.exact_share, s.exact, s.hypotheses.size(),
              s.decode_seconds, n / std::max(s.decode_seconds, 1e-9));
+  if (!f.str("compare-precision").empty()) compare_precision(t, s, o, f.integer("batch-size"), tok, f.str("compare-precision"));
   return 0;
 }
 

@@ -32,6 +32,7 @@ class Flags {
   double real(const std::string& name) const;
   bool on(const std::string& name) const;
   bool given(const std::string& name) const;  // set on the command line (not a default)
+  bool has(const std::string& name) const { return flags_.count(name) != 0; }  // declared
   const std::string& positional(size_t i) const;
   size_t positional_count() const { return positional_values_.size(); }
   const std::string& command() const { return command_; }  // for error messages: "translate: --beam ..."

@@ -35,26 +35,27 @@ const std::vector<std::string>& model_flag_names() {
   return names;
 }
 
-void add_precision_flag(Flags& f, const std::string& def, const std::string& more) {
-  f.add_string("precision", def,
+void add_precision_flag(Flags& f, const std::string& more) {
+  f.add_string("precision", "auto",
                "matrix products in fp32, or bf16: bfloat16 operands with float32 sums, float32 weights, optimizer, norms, softmax and "
-               "loss; fast with AVX512-BF16, on a portable slower path elsewhere (`gradflow info` says which; docs/precision.md)" + more);
+               "loss; fast with AVX512-BF16, on a portable slower path elsewhere (`gradflow info` says which); auto: bf16 where "
+               "its products were measured faster than float32 (AMX, or AMD's AVX512-BF16), else fp32; printed at start "
+               "(docs/precision.md)" + more);
 }
 
-void apply_precision(const std::string& value, const std::string& command) {
-  Precision p = Precision::Float32;
-  try {
-    p = parse_precision(value, "--precision");
-  } catch (const std::invalid_argument& e) {
-    GF_FAIL_AS(UsageError, "{}: {}", command, e.what());
-  }
-  kernels::set_precision(p);
+void check_precision_flag(const Flags& f) { check_precision_value(f.str("precision"), f.command()); }
+
+ResolvedPrecision apply_precision(const std::string& value, const std::string& command, std::FILE* line_to) {
+  const ResolvedPrecision r = resolve_precision(value, command);
+  kernels::set_precision(r.precision);
+  if (line_to) fmt::print(line_to, "{}\n", precision_line(r));
   // Not silent: the same numbers, but a bf16 run on the portable path is slower than fp32.
-  if (p == Precision::BFloat16 && kernels::bf16_path() == kernels::Bf16Path::Portable) {
+  if (r.precision == Precision::BFloat16 && kernels::bf16_path() == kernels::Bf16Path::Portable) {
     const std::string why = kernels::bf16_native_unavailable_reason();
     fmt::print(stderr, "{}: --precision bf16 runs on the portable path ({}): the same rounding, slower than fp32\n", command,
                why.empty() ? "GRADFLOW_BF16=portable" : why);
   }
+  return r;
 }
 
 void add_max_line_bytes_flag(Flags& f) {
@@ -92,7 +93,7 @@ void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
   f.add_double("lr", d.lr, "peak learning rate" + note(b.lr));
   f.add_int("warmup", d.warmup, "steps of linear warm-up to the peak --lr" + note(b.warmup));
   f.add_double("label-smoothing", d.label_smoothing, "label smoothing");
-  add_precision_flag(f, d.precision);
+  add_precision_flag(f);
 }
 
 void read_recipe_flags(const Flags& f, train::RunConfig& c) {

@@ -2,7 +2,10 @@
 // The data, model and recipe flags that `train` and `bench` share, named as the PyTorch reference
 // script names them (--d-model --heads --layers --ff --dropout --label-smoothing --lr --warmup
 // --max-tokens ...).
+#include <cstdio>
+
 #include "app/flags.h"
+#include "app/precision_choice.h"
 #include "train/run/run_config.h"
 
 namespace gf::app {
@@ -22,11 +25,13 @@ const BuiltinRecipe& builtin_recipe();
 void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes);
 // Copies the flags' values into c.
 void read_recipe_flags(const Flags& f, train::RunConfig& c);
-// --precision fp32|bf16 (add_recipe_flags declares it with the run's default; translate and eval
-// through add_precision_flag), and setting it process-wide: UsageError for another value,
-// std::runtime_error where the CPU cannot run bf16.
-void add_precision_flag(Flags& f, const std::string& def, const std::string& more = "");
-void apply_precision(const std::string& value, const std::string& command);
+// --precision auto|fp32|bf16, default auto (add_recipe_flags declares it; translate and eval
+// through add_precision_flag). check_precision_flag: UsageError for another value, before anything
+// runs. apply_precision resolves it (precision_choice.h), sets it process-wide and prints its line
+// to line_to (none: nullptr); std::runtime_error where the CPU cannot run an explicit bf16.
+void add_precision_flag(Flags& f, const std::string& more = "");
+void check_precision_flag(const Flags& f);
+ResolvedPrecision apply_precision(const std::string& value, const std::string& command, std::FILE* line_to);
 // --max-line-bytes N (translate, eval, train, bleu): the longest input line accepted, default
 // train::kMaxLineBytes; max_line_bytes() reads it, UsageError below 1.
 void add_max_line_bytes_flag(Flags& f);

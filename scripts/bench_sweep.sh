@@ -62,7 +62,8 @@ point() {
   shift 3
   local t g
   t="$(/usr/bin/python3 "$REF" bench --data "$data" --threads "$threads" --steps "$STEPS" --max-tokens "$MAX_TOKENS" --min-freq 1 "$@" | tail -n 1)"
-  g="$("$GRADFLOW" bench train --data "$data" --threads "$threads" --steps "$STEPS" --max-tokens "$MAX_TOKENS" --min-freq 1 "$@" | tail -n 1)"
+  # float32 as the reference (a later --precision among the model flags overrides it)
+  g="$("$GRADFLOW" bench train --precision fp32 --data "$data" --threads "$threads" --steps "$STEPS" --max-tokens "$MAX_TOKENS" --min-freq 1 "$@" | tail -n 1)"
   /usr/bin/python3 - "$name" "$t" "$g" <<'EOF'
 import json, sys
 name, t, g = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])

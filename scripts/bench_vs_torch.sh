@@ -9,7 +9,10 @@
 #
 #   bash scripts/bench_vs_torch.sh DATA_DIR [--rounds R] [--steps N] [--threads T]
 #                                  [--decode-batch B] [--ref PATH] [--gradflow PATH] [--out FILE]
+#                                  [--precision fp32|bf16|auto]
 #
+# gradflow runs --precision fp32 unless told otherwise, as the reference runs float32 (gradflow's
+# own default, auto, would choose bf16 on a CPU where it pays).
 # DATA_DIR holds train.de/train.en and test_2016_flickr.de (e.g. Multi30k). The reference is
 # ../shared/reference/torch_translator.py from the repository root unless --ref says otherwise; it
 # runs with Debian's /usr/bin/python3 and python3-torch. OPENBLAS_CORETYPE is left as it is (not
@@ -18,7 +21,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
 DATA="$1"
@@ -30,6 +33,7 @@ DECODE_BATCH=64
 REF="$ROOT/../shared/reference/torch_translator.py"
 GRADFLOW="$ROOT/build/gradflow"
 OUT=""
+PRECISION=fp32
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "bench_vs_torch: $1 needs a value" >&2; exit 2; }
   case "$1" in
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
     --ref) REF="$2" ;;
     --gradflow) GRADFLOW="$2" ;;
     --out) OUT="$2" ;;
+    --precision) PRECISION="$2" ;;
     *) echo "bench_vs_torch: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -81,9 +86,9 @@ run() {
     esac
   else
     case "$mode" in
-      train) line="$("$GRADFLOW" bench train "${COMMON[@]}" "${extra[@]}")" ;;
-      decode) line="$("$GRADFLOW" bench decode "${COMMON[@]}" "${extra[@]}")" ;;
-      beam5) line="$("$GRADFLOW" bench decode --beam 5 "${COMMON[@]}" "${extra[@]}")" ;;
+      train) line="$("$GRADFLOW" bench train --precision "$PRECISION" "${COMMON[@]}" "${extra[@]}")" ;;
+      decode) line="$("$GRADFLOW" bench decode --precision "$PRECISION" "${COMMON[@]}" "${extra[@]}")" ;;
+      beam5) line="$("$GRADFLOW" bench decode --beam 5 --precision "$PRECISION" "${COMMON[@]}" "${extra[@]}")" ;;
     esac
   fi
   line="$(printf '%s' "$line" | tail -n 1)"

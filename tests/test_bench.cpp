@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/precision_choice.h"
 #include "autograd/grad_mode.h"
 #include "nn/seq2seq.h"
 #include "train/decode/decode.h"
@@ -78,7 +79,8 @@ void check_positive(const nlohmann::json& j, const char* key) {
 TEST_CASE("gradflow bench train and decode print one JSON line with the reference's keys") {
   fs::path dir = tiny_data();
   SUBCASE("train") {
-    Run r = run("bench train --data " + dir.string() + kTiny + " --max-tokens 64 --steps 2 --warmup 10");
+    // float32: mfu below is checked against the sgemm peak, which bf16 (auto's choice where it pays) does not use.
+    Run r = run("bench train --data " + dir.string() + kTiny + " --max-tokens 64 --steps 2 --warmup 10 --precision fp32");
     REQUIRE(r.status == 0);
     nlohmann::json j = nlohmann::json::parse(r.out);  // throws unless the output is exactly one JSON value
     CHECK(j["impl"] == "gradflow");
@@ -87,6 +89,8 @@ TEST_CASE("gradflow bench train and decode print one JSON line with the referenc
     CHECK(j["d_model"] == 16);
     CHECK(j["max_tokens"] == 64);
     CHECK(j["blas_core"].is_string());
+    CHECK(j["precision"] == "fp32");
+    CHECK(j["precision_requested"] == "fp32");
     for (const char* k : {"params", "src_vocab", "tgt_vocab", "heads", "layers", "ff", "seconds", "tgt_tokens_per_s", "src_tokens_per_s",
                           "peak_rss_mib", "model_gflops_per_s", "sgemm_peak_gflops_per_s", "mfu"})
       check_positive(j, k);
@@ -104,6 +108,8 @@ TEST_CASE("gradflow bench train and decode print one JSON line with the referenc
     CHECK(j["test"] == "test_2016_flickr");
     CHECK(j["decode_batch"] == 4);
     CHECK(j["kv_cache"] == true);
+    CHECK(j["precision_requested"] == "auto");  // the default
+    CHECK(j["precision"] == precision_name(app::choose_auto_precision(app::this_cpu()).precision));
     for (const char* k : {"params", "seconds", "sentences_per_s", "tokens_per_s", "gemm_gflop", "peak_rss_mib"}) check_positive(j, k);
     // 11 sentences of 3,4,5,6 | 7,8,3,4 | 5,6,7 tokens in batches of 4, each decoded for (longest
     // source + 20) steps: 4 * 26 + 4 * 28 + 3 * 27 = 297 tokens.

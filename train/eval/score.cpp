@@ -25,4 +25,11 @@ TestScore score_test_split(const Translator& t, const std::vector<TokenPair>& pa
   return s;
 }
 
+int64_t count_differing(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  GF_CHECK(a.size() == b.size(), "count_differing: {} outputs against {}", a.size(), b.size());
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
 }  // namespace gf::train

@@ -25,4 +25,8 @@ struct TestScore {
 TestScore score_test_split(const Translator& t, const std::vector<TokenPair>& pairs, const DecodeOptions& opt, int64_t batch_size,
                            const std::string& tokenize, bool with_loss);
 
+// How many of a[i] differ from b[i] (the same sentences decoded two ways: `eval
+// --compare-precision`). std::invalid_argument when the two differ in length.
+int64_t count_differing(const std::vector<std::string>& a, const std::vector<std::string>& b);
+
 }  // namespace gf::train

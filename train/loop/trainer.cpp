@@ -15,6 +15,7 @@
 
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 #include "train/eval/translator.h"
 #include "train/distributed/replicas.h"
@@ -32,8 +33,23 @@ namespace dist = distributed;
 
 double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+namespace {
+
+// config.json and the weight files record, beside the --precision asked for, the precision the
+// products run in (kernels::precision(), which the command set from it). An explicit request the
+// process does not run would make the record false: a caller's bug.
+RunConfig with_resolved_precision(RunConfig c) {
+  const char* running = precision_name(kernels::precision());
+  GF_CHECK_AS(std::logic_error, c.precision == "auto" || c.precision == running,
+              "train: the run config asks for --precision {} but the products run in {} (kernels::set_precision)", c.precision, running);
+  c.resolved_precision = running;
+  return c;
+}
+
+}  // namespace
+
 Run::Run(const RunConfig& config, const TrainOptions& opt)
-    : config_(config),
+    : config_(with_resolved_precision(config)),
       opt_(opt),
       schedule_(config_.lr_schedule()),
       writer_(config_, opt.out, root_),

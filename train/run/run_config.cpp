@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "tensor/check.h"
-#include "tensor/kernels/bf16.h"
 #include "train/data/utf8.h"
 #include "train/run/json_fields.h"
 
@@ -36,7 +35,7 @@ nn::Seq2SeqOptions RunConfig::model_options(int64_t src_vocab, int64_t tgt_vocab
   X(data) X(src) X(tgt) X(train_split) X(valid_split) X(test_split) X(corpus_seed) X(corpus_size) X(min_freq) X(max_len) \
   X(subwords) X(subword_type) X(joint_vocab)                                                                             \
   X(max_tokens) X(arch) X(layers) X(tie) X(lr) X(label_smoothing) X(clip) X(warmup) X(beta1) X(beta2) X(adam_eps) X(epochs)    \
-  X(steps) X(minutes) X(seed) X(log_every) X(average_last) X(precision) X(schedule) X(decay_fraction) X(patience)
+  X(steps) X(minutes) X(seed) X(log_every) X(average_last) X(precision) X(resolved_precision) X(schedule) X(decay_fraction) X(patience)
 #define GF_LAYER_FIELDS(X) \
   X(d_model) X(nhead) X(kv_heads) X(dim_feedforward) X(activation) X(feedforward) X(norm) X(norm_first) X(dropout) \
   X(layer_norm_eps)
@@ -127,7 +126,9 @@ void RunConfig::validate() const {
   if (epochs < 0 || steps < 0 || !(minutes >= 0))
     GF_FAIL("--epochs, --steps and --minutes cannot be negative, got {}, {} and {}", epochs, steps, minutes);
   GF_CHECK(average_last >= 0, "--average-last cannot be negative, got {}", average_last);
-  parse_precision(precision, "--precision");
+  GF_CHECK(precision == "auto" || precision == "fp32" || precision == "bf16", "--precision must be auto, fp32 or bf16, got '{}'", precision);
+  GF_CHECK(resolved_precision.empty() || resolved_precision == "fp32" || resolved_precision == "bf16",
+           "resolved_precision must be fp32 or bf16, got '{}'", resolved_precision);
   GF_CHECK(log_every >= 1, "--log-every must be at least 1, got {}", log_every);  // the trainer divides by it
   GF_CHECK(!builtin() || corpus_size >= 20, "corpus_size (the built-in corpus's pairs) must be at least 20, got {}", corpus_size);
   GF_CHECK(subwords >= 0, "--subwords cannot be negative, got {}", subwords);

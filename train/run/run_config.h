@@ -36,9 +36,13 @@ struct RunConfig {
   std::string schedule = "inverse-sqrt";
   double decay_fraction = 0.15;
   double beta1 = 0.9, beta2 = 0.98, adam_eps = 1e-9;
-  // The matrix products' precision: "fp32", or "bf16" (bfloat16 operands, float32 accumulation,
-  // float32 master weights: tensor/kernels/bf16.h). A resumed run may change it.
+  // The matrix products' precision as asked for: "fp32", "bf16" (bfloat16 operands, float32
+  // accumulation, float32 master weights: tensor/kernels/bf16.h), or "auto" (the command line's
+  // default: bf16 where it pays, app/precision_choice.h). A resumed run may change it.
+  // resolved_precision is what the run started with, "fp32" or "bf16" (the process-wide
+  // kernels::precision() when training begins; "" in a config not yet trained from, or older).
   std::string precision = "fp32";
+  std::string resolved_precision;
   int64_t average_last = 0;  // > 1: keep the last K epochs' weights and write their mean (train/loop/average.h)
   // ---- budget and run ----
   int64_t epochs = 0, steps = 0;  // 0 = no limit of that kind
