@@ -2,42 +2,18 @@
 
 #include <fmt/core.h>
 
-#include <cstring>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "app/flags.h"
 #include "tensor/check.h"
+#include "tensor/cpu_features.h"
 
 namespace gf::app {
-
-namespace {
-
-// CPUID leaf 0: the vendor string in EBX, EDX, ECX ("Genu" "ineI" "ntel").
-std::string cpu_vendor() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return "";
-  char text[13] = {};
-  std::memcpy(text, &b, 4);
-  std::memcpy(text + 4, &d, 4);
-  std::memcpy(text + 8, &c, 4);
-  return text;
-#else
-  return "";
-#endif
-}
-
-}  // namespace
 
 CpuFacts this_cpu() {
   // Only the native path can beat float32: the portable one (float32 sgemm on rounded operands) is
   // slower, so auto counts it as no bf16 products at all.
   std::string missing = kernels::bf16_native_unavailable_reason();
   if (missing.empty() && kernels::bf16_path() == kernels::Bf16Path::Portable) missing = "GRADFLOW_BF16=portable forces the portable path";
-  return {kernels::bf16_isa(), cpu_vendor(), missing};
+  return {kernels::bf16_isa(), cpu_features().vendor, missing};
 }
 
 PrecisionChoice choose_auto_precision(const CpuFacts& cpu) {

@@ -4,12 +4,21 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace gf {
 namespace {
 
 CpuFeatures read_cpu_features() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {  // the vendor string in EBX, EDX, ECX ("Genu" "ineI" "ntel")
+    char text[13] = {};
+    std::memcpy(text, &b, 4);
+    std::memcpy(text + 4, &d, 4);
+    std::memcpy(text + 8, &c, 4);
+    f.vendor = text;
+  }
   if (__get_cpuid(1, &a, &b, &c, &d)) f.osxsave = (c >> 27) & 1u;
   // XGETBV is an invalid instruction unless the OS has set CR4.OSXSAVE, which OSXSAVE reports.
   if (f.osxsave) {

@@ -11,6 +11,7 @@
 namespace gf {
 
 struct CpuFeatures {
+  std::string vendor;        // CPUID leaf 0: "GenuineIntel", "AuthenticAMD", ... ("" if unreadable)
   bool osxsave = false;      // CPUID.1:ECX bit 27: XGETBV may be executed
   uint64_t xcr0 = 0;         // XGETBV(0), 0 without OSXSAVE
   bool avx512f = false;      // CPUID.7.0:EBX bit 16
