@@ -38,6 +38,8 @@ void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
   set("min-freq", c.min_freq, b.min_freq);
   set("src", c.src, b.src);
   set("tgt", c.tgt, b.tgt);
+  set("schedule", c.schedule, b.schedule);
+  set("patience", c.patience, b.patience);
   if (!f.given("epochs") && !f.given("steps") && !f.given("minutes")) c.minutes = b.minutes;
 }
 
@@ -46,10 +48,11 @@ void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
 Flags train_flags() {
   train::RunConfig d;  // defaults shown in --help
   Flags f("train",
-          fmt::format("Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (and a smaller model,\n"
-          "{} minutes); with --data DIR it reads DIR/{{train,val,test*}}.{{SRC,TGT}} (one sentence a line), or a TSV file of\n"
+          fmt::format("Trains the Transformer translator. Without --data it uses the built-in English->Korean corpus (a smaller model,\n"
+          "at most {} minutes, --schedule {}, ending after {} epochs without a better validation loss); with --data DIR it reads DIR/{{train,val,test*}}.{{SRC,TGT}} (one sentence a line), or a TSV file of\n"
           "source<TAB>target lines. Text is split on whitespace (pre-tokenised data), or with --subwords N into SentencePiece\n"
-          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.", builtin_recipe().config.minutes));
+          "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.",
+          builtin_recipe().config.minutes, builtin_recipe().config.schedule, builtin_recipe().config.patience));
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
   add_recipe_flags(f, d, true);
   f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
@@ -65,10 +68,11 @@ Flags train_flags() {
   f.add_string("schedule", d.schedule,
                "learning-rate schedule after the warm-up: inverse-sqrt (decay as 1/sqrt(step)), or wsd (warm-up, stable, decay: the "
                "peak --lr until the last --decay-fraction of the budget, then a decay to 0 by its end; measured in time with "
-               "--minutes, else in steps or epochs)");
+               "--minutes, else in steps or epochs)" + fmt::format(" (built-in: {})", builtin_recipe().config.schedule));
   f.add_double("decay-fraction", d.decay_fraction, "--schedule wsd: the last share of the budget over which the rate decays to 0");
   f.add_int("patience", d.patience,
-            "end the run after this many validation evaluations (epochs) in a row without a better validation loss (0: off)");
+            "end the run after this many validation evaluations (epochs) in a row without a better validation loss (0: off)" +
+                fmt::format(" (built-in: {})", builtin_recipe().config.patience));
   f.add_int("epochs", 0, "stop after this many epochs");
   f.add_int("steps", 0, "stop after this many steps");
   f.add_double("minutes", 0, fmt::format("stop after this much time (built-in default: {})", builtin_recipe().config.minutes));

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "app/flags.h"
+#include "app/recipe_flags.h"
 #include "app/train_args.h"
 #include "optim/adam.h"
 #include "optim/schedule.h"
@@ -107,12 +108,22 @@ TEST_CASE("--schedule, --decay-fraction, --patience: parsed into config.json, ch
   CHECK(back.schedule == "wsd");
   CHECK(back.decay_fraction == 0.2);
   CHECK(back.patience == 3);
-  // defaults, from RunConfig: one source
-  Parsed d = parse_train({"--steps", "10"});
+  // defaults with --data, from RunConfig: one source
+  Parsed d = parse_train({"--data", "corpus.tsv", "--steps", "10"});
   CHECK(d.c.schedule == train::RunConfig{}.schedule);
   CHECK(d.c.schedule == "inverse-sqrt");
   CHECK(d.c.decay_fraction == 0.15);
   CHECK(d.c.patience == 0);
+  // the built-in corpus's recipe ends with its budget and stops early, unless told otherwise
+  Parsed b = parse_train({"--steps", "10"});
+  CHECK(b.c.schedule == app::builtin_recipe().config.schedule);
+  CHECK(b.c.schedule == "wsd");
+  CHECK(b.c.patience == 3);
+  CHECK(b.c.minutes == 0);  // a budget flag was given: the built-in minutes do not apply
+  Parsed b0 = parse_train({"--patience", "0", "--schedule", "inverse-sqrt"});
+  CHECK(b0.c.patience == 0);
+  CHECK(b0.c.schedule == "inverse-sqrt");
+  CHECK(b0.c.minutes == app::builtin_recipe().config.minutes);
   // a config.json without the fields (an older run) reads as those defaults
   train::RunConfig old = train::RunConfig::from_json(R"({"lr": 0.002, "warmup": 400})", "old.json");
   CHECK(old.schedule == "inverse-sqrt");
