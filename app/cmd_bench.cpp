@@ -65,11 +65,13 @@ struct Setup {
   train::Vocab src_vocab, tgt_vocab;
   std::unique_ptr<nn::Seq2SeqTransformer> model;
   Json info;
+  size_t max_line_bytes = 0;  // --max-line-bytes, for every file bench reads
 };
 
-Setup make_setup(const train::RunConfig& c) {
+Setup make_setup(const train::RunConfig& c, size_t max_line_bytes) {
   Setup s;
-  s.train_pairs = train::read_parallel_dir(c.data, "train", c.src, c.tgt).pairs;
+  s.max_line_bytes = max_line_bytes;
+  s.train_pairs = train::read_parallel_dir(c.data, "train", c.src, c.tgt, max_line_bytes).pairs;
   GF_CHECK_AS(std::runtime_error, !s.train_pairs.empty(), "bench: {}/train.{} has no sentence pairs", c.data, c.src);
   s.src_vocab = train::Vocab::build_source(s.train_pairs, c.min_freq);
   s.tgt_vocab = train::Vocab::build_target(s.train_pairs, c.min_freq);
@@ -256,7 +258,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   const std::filesystem::path file = std::filesystem::path(c.data) / (test + "." + c.src);
   std::vector<train::Tokens> sources;
   // An empty line would be an all-padding row; Multi30k has none, so they are simply left out.
-  for (const std::string& line : train::read_text_lines(file, "bench"))
+  for (const std::string& line : train::read_text_lines(file, "bench", s.max_line_bytes))
     if (train::Tokens t = split_whitespace(line); !t.empty()) sources.push_back(std::move(t));
   GF_CHECK_AS(std::runtime_error, !sources.empty(), "bench: {} has no sentences", file.string());
   nn::Seq2SeqTransformer& model = *s.model;
@@ -339,6 +341,7 @@ Flags bench_flags() {
   f.add_bool("profile", "train: time and bytes by op, forward and backward, per step (stderr table, and \"profile\" in the JSON)");
   f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search, each sentence to <eos> by the default stopping rule or its own source length + 20)");
   f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
+  add_max_line_bytes_flag(f);
   return f;
 }
 
@@ -362,6 +365,7 @@ void check_bench_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, !f.str("data").empty(), "bench: --data DIR is required");
   for (const char* flag : {"threads", "steps", "decode-batch", "beam"})
     GF_CHECK_AS(UsageError, f.integer(flag) >= 1, "bench: --{} must be at least 1, got {}", flag, f.integer(flag));
+  (void)max_line_bytes(f);
   (void)bench_config(f);
 }
 
@@ -375,7 +379,7 @@ int cmd_bench(int argc, char** argv) {
   set_num_threads(static_cast<int>(f.integer("threads")));
   apply_precision(c.precision, "bench", stderr);  // stdout holds the JSON line alone
 
-  Setup s = make_setup(c);
+  Setup s = make_setup(c, max_line_bytes(f));
   Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), f.integer("beam"), s);
   fmt::print("{}\n", out.dump());
   return 0;

@@ -278,6 +278,8 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
        "long_line.txt:2: line is longer than 200 bytes (the limit; --max-line-bytes raises it)", "long_line.txt:2", 1},
       {"a line over --max-line-bytes to train on", "train --data longline --max-line-bytes 200 --out r12", 1,
        "longline/train.de:2: line is longer than 200 bytes", "longline/train.de:2"},
+      {"a line over --max-line-bytes to benchmark on", "bench train --data longline --max-line-bytes 200 --steps 1", 1,
+       "longline/train.de:2: line is longer than 200 bytes", "longline/train.de:2"},
       {"--max-line-bytes 0", "translate --model good --max-line-bytes 0", 2, "--max-line-bytes must be at least 1, got 0", "--max-line-bytes"},
       {"BLEU of files with different line counts", "bleu hyp.txt ref3.txt", 1, "hyp.txt has 2 lines but ref3.txt has 3", "hyp.txt"},
       // ---- checkpoints and run folders
