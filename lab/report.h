@@ -10,6 +10,9 @@
 // threshold, *contradicted* when it lies strictly on the other side, and *unsettled* when it
 // contains the threshold. The intervals that decide are Holm-adjusted across the lab's paper claims
 // (a family-wise 95%), so a lab with seven claims asks more of each than a lab with one.
+// Under each paper claim a design line (issue 35, item 2): "designed to settle an effect of E with N
+// seeds (pilot sd S, Holm level a); this run has n", from the claim's min_effect and pilot_sd
+// (lab/claims.h, seeds_needed below); an unsettled claim with n < N is "unsettled by design".
 // Exit codes (finish()): 0 every paper claim supported and every exact check passing; 3 a claim
 // contradicted or an exact check failing; 4 otherwise (something unsettled).
 // Under --control (the same protocol with the paper's causal ingredient removed, or made equal in
