@@ -523,7 +523,8 @@ std::vector<ClaimSpec> table() {
 
 // The design of each paper claim (issue 35, item 2; lab/claims.h): its smallest effect, the reason for
 // that size, and the seed-to-seed sd the lab's pilot measured (the per-seed values of the output
-// recorded on the lab's page, docs/labs/NAME.md, at its defaults; pilot_n seeds). A block of its
+// recorded on the lab's page, docs/labs/NAME.md: pilot_n seeds, the lab's other settings at their
+// defaults). A block of its
 // own, keyed by (lab, id), so that a claim's row and its design can be read apart. The sizes follow
 // one rule unless the reason says otherwise: half the threshold's distance from no effect (for a
 // threshold midway between two laws, half the way to the law the claim expects), so that the claim
@@ -551,7 +552,8 @@ std::vector<Effect> effects() {
       {"norm", "deepnorm_trains", 0.1, 0.145, 5, "half the threshold's distance from no gain (0 nats), as postln_needs_warmup"},
       // ---- leak (pilot: docs/labs/leak.md's output, 5 seeds)
       {"leak", "reads_answer", 0.2, 0.059, 5,
-       "half the way from chance (a row peaks at t+1 about 1/(T-1) of the time, near 0.1) to the threshold: a share of 0.7, clearly most rows"},
+       "half the threshold's distance from chance (a row peaks at t+1 about 1/(T-1) of the time, near 0.1): a share of 0.7, clearly most "
+       "rows"},
       {"leak", "tf_lower", 0.01, 0.0818, 5, "half the threshold's distance from no difference (0 nats)"},
       {"leak", "fr_collapses", 0.25, 0.109, 5, "half the threshold's distance from no collapse (a ratio of 1): a quarter of the masked model's accuracy"},
       // ---- padding (pilot: docs/labs/padding.md's output, 5 seeds)
