@@ -3,6 +3,7 @@
 // its rows of the claims table, `gradflow lab all` runs every lab and then every control.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -23,7 +24,7 @@ namespace {
 void list_labs() {
   fmt::print("usage: gradflow lab NAME [--out DIR] [--seeds N] [--seed S] [lab flags]   (gradflow lab NAME --help)\n"
              "       gradflow lab NAME --control   (its negative control: the causal ingredient removed; its targets must not be supported)\n"
-             "       gradflow lab NAME --claims    (its claims: statement, threshold and source, written before the run)\n"
+             "       gradflow lab NAME --claims    (its claims: statement, threshold, source and design, written before the run)\n"
              "       gradflow lab all [--out DIR]  (every lab with its defaults, then every control, each into DIR/NAME[-control])\n\nlabs:\n");
   for (const auto& l : lab::labs()) fmt::print("  {:<12}{}\n              {}\n", l.name, l.title, l.reference);
   fmt::print("\nEach prints tables, writes NAME.svg and NAME.json into --out (default runs/lab/NAME), and ends with a\n"
@@ -34,16 +35,32 @@ void list_labs() {
              "4 otherwise (unsettled).\n");
 }
 
+// A paper claim's design (lab/claims.h): its smallest effect and the seeds that settle it at the
+// pilot's sd and Holm's strictest level for the lab's paper claims (docs/labs.md, "Seeds by design").
+void print_design(const lab::ClaimSpec& c, const std::vector<lab::ClaimSpec>& specs, int default_seeds) {
+  if (c.kind != lab::ClaimKind::Paper) return;
+  if (!c.designed()) {
+    fmt::print("    design: no smallest effect stated\n");
+    return;
+  }
+  const int m = static_cast<int>(std::count_if(specs.begin(), specs.end(), [](const auto& s) { return s.kind == lab::ClaimKind::Paper; }));
+  const int n = lab::seeds_needed(c.min_effect, c.pilot_sd, lab::design_alpha(m));
+  fmt::print("    smallest effect: {:g} ({}); pilot sd {:g} over {} seeds: {} seeds settle it at 0.05 / {} (the lab runs {} by default)\n",
+             c.min_effect, c.min_effect_reason, c.pilot_sd, c.pilot_n, n >= 1000 ? "1000 or more" : std::to_string(n), m, default_seeds);
+}
+
 // The lab's rows of the claims table, as `--claims` prints them.
 void print_claims(const lab::Lab& l) {
   const auto specs = lab::claim_specs_of(l.name);
   fmt::print("lab {}: {}\n  {}\n  control: {}\n", l.name, l.title, l.reference, l.control.empty() ? "(none)" : l.control);
   if (specs.empty()) fmt::print("\n  (no rows in lab/claims.cpp)\n");
-  for (const auto& c : specs)
+  for (const auto& c : specs) {
     fmt::print("\n  {} {}{}\n    {}\n    holds when {} {} {:g}\n    source: {}\n", lab::kind_name(c.kind), c.id,
                c.control_targets ? " (a target of the control: --control must make it fail)" : "", c.statement,
                c.kind == lab::ClaimKind::Paper ? "supported when the (Holm-adjusted) interval across seeds lies" : "the value is",
                c.side == lab::Compare::Above ? "above" : "below", c.threshold, c.source);
+    print_design(c, specs, l.default_seeds);
+  }
 }
 
 struct Outcome {

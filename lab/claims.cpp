@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -520,10 +521,127 @@ std::vector<ClaimSpec> table() {
   };
 }
 
+// The design of each paper claim (issue 35, item 2; lab/claims.h): its smallest effect, the reason for
+// that size, and the seed-to-seed sd the lab's pilot measured (the per-seed values of the output
+// recorded on the lab's page, docs/labs/NAME.md: pilot_n seeds, the lab's other settings at their
+// defaults). A block of its
+// own, keyed by (lab, id), so that a claim's row and its design can be read apart. The sizes follow
+// one rule unless the reason says otherwise: half the threshold's distance from no effect (for a
+// threshold midway between two laws, half the way to the law the claim expects), so that the claim
+// cares about a true value one and a half times as far from no effect as its threshold. A claim whose
+// threshold is no effect itself (a sign) states its size from the statistic's scale.
+struct Effect {
+  const char* lab;
+  const char* id;
+  double min_effect, pilot_sd;
+  int pilot_n;
+  const char* reason;
+};
+
+std::vector<Effect> effects() {
+  return {
+      // ---- norm (pilot: docs/labs/norm.md's output, 5 seeds)
+      {"norm", "postln_grows", 0.25, 0.536, 5, "half the threshold's distance from no growth (a ratio of 1): a last layer 1.75x the first's"},
+      {"norm", "preln_not_growing", 0.1, 0.0821, 5,
+       "a last layer 10% below the first: the paper predicts equal gradients (1), so a profile within 10% of flat is the paper's own and "
+       "not what this claim can tell from growth"},
+      {"norm", "preln_falls_with_depth", 0.125, 0.0466, 5, "half the way from the threshold (-0.25) to Theorem 1's slope for Pre-LN (-0.5)"},
+      {"norm", "postln_flat_with_depth", 0.125, 0.0695, 5, "half the way from the threshold (-0.25) to Theorem 1's slope for Post-LN (0)"},
+      {"norm", "postln_needs_warmup", 0.1, 0.287, 5, "half the threshold's distance from no gap (0 nats): a gap of 0.3 nats"},
+      {"norm", "preln_needs_less", 0.1, 0.273, 5, "a tenth of a nat, the size postln_needs_warmup asks beyond its own threshold"},
+      {"norm", "deepnorm_trains", 0.1, 0.145, 5, "half the threshold's distance from no gain (0 nats), as postln_needs_warmup"},
+      // ---- leak (pilot: docs/labs/leak.md's output, 5 seeds)
+      {"leak", "reads_answer", 0.2, 0.059, 5,
+       "half the threshold's distance from chance (a row peaks at t+1 about 1/(T-1) of the time, near 0.1): a share of 0.7, clearly most "
+       "rows"},
+      {"leak", "tf_lower", 0.01, 0.0818, 5, "half the threshold's distance from no difference (0 nats)"},
+      {"leak", "fr_collapses", 0.25, 0.109, 5, "half the threshold's distance from no collapse (a ratio of 1): a quarter of the masked model's accuracy"},
+      // ---- padding (pilot: docs/labs/padding.md's output, 5 seeds)
+      {"padding", "unmasked_pad_changes_output", 1.0, 0.0689, 5, "one decade: a relative difference of 1e-2 rather than the threshold's 1e-3"},
+      {"padding", "unmasked_pad_gets_gradient", 0.09, 0.152, 5,
+       "a PAD position getting a tenth of a word's gradient (0.1): within an order of magnitude of a word's, which is what 'as words do' "
+       "means"},
+      {"padding", "bucketing_cuts_pad_loss", 0.25, 0.0422, 5, "half the threshold's distance from no cut (a ratio of 1): a 4x cut"},
+      {"padding", "bucketing_lowers_pad_gradient", 0.1, 0.0506, 5,
+       "a share 10% lower: the threshold is no change (1), and a smaller change is not one a trainer would bucket for"},
+      // ---- scale (pilot: docs/labs/scale.md's output, 5 seeds)
+      {"scale", "unscaled_gradient_trend", 0.1, 0.0165, 5, "half the threshold's distance from no trend (0 per doubling)"},
+      {"scale", "scaled_gradient_trend", 0.0301, 0.0041, 5, "half the way from the threshold to the paper's 'stays' (0 per doubling)"},
+      {"scale", "unscaled_trains_worse", 0.1, 0.158, 5,
+       "a tenth of a nat of held-out NLL: the threshold is the sign (0), and a smaller gap is no 'hindered learning' a trainer would see"},
+      // ---- depth (pilot: docs/labs/depth.md's output, 5 seeds)
+      {"depth", "postln_amplifies_more", 0.3, 0.146, 5,
+       "half of Theorem 2's difference over depths 1-32: the linear law's slope (1) minus the log law's (0.40) is 0.60"},
+      {"depth", "preln_nearer_log", 0.15, 0.07, 5, "half the way from the midpoint (the threshold) to the log law's slope, 0.30 below it"},
+      {"depth", "collapse_without_skips", 1.0, 0.0242, 5, "half the threshold's distance from no collapse (log10 ratio 0)"},
+      {"depth", "skips_prevent_collapse", 0.15, 0.0087, 5, "half the threshold's distance from full collapse (0)"},
+      {"depth", "qk_gradients_vanish", 0.5, 0.134, 5, "half the threshold's distance from no difference (log10 ratio 0)"},
+      // ---- entropy (pilot: docs/labs/entropy.md's output, 5 seeds)
+      {"entropy", "collapse", 0.05, 0.0353, 5,
+       "half the threshold: H / log(keys) of 0.05, about the source's 0.036 of a head at 0.99 on one of 8 keys"},
+      {"entropy", "worse_loss", 0.25, 1.16, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
+      {"entropy", "reparam_entropy", 0.1, 0.0763, 5, "half the threshold's distance from no gap (0)"},
+      {"entropy", "reparam_loss", 0.25, 1.26, 5, "half the threshold's distance from equal losses (a ratio of 1), as worse_loss"},
+      // ---- attribution (pilot: docs/labs/attribution.md's output, 3 seeds)
+      {"attribution", "attention_agrees", 0.1, 0.0186, 3, "half the threshold's distance from no agreement (rho 0)"},
+      {"attribution", "methods_agree_gxi", 0.05, 0.0224, 3,
+       "0.05 of Spearman's rho, a fortieth of its range: the threshold is the sign (0), and a smaller difference in agreement ranks no "
+       "method above another for a reader"},
+      {"attribution", "methods_agree_loo", 0.05, 0.021, 3, "as methods_agree_gxi"},
+      {"attribution", "methods_agree_ig", 0.05, 0.00955, 3, "as methods_agree_gxi"},
+      {"attribution", "permuted_changes_output", 0.125, 0.0103, 3, "half the threshold's distance from no change (0)"},
+      {"attribution", "uniform_changes_output", 0.125, 0.016, 3, "half the threshold's distance from no change (0)"},
+      // ---- exposure (pilot: docs/labs/exposure.md's output, 3 seeds)
+      {"exposure", "gap_grows", 0.025, 0.00506, 3, "half the threshold's distance from no growth (0)"},
+      {"exposure", "derails", 0.025, 0.0651, 3, "half the threshold's distance from no amplification (0)"},
+      {"exposure", "ss_narrows_gap", 0.025, 0.0117, 3,
+       "scheduled sampling taking away half of the 0.05 growth gap_grows looks for; the threshold is the sign (0)"},
+      {"exposure", "ss_less_derailment", 0.025, 0.0185, 3, "half of derails' 0.05 taken away; the threshold is the sign (0)"},
+      // ---- kvcache (pilot: docs/labs/kvcache.md's output, 5 seeds)
+      {"kvcache", "exponent_gap", 0.25, 0.0258, 5, "half the way from the threshold (0.5) to the paper's gap of one power of t"},
+      {"kvcache", "speedup_longest", 4.5, 14.4, 5, "half the threshold's distance from no speed-up (a ratio of 1)"},
+      // ---- gqa (pilot: docs/labs/gqa.md's output, 5 seeds)
+      {"gqa", "gqa_near_mha", 0.025, 0.0189, 5, "half the way from the threshold (-0.05) to the paper's 'close' (0)"},
+      // ---- smoothing (pilot: docs/labs/smoothing.md's output, 5 seeds)
+      {"smoothing", "baseline_overconfident", 0.01, 0.03, 5, "half the threshold's distance from calibrated (0)"},
+      {"smoothing", "ece_lower", 0.005, 0.0262, 5, "half the threshold's distance from no change in ECE (0)"},
+      {"smoothing", "logit_gap_trend", 0.5, 0.0983, 5, "half the threshold's distance from no trend (0): the law's -1.97 lies further still"},
+      {"smoothing", "tighter_clusters", 0.025, 0.0512, 5, "half the threshold's distance from no change (a ratio of 1)"},
+      // ---- crossattn (pilot: docs/labs/crossattn.md's output, 5 seeds)
+      {"crossattn", "encoder_gradient_share", 0.05, 0.0352, 5, "half the threshold's distance from no gradient (0)"},
+      {"crossattn", "encoder_learns", 0.1, 0.0476, 5, "half the threshold's distance from no difference (0)"},
+      {"crossattn", "translates", 0.2, 0.0239, 5, "half the threshold's distance from chance (about 0.1): a token accuracy of 0.7"},
+      // ---- precision (pilot: docs/labs/precision.md's output, 5 seeds)
+      {"precision", "updates_round_away", 0.125, 0.00515, 5, "half the threshold's distance from no update lost (0)"},
+      {"precision", "stall_follows_ratio", 0.25, 0.0577, 5, "half the threshold's distance from no correlation (0)"},
+      {"precision", "master_weights_needed", 0.025, 0.0104, 5, "half the threshold's distance from no difference (0 nats)"},
+      {"precision", "fp16_would_underflow", 0.005, 0.0693, 5, "half the threshold's distance from no entry lost (0)"},
+      {"precision", "bf16_softmax_sum_degrades", 1.5, 2.57, 5, "half the threshold's distance from no growth (a ratio of 1)"},
+      {"precision", "fp32_softmax_holds", 0.5, 0.0813, 5, "half the way from the threshold (2) to no growth (1), which the claim expects"},
+  };
+}
+
+// Each design into its row: a design naming no paper row, or a row twice, is a bug of the table; a
+// paper row without one runs with its design unstated (a unit test requires one for every row).
+void merge_effects(std::vector<ClaimSpec>& rows) {
+  std::set<std::pair<std::string, std::string>> merged;
+  for (const Effect& e : effects()) {
+    auto row = std::find_if(rows.begin(), rows.end(), [&](const ClaimSpec& c) { return c.lab == e.lab && c.id == e.id; });
+    GF_CHECK_AS(std::logic_error, row != rows.end(), "claims table: the design of {}/{} names no claim", e.lab, e.id);
+    GF_CHECK_AS(std::logic_error, row->kind == ClaimKind::Paper, "claims table: {}/{} is a check; only paper claims have a design", e.lab, e.id);
+    GF_CHECK_AS(std::logic_error, merged.insert({e.lab, e.id}).second, "claims table: {}/{} has two designs", e.lab, e.id);
+    GF_CHECK_AS(std::logic_error, e.min_effect > 0 && std::isfinite(e.min_effect) && e.pilot_sd >= 0 && std::isfinite(e.pilot_sd) && e.pilot_n >= 2,
+                "claims table: the design of {}/{} needs min_effect > 0, a finite pilot_sd >= 0 and pilot_n >= 2", e.lab, e.id);
+    GF_CHECK_AS(std::logic_error, *e.reason != '\0', "claims table: the design of {}/{} needs the reason for its smallest effect", e.lab, e.id);
+    row->min_effect = e.min_effect, row->pilot_sd = e.pilot_sd, row->pilot_n = e.pilot_n, row->min_effect_reason = e.reason;
+  }
+}
+
 // The table's own rules, checked once: ids unique within a lab, thresholds finite, every row with
 // a statement and a source, control_targets only on paper rows.
 std::vector<ClaimSpec> checked(std::vector<ClaimSpec> rows) {
   std::set<std::pair<std::string, std::string>> seen;
+  merge_effects(rows);
   for (const auto& c : rows) {
     GF_CHECK_AS(std::logic_error, !c.lab.empty() && !c.id.empty(), "claims table: a row without a lab or an id");
     GF_CHECK_AS(std::logic_error, seen.insert({c.lab, c.id}).second, "claims table: lab {} has claim id '{}' twice", c.lab, c.id);

@@ -38,6 +38,17 @@ struct ClaimSpec {
   double range_lo = -std::numeric_limits<double>::infinity();
   double range_hi = std::numeric_limits<double>::infinity();
   bool bounded() const { return range_lo > -std::numeric_limits<double>::infinity() || range_hi < std::numeric_limits<double>::infinity(); }
+  // The design (issue 35, item 2; a paper claim's row of effects() in lab/claims.cpp, merged in by
+  // claim_specs()): the smallest departure from the threshold, on the claimed side and in the
+  // statistic's units, that the claim cares about, with the reason for that size (from the paper or
+  // the reasoning, not from a run's outcome); and the seed-to-seed sd that the lab's pilot (a recorded
+  // run at its defaults, pilot_n seeds) measured. From the two the report works out how many seeds
+  // would settle an effect of min_effect (lab/report.h, seeds_needed). NaN: not stated.
+  double min_effect = std::numeric_limits<double>::quiet_NaN();
+  std::string min_effect_reason = "";
+  double pilot_sd = std::numeric_limits<double>::quiet_NaN();
+  int pilot_n = 0;
+  bool designed() const { return min_effect > 0 && pilot_sd >= 0; }  // false for NaN
 };
 
 // Every lab's rows, in registry order (lab/claims.cpp).

@@ -374,7 +374,7 @@ Lab depth_lab() {
                "tokens become alike through attention-only layers, with and without skip connections?";
   l.control = "placebo: two groups of seeds of the Pre-LN model (a) and of the stack with skips (b, c)";
   l.placebo = true;
-  l.default_seeds = 5;
+  l.default_seeds = 6;
   l.options = {{"pairs", Option::Int, "500", "built-in corpus pairs for (a)"},
                {"d-model", Option::Int, "64", "(a) model width"},
                {"heads", Option::Int, "4", "(a) attention heads"},

@@ -459,10 +459,27 @@ void Report::record(Claim c) {
   claims_.push_back(std::move(c));
 }
 
+// The design's line under a paper claim (lab/report.h, seeds_needed), and for an unsettled claim
+// with fewer seeds than that, why its outcome is "unsettled by design".
+std::string Report::design_line(const Claim& c) const {
+  if (c.seeds_needed == 0) return "          design: no smallest effect stated for this claim (lab/claims.cpp)\n";
+  const std::string needed = c.seeds_needed >= 1000 ? "1000 or more" : std::to_string(c.seeds_needed);
+  std::string line = fmt::format("          designed to settle an effect of {} with {} seeds (pilot sd {}, Holm level {:.3g}); this run has {}\n",
+                                 num(c.spec.min_effect), needed, num(c.spec.pilot_sd), c.design_alpha, c.interval.n);
+  if (c.by_design)
+    line += fmt::format("          unsettled by design: needs {} seeds for its smallest effect ({} beyond the threshold); the run has {}\n", needed,
+                        num(c.spec.min_effect), c.interval.n);
+  return line;
+}
+
 void Report::print_claim(const Claim& c) const {
   const bool paper = c.spec.kind == ClaimKind::Paper;
   const Interval& iv = c.interval;
-  const char* tag = !paper ? (c.holds ? "passes" : "FAILS") : c.outcome == Outcome::Supported ? "supported" : c.outcome == Outcome::Contradicted ? "CONTRADICTED" : "unsettled";
+  const char* tag = !paper                                  ? (c.holds ? "passes" : "FAILS")
+                    : c.outcome == Outcome::Supported        ? "supported"
+                    : c.outcome == Outcome::Contradicted     ? "CONTRADICTED"
+                    : c.by_design                            ? "unsettled by design"
+                                                             : "unsettled";
   std::string line = fmt::format("  [{}] {} {}: {}\n", tag, kind_name(c.spec.kind), c.spec.id, c.spec.statement);
   if (!paper) {
     line += fmt::format("          {} (exact) {} {}; {}\n", num(iv.mean), side_symbol(c.spec.side), num(c.spec.threshold), c.spec.source);
@@ -485,6 +502,7 @@ void Report::print_claim(const Claim& c) const {
                           "at the level it was held to\n",
                           iv.n, num(std::abs(iv.mean - c.spec.threshold)), c.seeds_to_settle >= 1000 ? "1000 or more" : "about ",
                           c.seeds_to_settle >= 1000 ? std::string() : std::to_string(c.seeds_to_settle));
+    line += design_line(c);
   }
   if (!c.evidence.empty()) line += fmt::format("          {}\n", c.evidence);
   fmt::print(out_, "{}", line);
@@ -530,6 +548,31 @@ int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, 
   return n;
 }
 
+int seeds_needed(double min_effect, double sd, double alpha) {
+  if (!(min_effect > 0) || !std::isfinite(min_effect) || !(sd >= 0) || !std::isfinite(sd) || !(alpha > 0 && alpha < 1)) return 0;
+  int n = 2;
+  while (n < 1000 && t_quantile(1 - alpha / 2, n - 1) * sd / std::sqrt(static_cast<double>(n)) >= min_effect) ++n;
+  return n;
+}
+
+double design_alpha(int paper_claims) {
+  GF_CHECK(paper_claims >= 1, "design_alpha: a design needs at least 1 paper claim, got {}", paper_claims);
+  return 0.05 / paper_claims;
+}
+
+// Each designed paper claim's seeds_needed at the lab's design level, and whether its unsettled
+// outcome is by design: it had fewer seeds than its smallest effect needs.
+void Report::apply_designs() {
+  const int m = static_cast<int>(std::count_if(specs_.begin(), specs_.end(), [](const ClaimSpec& s) { return s.kind == ClaimKind::Paper; }));
+  if (m == 0) return;
+  for (auto& c : claims_) {
+    if (c.spec.kind != ClaimKind::Paper || !c.spec.designed()) continue;
+    c.design_alpha = design_alpha(m);
+    c.seeds_needed = seeds_needed(c.spec.min_effect, c.spec.pilot_sd, c.design_alpha);
+    c.by_design = c.outcome == Outcome::Unsettled && c.interval.n < c.seeds_needed;
+  }
+}
+
 // Holm's step-down across the lab's paper claims with per-seed values, at a family-wise two-sided
 // 5%: sorted by their smaller one-sided p-value, the k-th of m is decided when that p-value is
 // below 0.025 / (m - k), and the first that is not stops the descent, leaving it and every later
@@ -568,6 +611,7 @@ void Report::decide_paper_claims() {
   }
   for (auto& c : claims_)
     if (c.spec.kind == ClaimKind::Paper) c.holds = c.outcome == Outcome::Supported;
+  apply_designs();
 }
 
 void Report::check(const std::string& id, const std::vector<double>& per_seed, const std::string& evidence) {
@@ -644,7 +688,7 @@ std::string Report::verdict_line(int* code) const {
     ++papers;
     if (c.outcome == Outcome::Supported) ++sup;
     if (c.outcome == Outcome::Contradicted) ++con, contradicted.push_back(c.spec.id);
-    if (c.outcome == Outcome::Unsettled) ++unset, unsettled.push_back(c.spec.id);
+    if (c.outcome == Outcome::Unsettled) ++unset, unsettled.push_back(c.by_design ? c.spec.id + " (by design)" : c.spec.id);
     if (c.outcome == Outcome::Supported && c.spec.control_targets) targets_supported.push_back(c.spec.id);
   }
   *code = con > 0 || passed < checks ? 3 : unset > 0 ? 4 : 0;
@@ -726,6 +770,9 @@ int Report::finish() {
       j["bootstrap"] = {{"lo", number_json(c.bootstrap.lo)}, {"hi", number_json(c.bootstrap.hi)}, {"method", c.bootstrap.method}};
     if (c.spec.bounded()) j["range"] = {number_json(c.spec.range_lo), number_json(c.spec.range_hi)};
     if (c.seeds_to_settle >= 0) j["seeds_to_settle"] = c.seeds_to_settle;
+    if (c.seeds_needed > 0)
+      j["design"] = {{"min_effect", c.spec.min_effect}, {"min_effect_reason", c.spec.min_effect_reason}, {"pilot_sd", c.spec.pilot_sd},
+                     {"pilot_n", c.spec.pilot_n}, {"alpha", c.design_alpha}, {"seeds_needed", c.seeds_needed}, {"by_design", c.by_design}};
     claims.push_back(j);
   }
 

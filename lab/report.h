@@ -10,6 +10,9 @@
 // threshold, *contradicted* when it lies strictly on the other side, and *unsettled* when it
 // contains the threshold. The intervals that decide are Holm-adjusted across the lab's paper claims
 // (a family-wise 95%), so a lab with seven claims asks more of each than a lab with one.
+// Under each paper claim a design line (issue 35, item 2): "designed to settle an effect of E with N
+// seeds (pilot sd S, Holm level a); this run has n", from the claim's min_effect and pilot_sd
+// (lab/claims.h, seeds_needed below); an unsettled claim with n < N is "unsettled by design".
 // Exit codes (finish()): 0 every paper claim supported and every exact check passing; 3 a claim
 // contradicted or an exact check failing; 4 otherwise (something unsettled).
 // Under --control (the same protocol with the paper's causal ingredient removed, or made equal in
@@ -98,6 +101,17 @@ Outcome decide(const ClaimSpec& spec, const std::vector<double>& per_seed, doubl
 // spread stayed as measured: the smallest n with t(1 - alpha/2, n - 1) * sd / sqrt(n) < |mean -
 // threshold|. 0 when the mean sits on the threshold or the values are not finite; capped at 1000.
 int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha);
+// The design arithmetic (issue 35, item 2): how many seeds would settle an effect of `min_effect`
+// beyond the threshold, given the seed-to-seed sd a pilot measured, at the two-sided level alpha: the
+// smallest n >= 2 with t(1 - alpha/2, n - 1) * sd / sqrt(n) < min_effect, i.e. the n at which a mean
+// that lands min_effect past the threshold gets an interval clear of it. (A true effect of exactly
+// min_effect lands short of that in about half of the runs; docs/labs.md says so.) 2 for sd 0; 0
+// when min_effect is not above 0 or a number is not finite; capped at 1000.
+int seeds_needed(double min_effect, double sd, double alpha);
+// The level a lab's designs are held to: Holm's strictest, 0.05 / m for the lab's m paper claims.
+// Any claim may be the first of the step-down, which is held to it, so a design that meets it holds
+// whatever order the claims come in. Throws std::invalid_argument for m < 1.
+double design_alpha(int paper_claims);
 // The one-sided p-values of a t test of the per-seed mean against the threshold: for the claimed
 // side (the evidence that the claim is supported) and for the other side (contradicted).
 struct SidePValues {
@@ -163,6 +177,13 @@ struct Claim {
   Interval decisive;           // paper: the Holm-adjusted interval that decided it
   Interval bootstrap;          // a bounded statistic's percentile bootstrap (n 0 when not computed)
   int seeds_to_settle = -1;    // paper, unsettled: seeds_to_settle() at the level it was held to
+  // The design (a paper claim whose row states min_effect and pilot_sd; lab/claims.h): the seeds that
+  // would settle an effect of min_effect at design_alpha (seeds_needed), and whether the claim is
+  // unsettled by design (unsettled, with fewer seeds than that: the run could not have settled its
+  // smallest effect, so "unsettled" says nothing against the claim).
+  int seeds_needed = 0;        // 0: no design stated
+  double design_alpha = 0;
+  bool by_design = false;
 };
 
 class Report {
@@ -252,6 +273,8 @@ class Report {
   void run_placebo(const std::string& id, int pool, const std::function<double(const std::vector<int>& order, int i)>& stat,
                    const std::string& how);
   void decide_paper_claims();
+  void apply_designs();
+  std::string design_line(const Claim& c) const;
   void print_claim(const Claim& c) const;
   std::string verdict_line(int* code) const;
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tables for docs/labs.md from the output of `gradflow lab all --out DIR` (each DIR/NAME/NAME.json
 and DIR/NAME-control/NAME.json): the labs' outcomes and times, the claims, and the seed arithmetic
-of issue 35's item 2 (how many seeds each paper claim needs to be settled at the effect it showed).
+of issue 35's item 2 (how many seeds each paper claim needs to be settled at the effect it showed,
+and its design from the JSON: the smallest effect, the pilot's sd and the seeds that settle it).
 
   python3 scripts/lab_tables.py runs/lab > tables.md
 
@@ -117,8 +118,9 @@ def main(folder):
         print(f"| `{name}` | {c['supported']} / {c['contradicted']} / {c['unsettled']} of {c['paper_claims']} | "
               f"{c['exact_checks_pass']} of {c['exact_checks']} | {ctext} | {lab['seconds']:.1f} | {secs:.1f} |")
     print()
-    print("| lab | claim | outcome | mean [95% t] | decided on | per-seed sd | seeds | seeds to settle the effect seen |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| lab | claim | outcome | mean [95% t] | decided on | per-seed sd | seeds | seeds to settle the effect seen | "
+          "design: smallest effect, pilot sd, seeds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in runs.items():
         lab = r.get("lab")
         if not lab:
@@ -130,9 +132,12 @@ def main(folder):
             sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0
             need = seeds_needed(v, c["threshold"], len(papers))
             dec = c.get("decisive", {})
-            print(f"| {name} | `{c['id']}` | {c['outcome']} | {fmt(c['mean'])} [{fmt(c['lo'])}, {fmt(c['hi'])}] "
+            d = c.get("design")  # lab/claims.cpp's smallest effect and pilot sd (docs/labs.md, "Seeds by design")
+            design = f"{d['min_effect']:g}, {d['pilot_sd']:.3g}, {d['seeds_needed']}" if d else "none stated"
+            outcome = c["outcome"] + (" by design" if d and d["by_design"] else "")
+            print(f"| {name} | `{c['id']}` | {outcome} | {fmt(c['mean'])} [{fmt(c['lo'])}, {fmt(c['hi'])}] "
                   f"{'>' if c['side'] == 'above' else '<'} {c['threshold']:g} | [{fmt(dec.get('lo'))}, {fmt(dec.get('hi'))}] "
-                  f"({dec.get('method', '')}) | {sd:.3g} | {len(v)} | {need if need else 'more than 200'} |")
+                  f"({dec.get('method', '')}) | {sd:.3g} | {len(v)} | {need if need else 'more than 200'} | {design} |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 // files a lab writes) and lab/common.h (statistics, synthetic tasks, the short training loop).
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -417,6 +418,81 @@ TEST_CASE("seeds_to_settle: the smallest n whose interval would leave the thresh
   CHECK(seeds_to_settle(spec, {0.8, 1.0, 1.2}, 0.05) == 1000);  // capped
 }
 
+TEST_CASE("seeds_needed: the smallest n whose interval at the design level clears an effect of min_effect at the pilot's sd") {
+  // min_effect 1, sd 1, 95%: t(0.975, n - 1) / sqrt(n) < 1 first at n 7 (2.447 / 2.646 = 0.925; n 6:
+  // 2.571 / 2.449 = 1.050), from the table of t_quantile_975.
+  CHECK(seeds_needed(1.0, 1.0, 0.05) == 7);
+  CHECK(seeds_needed(2.0, 2.0, 0.05) == 7);   // only the ratio of effect to spread counts
+  CHECK(seeds_needed(0.5, 1.0, 0.05) == 18);  // 2.110 / 4.243 = 0.497; n 17: 2.120 / 4.123 = 0.514
+  // At Holm's strictest level for 7 claims (norm's design) the same effect needs more seeds; the
+  // answer is the first n that meets the inequality.
+  const double a7 = design_alpha(7);
+  CHECK(a7 == doctest::Approx(0.05 / 7));
+  const int n7 = seeds_needed(1.0, 1.0, a7);
+  CHECK(n7 > 7);
+  CHECK(t_quantile(1 - a7 / 2, n7 - 1) / std::sqrt(n7) < 1.0);
+  CHECK(t_quantile(1 - a7 / 2, n7 - 2) / std::sqrt(n7 - 1) >= 1.0);
+  CHECK(seeds_needed(1.0, 0.0, 0.05) == 2);      // no spread: the smallest interval settles it
+  CHECK(seeds_needed(1e-4, 1.0, 0.05) == 1000);  // capped
+  CHECK(seeds_needed(0.0, 1.0, 0.05) == 0);      // no effect stated: no design
+  CHECK(seeds_needed(NAN, 1.0, 0.05) == 0);
+  CHECK(seeds_needed(1.0, NAN, 0.05) == 0);
+  CHECK_THROWS_AS(design_alpha(0), std::invalid_argument);
+}
+
+TEST_CASE("Report design: each claim prints its design; unsettled with fewer seeds than it needs is unsettled by design") {
+  std::vector<ClaimSpec> specs = test_specs();
+  // grows (> 1): its smallest effect 1 at a pilot sd of 1; small (< 0.5): no design stated.
+  specs[0].min_effect = 1.0, specs[0].pilot_sd = 1.0, specs[0].pilot_n = 5, specs[0].min_effect_reason = "a toy's";
+  const double alpha = design_alpha(2);  // two paper claims
+  const int needed = seeds_needed(1.0, 1.0, alpha);
+  REQUIRE(needed > 3);
+  const Lab l = test_lab();
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  const fs::path dir = fresh_dir("design");
+  Report r(l, settings(dir), out, specs);
+  r.paper("grows", {0.5, 1.5, 2.5});  // mean 1.5, sd 1: the interval straddles 1
+  r.paper("small", {0.1, 0.2, 0.15});
+  r.check("exact_zero", 0);
+  CHECK(r.finish() == 4);
+  const std::string text = contents(out);
+  CHECK(text.find("[unsettled by design] paper grows:") != std::string::npos);
+  CHECK(text.find(fmt::format("designed to settle an effect of 1 with {} seeds (pilot sd 1, Holm level 0.025); this run has 3", needed)) !=
+        std::string::npos);
+  CHECK(text.find(fmt::format("unsettled by design: needs {} seeds for its smallest effect (1 beyond the threshold); the run has 3", needed)) !=
+        std::string::npos);
+  CHECK(text.find("design: no smallest effect stated for this claim") != std::string::npos);  // small
+  CHECK(r.verdict().find("unsettled: grows (by design)") != std::string::npos);
+  const nlohmann::json j = read_json(dir / "testlab.json");
+  CHECK(j["claims"][0]["outcome"] == "unsettled");
+  CHECK(j["claims"][0]["design"]["by_design"] == true);
+  CHECK(j["claims"][0]["design"]["seeds_needed"] == needed);
+  CHECK(j["claims"][0]["design"]["min_effect"] == 1.0);
+  CHECK(j["claims"][0]["design"]["pilot_sd"] == 1.0);
+  CHECK(j["claims"][0]["design"]["alpha"].get<double>() == doctest::Approx(0.025));
+  CHECK_FALSE(j["claims"][1].contains("design"));
+  std::fclose(out);
+
+  // With as many seeds as the design needs, an unsettled claim is plainly unsettled: the run could
+  // have settled its smallest effect, and did not.
+  std::FILE* out2 = std::tmpfile();
+  REQUIRE(out2);
+  const fs::path dir2 = fresh_dir("design2");
+  Report s(l, settings(dir2), out2, specs);
+  std::vector<double> straddles;
+  for (int i = 0; i < needed; ++i) straddles.push_back(i % 2 ? 0.0 : 2.0);  // mean about 1: on the threshold
+  s.paper("grows", straddles);
+  s.paper("small", {0.1, 0.2, 0.15});
+  s.check("exact_zero", 0);
+  CHECK(s.finish() == 4);
+  const std::string text2 = contents(out2);
+  CHECK(text2.find("[unsettled] paper grows:") != std::string::npos);
+  CHECK(text2.find("by design") == std::string::npos);
+  CHECK(read_json(dir2 / "testlab.json")["claims"][0]["design"]["by_design"] == false);
+  std::fclose(out2);
+}
+
 TEST_CASE("t_cdf and t_quantile: against closed forms and the table") {
   for (double t : {-3.0, -0.5, 0.0, 0.7, 2.0, 10.0}) {
     CHECK(t_cdf(t, 1) == doctest::Approx(0.5 + std::atan(t) / M_PI).epsilon(1e-12));         // Cauchy
@@ -593,6 +669,22 @@ TEST_CASE("claims table: every row belongs to a lab of the registry, and every l
     CHECK(targets >= 1);
   }
   CHECK_THROWS_WITH_AS(find_claim("norm", "no_such_claim"), doctest::Contains("no claim 'no_such_claim'"), std::logic_error);
+}
+
+TEST_CASE("claims table: every paper claim states its smallest effect, why that size, and its pilot's sd (issue 35, item 2)") {
+  for (const auto& c : claim_specs()) {
+    CAPTURE(c.lab);
+    CAPTURE(c.id);
+    if (c.kind == ClaimKind::Check) {
+      CHECK_FALSE(c.designed());  // a check is one exact value: no seeds to design
+      continue;
+    }
+    CHECK(c.designed());
+    CHECK(c.min_effect > 0);
+    CHECK(std::isfinite(c.pilot_sd));
+    CHECK(c.pilot_n >= 2);
+    CHECK_FALSE(c.min_effect_reason.empty());
+  }
 }
 
 // ---------------------------------------------------------------- statistics

@@ -229,6 +229,10 @@ TEST_CASE("the lab pages (a lab with its control, a real lab, the index) open in
   CHECK(b.eval("document.querySelectorAll('#figures > .figure svg').length").get<int>() == 1);  // the lab's; the control's in <details>
   CHECK(b.eval("document.querySelectorAll('#figures details .figure svg').length").get<int>() == 1);
   CHECK(b.eval("document.querySelector('a[href=\"https://arxiv.org/abs/2401.00001\"]') !== null") == true);
+  // grows' design (tests/toy_lab.h): 5 seeds for its smallest effect; the control's 3 leave it unsettled by design.
+  CHECK(b.eval("document.querySelector('#claims-table').textContent.includes('designed to settle an effect of 1 with 5 seeds')") == true);
+  CHECK(b.eval("document.querySelector('#claims-table').textContent.includes('unsettled by design')") == true);
+  CHECK(b.eval("document.querySelector('#claims-table').textContent.includes('smallest effect 1: half the threshold')") == true);
   // The dose-response: one chart with its band (a polygon) and a point per level.
   CHECK(b.eval("document.querySelectorAll('#dose-response svg.dose-chart polygon').length").get<int>() == 1);
   CHECK(b.eval("document.querySelectorAll('#dose-response svg.dose-chart circle').length").get<int>() == 4);

@@ -87,7 +87,19 @@ function holdsCell(claim) {
   if (!claim) return el("td", {class: "note"}, "not run");
   const word = claim.outcome || (claim.holds ? "holds" : "fails");
   const cls = claim.holds ? "holds" : word === "unsettled" ? "note" : "fails";
-  return el("td", {}, [el("span", {class: cls}, word), el("br"), el("span", {class: "mono"}, intervalText(claim))]);
+  const d = claim.design;
+  return el("td", {}, [el("span", {class: cls}, d && d.by_design ? "unsettled by design" : word), el("br"),
+                       el("span", {class: "mono"}, intervalText(claim)), ...(d ? [el("br"), el("span", {class: "note"}, designText(claim))] : [])]);
+}
+
+// A paper claim's design (lab/claims.cpp): the seeds that would settle its smallest effect at the
+// pilot's spread, against the seeds this run had.
+function designText(claim) {
+  const d = claim.design;
+  const needed = d.seeds_needed >= 1000 ? "1000 or more" : `${d.seeds_needed}`;
+  const head = `designed to settle an effect of ${fmt(d.min_effect)} with ${needed} seeds (pilot sd ${fmt(d.pilot_sd)}, ` +
+               `Holm level ${fmt(d.alpha)}); this run has ${claim.n}`;
+  return d.by_design ? `${head}: unsettled by design, it needs ${needed} seeds for its smallest effect` : head;
 }
 
 // ---------------------------------------------------------------- one lab
@@ -170,7 +182,9 @@ function claimsSection(lab, result, control) {
       el("td", {}, [el("span", {class: "mono"}, spec.id), el("br"),
                     el("span", {class: "note"}, spec.kind + (spec.control_targets ? ", control target" : ""))]),
       el("td", {}, [spec.statement, ...evidence]),
-      el("td", {class: "mono"}, `${spec.side === "above" ? ">" : "<"} ${fmt(spec.threshold)}`),
+      el("td", {}, [el("span", {class: "mono"}, `${spec.side === "above" ? ">" : "<"} ${fmt(spec.threshold)}`),
+                    ...(a && a.design ? [el("br"), el("span", {class: "note"}, `smallest effect ${fmt(a.design.min_effect)}: ` +
+                                                                             a.design.min_effect_reason)] : [])]),
       holdsCell(a),
       control || b ? holdsCell(b) : el("td", {class: "note"}, "—"),
       el("td", {}, intervalPlot(spec, a, b)),
