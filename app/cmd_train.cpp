@@ -9,6 +9,7 @@
 #include "app/recipe_flags.h"
 #include "app/run_report.h"
 #include "app/train_args.h"
+#include "korean/builtin_corpus.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -99,6 +100,7 @@ Flags train_flags() {
 
 train::TrainOptions train_options(const Flags& f) {
   train::TrainOptions opt;
+  opt.builtin_corpus = train::korean_run_data;  // a run without --data
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
   opt.skip_nonfinite = f.on("skip-nonfinite");
