@@ -63,8 +63,9 @@
 // ---- optim: Adam, gradient clipping, the warmup / inverse-square-root schedule
 #include "optim/adam.h"
 
-// ---- train: the built-in corpus, text and vocabularies, batches, the trainer, decoding, scores
-#include "train/corpus/corpus_ko.h"
+// ---- train: text and vocabularies, batches, the trainer, decoding, scores. The built-in
+// English->Korean corpus is a library of its own (gradflow::korean, <gradflow/korean/corpus_ko.h>):
+// a run without --data is handed it (korean/builtin_corpus.h).
 #include "train/data/batching.h"
 #include "train/data/parallel_text.h"
 #include "train/run/run_data.h"

@@ -332,7 +332,7 @@ Flags bench_flags() {
           "scripts/bench_vs_torch.sh runs both programs side by side.");
   f.add_positional("MODE", "train or decode");
   f.add_string("data", "", "folder with train.SRC/train.TGT and the --test split (required)");
-  add_recipe_flags(f, d, false);
+  add_recipe_flags(f, d);
   f.add_string("test", "test_2016_flickr", "decode: the split whose sources are decoded");
   f.add_int("threads", 2, "threads for oneTBB and OpenBLAS (the reference also defaults to 2)");
   f.add_int("steps", 30, "train: timed steps (after 3 warm-up steps)");

@@ -8,8 +8,8 @@
 #include "app/flags.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
-#include "train/corpus/corpus_ko.h"
-#include "train/corpus/corpus_raw.h"
+#include "korean/corpus_ko.h"
+#include "korean/corpus_raw.h"
 
 namespace gf::app {
 

@@ -9,6 +9,7 @@
 #include "app/recipe_flags.h"
 #include "app/run_report.h"
 #include "app/train_args.h"
+#include "korean/builtin_corpus.h"
 #include "tensor/check.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
@@ -21,30 +22,6 @@
 
 namespace gf::app {
 
-namespace {
-
-// Gives every value of the built-in recipe (app/recipe_flags.h) to its flag, where not given.
-void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
-  const train::RunConfig& b = builtin_recipe().config;
-  auto set = [&](const char* flag, auto& field, const auto& value) {
-    if (!f.given(flag)) field = value;
-  };
-  set("d-model", c.layer.d_model, b.layer.d_model);
-  set("heads", c.layer.nhead, b.layer.nhead);
-  set("layers", c.layers, b.layers);
-  set("ff", c.layer.dim_feedforward, b.layer.dim_feedforward);
-  set("warmup", c.warmup, b.warmup);
-  set("lr", c.lr, b.lr);
-  set("min-freq", c.min_freq, b.min_freq);
-  set("src", c.src, b.src);
-  set("tgt", c.tgt, b.tgt);
-  set("schedule", c.schedule, b.schedule);
-  set("patience", c.patience, b.patience);
-  if (!f.given("epochs") && !f.given("steps") && !f.given("minutes")) c.minutes = b.minutes;
-}
-
-}  // namespace
-
 Flags train_flags() {
   train::RunConfig d;  // defaults shown in --help
   Flags f("train",
@@ -54,7 +31,7 @@ Flags train_flags() {
           "pieces learnt from the training split (raw text). Checkpoints go to --out each epoch; --resume DIR continues a run.",
           builtin_recipe().config.minutes, builtin_recipe().config.schedule, builtin_recipe().config.patience));
   f.add_string("data", "", "a folder of parallel text, or a .tsv file (default: the built-in corpus)");
-  add_recipe_flags(f, d, true);
+  add_recipe_flags(f, d);
   f.add_int("subwords", 0, "SentencePiece subwords: learn a model of this many pieces from the training split (0: whitespace tokens, for pre-tokenised text)");
   f.add_string("subword-type", d.subword_type, "subword model: unigram or bpe");
   f.add_bool("joint-vocab", "one subword model and vocabulary for source and target (needed by --arch decoder-only)");
@@ -68,11 +45,10 @@ Flags train_flags() {
   f.add_string("schedule", d.schedule,
                "learning-rate schedule after the warm-up: inverse-sqrt (decay as 1/sqrt(step)), or wsd (warm-up, stable, decay: the "
                "peak --lr until the last --decay-fraction of the budget, then a decay to 0 by its end; measured in time with "
-               "--minutes, else in steps or epochs)" + fmt::format(" (built-in: {})", builtin_recipe().config.schedule));
+               "--minutes, else in steps or epochs)");
   f.add_double("decay-fraction", d.decay_fraction, "--schedule wsd: the last share of the budget over which the rate decays to 0");
   f.add_int("patience", d.patience,
-            "end the run after this many validation evaluations (epochs) in a row without a better validation loss (0: off)" +
-                fmt::format(" (built-in: {})", builtin_recipe().config.patience));
+            "end the run after this many validation evaluations (epochs) in a row without a better validation loss (0: off)");
   f.add_int("epochs", 0, "stop after this many epochs");
   f.add_int("steps", 0, "stop after this many steps");
   f.add_double("minutes", 0, fmt::format("stop after this much time (built-in default: {})", builtin_recipe().config.minutes));
@@ -94,11 +70,13 @@ Flags train_flags() {
             "OUT/grad_stats.jsonl and .svg (0: off; built-in: " + std::to_string(builtin_recipe().grad_stats) + "; about 6 ms per recorded step "
             "on the built-in model, about 0.3% of training time at N 10: docs/grad-stats.md)");
   f.add_bool("report", "at the end, write OUT/report.html: settings, curves, gradient statistics, attention explorer (gradflow report; docs/report.md)");
+  note_builtin_defaults(f);
   return f;
 }
 
 train::TrainOptions train_options(const Flags& f) {
   train::TrainOptions opt;
+  opt.builtin_corpus = train::korean_run_data;  // a run without --data
   opt.samples = f.integer("samples");
   opt.quiet = f.on("quiet");
   opt.skip_nonfinite = f.on("skip-nonfinite");

@@ -20,6 +20,7 @@
 #include "train/run/checkpoint.h"
 #include "train/data/line_reader.h"
 #include "train/data/parallel_text.h"
+#include "korean/builtin_corpus.h"
 #include "train/run/run_data.h"
 #include "train/eval/translator.h"
 #include "train/eval/score.h"
@@ -272,7 +273,7 @@ int cmd_eval(int argc, char** argv) {
   train::RunConfig c = t.config;
   if (!f.str("data").empty()) c.data = f.str("data");
   if (!f.str("split").empty()) c.test_split = f.str("split");
-  train::RunData data = train::load_run_data(c, false, max_line_bytes(f));
+  train::RunData data = train::load_run_data(c, false, max_line_bytes(f), train::korean_run_data);
   GF_CHECK_AS(std::runtime_error, !data.test.empty(), "eval: no test split found for {}; name one with --split", c.data_description());
   const std::string tok = tok_flag.empty() ? t.bleu_tokenize() : tok_flag;
   train::DecodeOptions o = decode_options(f, t);

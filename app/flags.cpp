@@ -29,6 +29,12 @@ void Flags::add_bool(const std::string& name, const std::string& help) {
   flags_[name] = {Kind::Bool, "false", help, "false"};
   order_.push_back(name);
 }
+void Flags::append_help(const std::string& name, const std::string& more) {
+  auto it = flags_.find(name);
+  GF_CHECK(it != flags_.end(), "{}: append_help: no flag --{} is declared", command_, name);
+  it->second.help += more;
+}
+
 void Flags::add_positional(const std::string& name, const std::string& help, bool required) {
   positional_names_.emplace_back(name, help);
   if (required) ++required_positionals_;

@@ -22,6 +22,8 @@ class Flags {
   void add_double(const std::string& name, double def, const std::string& help);
   void add_bool(const std::string& name, const std::string& help);  // a switch, default false
   void add_positional(const std::string& name, const std::string& help, bool required = true);
+  // Adds `more` to a declared flag's help: a note about several flags, written once after them.
+  void append_help(const std::string& name, const std::string& more);
 
   // Throws UsageError on an unknown flag, a missing or malformed value, or a missing positional.
   // Returns false when --help was given (help has been printed).

@@ -10,6 +10,28 @@
 
 namespace gf::app {
 
+namespace {
+
+// The flags the built-in recipe sets, each with its field of a RunConfig (field(c) is that
+// member): the one list apply_builtin_defaults and note_builtin_defaults read. --minutes is
+// apart: it stands for the budget, which --epochs and --steps set as well.
+template <class Visit>
+void for_each_builtin_flag(Visit&& visit) {
+  visit("src", [](auto& c) -> auto& { return c.src; });
+  visit("tgt", [](auto& c) -> auto& { return c.tgt; });
+  visit("min-freq", [](auto& c) -> auto& { return c.min_freq; });
+  visit("d-model", [](auto& c) -> auto& { return c.layer.d_model; });
+  visit("heads", [](auto& c) -> auto& { return c.layer.nhead; });
+  visit("layers", [](auto& c) -> auto& { return c.layers; });
+  visit("ff", [](auto& c) -> auto& { return c.layer.dim_feedforward; });
+  visit("lr", [](auto& c) -> auto& { return c.lr; });
+  visit("warmup", [](auto& c) -> auto& { return c.warmup; });
+  visit("schedule", [](auto& c) -> auto& { return c.schedule; });
+  visit("patience", [](auto& c) -> auto& { return c.patience; });
+}
+
+}  // namespace
+
 const BuiltinRecipe& builtin_recipe() {
   static const BuiltinRecipe r = [] {
     BuiltinRecipe b;
@@ -74,28 +96,39 @@ size_t max_line_bytes(const Flags& f) {
   return static_cast<size_t>(n);
 }
 
-void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes) {
+void apply_builtin_defaults(const Flags& f, train::RunConfig& c) {
   const train::RunConfig& b = builtin_recipe().config;
-  auto note = [&](const auto& value) { return builtin_notes ? fmt::format(" (built-in: {})", value) : std::string(); };
+  for_each_builtin_flag([&](const char* flag, auto field) {
+    if (!f.given(flag)) field(c) = field(b);
+  });
+  if (!f.given("epochs") && !f.given("steps") && !f.given("minutes")) c.minutes = b.minutes;
+}
+
+void note_builtin_defaults(Flags& f) {
+  const train::RunConfig& b = builtin_recipe().config;
+  for_each_builtin_flag([&](const char* flag, auto field) { f.append_help(flag, fmt::format(" (built-in: {})", field(b))); });
+}
+
+void add_recipe_flags(Flags& f, const train::RunConfig& d) {
   const nn::TransformerLayerOptions& l = d.layer;
-  f.add_string("src", d.src, "source language suffix" + note(b.src));
-  f.add_string("tgt", d.tgt, "target language suffix" + note(b.tgt));
-  f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often" + note(b.min_freq));
+  f.add_string("src", d.src, "source language suffix");
+  f.add_string("tgt", d.tgt, "target language suffix");
+  f.add_int("min-freq", d.min_freq, "vocabulary: keep training tokens seen at least this often");
   f.add_int("max-tokens", d.max_tokens, "padded source+target tokens per batch");
   // The model: every flag here is a field of nn::TransformerLayerOptions or of the model options.
   f.add_string("arch", d.arch, "encoder-decoder, or decoder-only (one sequence: source <sep> target, loss on the target)");
-  f.add_int("d-model", l.d_model, "model width" + note(b.layer.d_model));
-  f.add_int("heads", l.nhead, "attention heads" + note(b.layer.nhead));
+  f.add_int("d-model", l.d_model, "model width");
+  f.add_int("heads", l.nhead, "attention heads");
   f.add_int("kv-heads", l.kv_heads, "key/value heads: 0 = --heads (multi-head), 1 = multi-query, a divisor of --heads = grouped-query");
-  f.add_int("layers", d.layers, "encoder and decoder layers each" + note(b.layers));
-  f.add_int("ff", l.dim_feedforward, "feed-forward width" + note(b.layer.dim_feedforward));
+  f.add_int("layers", d.layers, "encoder and decoder layers each");
+  f.add_int("ff", l.dim_feedforward, "feed-forward width");
   f.add_double("dropout", l.dropout, "dropout");
   f.add_string("activation", l.activation, "feed-forward activation: " + nn::activation_names());
   f.add_string("norm", l.norm, "normalisation layer: " + nn::norm_names());
   f.add_bool("norm-first", "pre-norm layers (default post-norm, as the 2017 paper)");
   f.add_bool("tie", "tie the output projection to the target embedding");
-  f.add_double("lr", d.lr, "peak learning rate" + note(b.lr));
-  f.add_int("warmup", d.warmup, "steps of linear warm-up to the peak --lr" + note(b.warmup));
+  f.add_double("lr", d.lr, "peak learning rate");
+  f.add_int("warmup", d.warmup, "steps of linear warm-up to the peak --lr");
   f.add_double("label-smoothing", d.label_smoothing, "label smoothing");
   add_precision_flag(f);
 }

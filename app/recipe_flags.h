@@ -20,9 +20,13 @@ struct BuiltinRecipe {
 };
 const BuiltinRecipe& builtin_recipe();
 
-// Declares the flags with d's values as defaults; with builtin_notes the help also gives the
-// built-in corpus's own defaults (see cmd_train.cpp).
-void add_recipe_flags(Flags& f, const train::RunConfig& d, bool builtin_notes);
+// Declares the flags with d's values as defaults.
+void add_recipe_flags(Flags& f, const train::RunConfig& d);
+// The built-in recipe's values, one list of (flag, field) for both: apply_builtin_defaults gives
+// each to its field where the flag was not given (--minutes where no budget flag was);
+// note_builtin_defaults adds "(built-in: VALUE)" to each flag's help, once all are declared.
+void apply_builtin_defaults(const Flags& f, train::RunConfig& c);
+void note_builtin_defaults(Flags& f);
 // Copies the flags' values into c.
 void read_recipe_flags(const Flags& f, train::RunConfig& c);
 // --precision auto|fp32|bf16, default auto (add_recipe_flags declares it; translate and eval

@@ -13,6 +13,7 @@
 #include "optim/adam.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
+#include "korean/builtin_corpus.h"
 #include "train/run/run_data.h"
 #include "train/eval/translator.h"
 #include "train/run/checkpoint.h"
@@ -118,7 +119,7 @@ nlohmann::json attention_json(const train::Translator& t, const RunReportOptions
   }
   train::RunData data;
   try {
-    data = train::load_run_data(t.config, false);
+    data = train::load_run_data(t.config, false, train::kMaxLineBytes, train::korean_run_data);
   } catch (const std::exception& e) {
     a["note"] = fmt::format("the run's test sentences could not be read ({}); give sentences with --src", e.what());
     return a;

@@ -1,8 +1,9 @@
 # gradflow as an installed library (docs/library.md). `cmake --install build --prefix P` writes
 #   P/include/gradflow/gradflow.h and tensor/ autograd/ nn/ optim/ train/   the headers
-#   P/lib/libgradflow.a                                                       the library
+#   P/include/gradflow/korean/                                                the built-in corpus's headers
+#   P/lib/libgradflow.a, P/lib/libgradflow_korean.a                          the library, the built-in corpus
 #   P/lib/cmake/gradflow/                                                     find_package(gradflow)
-#   P/lib/pkgconfig/gradflow.pc                                               pkg-config gradflow
+#   P/lib/pkgconfig/gradflow.pc, gradflow-korean.pc                           pkg-config gradflow (gradflow-korean)
 # The labs (gradflow_lab), the CLI's subcommands (gradflow_app) and the tests are programs built on
 # the library, not API, and stay out of the package.
 include(GNUInstallDirs)
@@ -12,8 +13,8 @@ include(CMakePackageConfigHelpers)
 # <gradflow/nn/linear.h>) and include/gradflow (for the headers' own includes) on its path.
 target_include_directories(gradflow PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
                                            $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/gradflow>)
-install(TARGETS gradflow EXPORT gradflowTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir tensor autograd nn optim train)
+install(TARGETS gradflow gradflow_korean EXPORT gradflowTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(dir tensor autograd nn optim train korean)
   install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gradflow FILES_MATCHING PATTERN "*.h")
 endforeach()
 install(FILES gradflow.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gradflow)
@@ -44,4 +45,6 @@ if(GRADFLOW_HAVE_MPI)
   set(GRADFLOW_PC_CFLAGS " -DGRADFLOW_HAVE_MPI=1")
 endif()
 configure_file(cmake/gradflow.pc.in ${CMAKE_CURRENT_BINARY_DIR}/gradflow.pc @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/gradflow.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(cmake/gradflow-korean.pc.in ${CMAKE_CURRENT_BINARY_DIR}/gradflow-korean.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/gradflow.pc ${CMAKE_CURRENT_BINARY_DIR}/gradflow-korean.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -19,18 +19,8 @@ shift || true
 if [ "${GRADFLOW_SKIP_APT:-0}" != 1 ]; then
   # The project's own build dependencies, read from scripts/setup.sh so the list lives in one place.
   eval "$(sed -n '/^PACKAGES=(/,/)/p' scripts/setup.sh)"
-  PACKAGES+=(clang libclang-rt-14-dev)
-  missing=()
-  for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    SUDO=""
-    if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-    echo "fuzz: installing ${missing[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  source scripts/lib.sh
+  apt_install_missing fuzz "${PACKAGES[@]}" clang libclang-rt-14-dev
 fi
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADFLOW_FUZZ=ON >/dev/null

@@ -15,7 +15,7 @@
 #include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "train/run/batch_loss.h"
-#include "train/corpus/corpus_ko.h"
+#include "korean/corpus_ko.h"
 #include "train/data/utf8.h"
 
 namespace gf::lab {

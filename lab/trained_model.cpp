@@ -14,7 +14,7 @@
 #include "tensor/io/atomic_file.h"
 #include "tensor/io/safetensors.h"
 #include "train/run/checkpoint.h"
-#include "train/corpus/corpus_ko.h"
+#include "korean/corpus_ko.h"
 #include "train/run/run_data.h"
 #include "train/eval/translator.h"
 #include "train/data/utf8.h"

@@ -6,6 +6,22 @@
 
 namespace gf::nn {
 
+FeedForwardLayer::FeedForwardLayer(const TransformerLayerOptions& opt) : activation((opt.validate(), &find_activation(opt.activation))) {}
+
+void FeedForwardLayer::register_feed_forward(const TransformerLayerOptions& opt, Generator& gen) {
+  if (const FeedForwardKind& kind = find_feedforward(opt.feedforward); kind.make) {
+    ff = register_module("ff", kind.make(opt, gen));
+  } else {  // the standard block under PyTorch's names
+    linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
+    dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
+    linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
+  }
+}
+
+Variable FeedForwardLayer::feed_forward_block(const Variable& x) const {
+  return ff ? ff->forward(x) : feed_forward(x, *linear1, *linear2, *activation, dropout.get());  // (..., D)
+}
+
 Variable feed_forward(const Variable& x, const Linear& linear1, const Linear& linear2, const ActivationKind& act, const Dropout* dropout) {
   Variable h = linear1.forward(x);  // (..., ff)
   // The fused form, where the activation has one, keeps only the hidden output linear2 keeps anyway.

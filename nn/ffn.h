@@ -46,6 +46,24 @@ struct FeedForwardKind {
   std::shared_ptr<FeedForward> (*make)(const TransformerLayerOptions& opt, Generator& gen);
 };
 
+// What the encoder and decoder layers share about their feed-forward block: its modules, under
+// PyTorch's names for the standard block or as `ff` for another kind, and its computation.
+class FeedForwardLayer : public Module {
+ public:
+  std::shared_ptr<Linear> linear1, linear2;  // the standard feed-forward block (null with another kind)
+  std::shared_ptr<Dropout> dropout;          // the standard block's inner dropout
+  std::shared_ptr<FeedForward> ff;           // any other kind (options.feedforward), registered as `ff`
+  const ActivationKind* activation;          // an entry of activation_kinds()
+
+ protected:
+  // Checks the options first, so that a bad option is named by validate(), not by the lookup.
+  explicit FeedForwardLayer(const TransformerLayerOptions& opt);
+  // Registers the block (linear1, dropout, linear2; or ff): the layer calls it where PyTorch's
+  // layer registers its block, so that named_parameters() lists the same sequence.
+  void register_feed_forward(const TransformerLayerOptions& opt, Generator& gen);
+  Variable feed_forward_block(const Variable& x) const;  // (..., D) -> (..., D), before the residual dropout
+};
+
 const std::deque<FeedForwardKind>& feedforward_kinds();
 // The entry, which lives as long as the program. Throws std::invalid_argument naming the known kinds.
 const FeedForwardKind& find_feedforward(const std::string& name);

@@ -41,17 +41,11 @@ Tensor cross_of_rows(const Tensor& t, const std::vector<int64_t>& rows) {
 }  // namespace
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen)
-    : options((opt.validate(), opt)), activation(&find_activation(opt.activation)) {
+    : FeedForwardLayer(opt), options(opt) {
   auto attention = [&] { return std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen, opt.kv_heads); };
   self_attn = register_module("self_attn", attention());
   multihead_attn = register_module("multihead_attn", attention());
-  if (const FeedForwardKind& kind = find_feedforward(opt.feedforward); kind.make) {
-    ff = register_module("ff", kind.make(opt, gen));
-  } else {  // the standard block under PyTorch's names
-    linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
-    dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
-    linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
-  }
+  register_feed_forward(opt, gen);
   norm1 = register_module("norm1", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
   norm2 = register_module("norm2", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
   norm3 = register_module("norm3", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
@@ -65,7 +59,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
 template <class SelfBlock, class CrossBlock>
 Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_block, CrossBlock cross_block) const {
   auto ff_block = [&](const Variable& x) {
-    return dropout3->forward(ff ? ff->forward(x) : feed_forward(x, *linear1, *linear2, *activation, dropout.get()));  // (B, T, D)
+    return dropout3->forward(feed_forward_block(x));  // (B, T, D)
   };
   // Each block runs in a NameScope named as its module (ff_block as PyTorch's method), so anomaly
   // reports and graph pictures say which part of the layer an op belongs to.

@@ -28,7 +28,7 @@ struct DecoderLayerOutput {
   Variable cross_weights;  // (B, H, T, S) when asked for
 };
 
-class TransformerDecoderLayer : public Module {
+class TransformerDecoderLayer : public FeedForwardLayer {
  public:
   explicit TransformerDecoderLayer(const TransformerLayerOptions& opt, Generator& gen = default_generator());
   // tgt (B, T, D), memory (B, S, D); tgt_mask (T, T) (causal); tgt_key_padding_mask (B, T);
@@ -44,12 +44,10 @@ class TransformerDecoderLayer : public Module {
                                   bool need_weights = false) const;
 
   std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
-  std::shared_ptr<Linear> linear1, linear2;  // the standard feed-forward block (null with another kind)
-  std::shared_ptr<FeedForward> ff;           // any other kind (options.feedforward), registered as `ff`
+  // linear1, dropout, linear2 or ff, and activation: FeedForwardLayer's (nn/ffn.h)
   std::shared_ptr<Norm> norm1, norm2, norm3;
-  std::shared_ptr<Dropout> dropout, dropout1, dropout2, dropout3;
+  std::shared_ptr<Dropout> dropout1, dropout2, dropout3;
   TransformerLayerOptions options;
-  const ActivationKind* activation;  // an entry of activation_kinds()
   // An experiment switch (lab norm): each residual is x * residual_scale + sublayer(...), DeepNorm's
   // alpha (Wang et al. 2022, arXiv:2203.00555); 1 (the default) is the standard layer, computed
   // without the multiplication.

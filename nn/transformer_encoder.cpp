@@ -7,17 +7,11 @@
 namespace gf::nn {
 
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen)
-    : options((opt.validate(), opt)), activation(&find_activation(opt.activation)) {
+    : FeedForwardLayer(opt), options(opt) {
   // Registration order follows PyTorch's, so named_parameters() lists the same sequence.
   self_attn = register_module("self_attn",
                               std::make_shared<MultiheadAttention>(opt.d_model, opt.nhead, opt.dropout, true, gen, opt.kv_heads));
-  if (const FeedForwardKind& kind = find_feedforward(opt.feedforward); kind.make) {
-    ff = register_module("ff", kind.make(opt, gen));
-  } else {  // the standard block under PyTorch's names
-    linear1 = register_module("linear1", std::make_shared<Linear>(opt.d_model, opt.dim_feedforward, true, gen));
-    dropout = register_module("dropout", std::make_shared<Dropout>(opt.dropout));
-    linear2 = register_module("linear2", std::make_shared<Linear>(opt.dim_feedforward, opt.d_model, true, gen));
-  }
+  register_feed_forward(opt, gen);
   norm1 = register_module("norm1", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
   norm2 = register_module("norm2", make_norm(opt.norm, opt.d_model, opt.layer_norm_eps));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(opt.dropout));
@@ -30,7 +24,7 @@ template <class SelfBlock>
 Variable TransformerEncoderLayer::sublayers(const Variable& src, SelfBlock attention) const {
   auto self_block = [&](const Variable& x) { return dropout1->forward(attention(x)); };  // (B, S, D)
   auto ff_block = [&](const Variable& x) {
-    return dropout2->forward(ff ? ff->forward(x) : feed_forward(x, *linear1, *linear2, *activation, dropout.get()));  // (B, S, D)
+    return dropout2->forward(feed_forward_block(x));  // (B, S, D)
   };
   auto skip = [&](const Variable& x) { return residual_scale == 1.0 ? x : x * residual_scale; };  // (B, S, D)
   Variable x = src;  // (B, S, D)

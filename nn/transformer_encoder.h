@@ -15,7 +15,7 @@
 
 namespace gf::nn {
 
-class TransformerEncoderLayer : public Module {
+class TransformerEncoderLayer : public FeedForwardLayer {
  public:
   // gen draws the initial weights (a seeded model is reproducible whatever else has drawn).
   explicit TransformerEncoderLayer(const TransformerLayerOptions& opt, Generator& gen = default_generator());
@@ -26,12 +26,10 @@ class TransformerEncoderLayer : public Module {
   Variable forward_cached(const Variable& x, KVCache& cache) const;
 
   std::shared_ptr<MultiheadAttention> self_attn;
-  std::shared_ptr<Linear> linear1, linear2;  // the standard feed-forward block (null with another kind)
-  std::shared_ptr<FeedForward> ff;           // any other kind (options.feedforward), registered as `ff`
+  // linear1, dropout, linear2 or ff, and activation: FeedForwardLayer's (nn/ffn.h)
   std::shared_ptr<Norm> norm1, norm2;
-  std::shared_ptr<Dropout> dropout, dropout1, dropout2;
+  std::shared_ptr<Dropout> dropout1, dropout2;
   TransformerLayerOptions options;
-  const ActivationKind* activation;  // an entry of activation_kinds()
   // An experiment switch (lab norm): each residual is x * residual_scale + sublayer(...), DeepNorm's
   // alpha (Wang et al. 2022, arXiv:2203.00555); 1 (the default) is the standard layer, computed
   // without the multiplication.

@@ -17,17 +17,16 @@ same draws) up to float64 rounding (PyTorch's float64 products follow its thread
 relative when written). Needs Debian's python3-torch (1.13: CPU autocast to bfloat16 on oneDNN):
   /usr/bin/python3 scripts/make_parity_bf16.py tests/parity/bf16
 """
-import copy, importlib.util, json, math, os, struct, sys
+import copy, json, math, os, struct, sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import parity_generator  # scripts/parity_generator.py (the script's folder is on sys.path)
+
 here = os.path.dirname(os.path.abspath(__file__))
-gen_path = os.environ.get("MAKE_PARITY", os.path.join(here, "..", "..", "shared", "parity", "make_parity.py"))
-spec = importlib.util.spec_from_file_location("make_parity", gen_path)
-make_parity = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(make_parity)
+make_parity = parity_generator.load()
 f32, save_safetensors = make_parity.f32, make_parity.save_safetensors
 
 VARIANT = dict(B=2, L=6, S=3, D=24, H=3, out=5, vocab=17, ff=40, layers=3, activation="gelu",

@@ -12,17 +12,15 @@ Uses run_case(), f32() and the masks of the shared generator (../shared/parity/m
 default); needs Debian's python3-torch:
   /usr/bin/python3 scripts/make_parity_extend.py tests/parity/extend
 """
-import importlib.util, math, os, sys
+import math, os, sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-here = os.path.dirname(os.path.abspath(__file__))
-gen_path = os.environ.get("MAKE_PARITY", os.path.join(here, "..", "..", "shared", "parity", "make_parity.py"))
-spec = importlib.util.spec_from_file_location("make_parity", gen_path)
-mp = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mp)
+import parity_generator  # scripts/parity_generator.py (the script's folder is on sys.path)
+
+mp = parity_generator.load()
 torch.set_default_dtype(torch.float64)
 
 

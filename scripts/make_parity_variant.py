@@ -6,13 +6,11 @@ parity runner is checked on more than the shapes it was first written for.
 Uses make_cases() from the shared generator (../shared/parity/make_parity.py by default); needs
 Debian's python3-torch:  /usr/bin/python3 scripts/make_parity_variant.py tests/parity/variant
 """
-import importlib.util, os, sys
+import os, sys
 
-here = os.path.dirname(os.path.abspath(__file__))
-gen_path = os.environ.get("MAKE_PARITY", os.path.join(here, "..", "..", "shared", "parity", "make_parity.py"))
-spec = importlib.util.spec_from_file_location("make_parity", gen_path)
-make_parity = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(make_parity)
+import parity_generator  # scripts/parity_generator.py (the script's folder is on sys.path)
+
+make_parity = parity_generator.load()
 
 VARIANT = dict(B=2, L=6, S=3, D=24, H=3, out=5, vocab=17, ff=40, layers=3, activation="gelu",
                src_lengths=[3, 1], tgt_lengths=[6, 2])

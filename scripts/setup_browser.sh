@@ -4,15 +4,5 @@
 # (only what is missing). Part of the full check (.ci/run), not of scripts/setup.sh: training and
 # the rest of the suite need no browser, and it is a large download.
 set -euo pipefail
-PACKAGES=(chromium fonts-nanum)
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-  echo "setup_browser: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source "$(dirname "$0")/lib.sh"
+apt_install_missing setup_browser chromium fonts-nanum

@@ -60,4 +60,24 @@ inline nn::Seq2SeqOptions tiny_options(int64_t layers = 2, bool norm_first = fal
   return o;
 }
 
+// A translator 8 wide with 2 heads, a feed-forward of 16 and no dropout, for `vocab` tokens on both
+// sides: the decoding tests' model, small enough to follow in float64.
+inline nn::Seq2SeqOptions decoding_options(int64_t vocab, int64_t layers = 1) {
+  nn::Seq2SeqOptions o;
+  o.src_vocab = o.tgt_vocab = vocab;
+  o.layer.d_model = 8, o.layer.nhead = 2, o.layer.dim_feedforward = 16, o.layer.dropout = 0;
+  o.num_layers = layers;
+  return o;
+}
+
+// The grouped-query tests' model: decoding_options' with 12 tokens, two layers and 4 query heads
+// sharing kv_heads key/value heads (4: multi-head, 1: multi-query).
+inline nn::Seq2SeqOptions grouped_query_options(int64_t kv_heads) {
+  nn::Seq2SeqOptions o = decoding_options(12, 2);
+  o.layer.nhead = 4;
+  o.layer.kv_heads = kv_heads;
+  o.max_len = 32;
+  return o;
+}
+
 }  // namespace gf::testing

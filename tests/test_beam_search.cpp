@@ -16,6 +16,7 @@
 #include "autograd/ops/softmax.h"
 #include "nn/seq2seq.h"
 #include "train/decode/decode.h"
+#include "nn_test_util.h"
 
 using namespace gf;
 
@@ -58,10 +59,7 @@ std::vector<int64_t> exhaustive_best(const nn::Seq2SeqTransformer& m, int64_t sr
 
 TEST_CASE("beam search wider than the hypothesis space finds the most probable output (exhaustive search), and greedy does not always") {
   NoGradGuard ng;
-  nn::Seq2SeqOptions o;
-  o.src_vocab = o.tgt_vocab = kV;
-  o.layer.d_model = 8, o.layer.nhead = 2, o.layer.dim_feedforward = 16, o.layer.dropout = 0;
-  o.num_layers = 1;
+  const nn::Seq2SeqOptions o = gf::testing::decoding_options(kV);
   int greedy_missed = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     nn::Seq2SeqTransformer m(o, seed);
@@ -224,10 +222,7 @@ TEST_CASE("beam search runs one row per hypothesis: the first step has one row p
 
 TEST_CASE("beam search with a length penalty: a batch decodes as each sentence alone, cached and uncached (small model)") {
   NoGradGuard ng;
-  nn::Seq2SeqOptions o;
-  o.src_vocab = o.tgt_vocab = kV;
-  o.layer.d_model = 8, o.layer.nhead = 2, o.layer.dim_feedforward = 16, o.layer.dropout = 0;
-  o.num_layers = 1;
+  const nn::Seq2SeqOptions o = gf::testing::decoding_options(kV);
   nn::Seq2SeqTransformer m(o, 3);
   m.to(DType::Float64);
   m.eval();

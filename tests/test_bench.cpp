@@ -16,6 +16,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/seq2seq.h"
 #include "train/decode/decode.h"
+#include "nn_test_util.h"
 
 using namespace gf;
 namespace fs = std::filesystem;
@@ -147,14 +148,8 @@ TEST_CASE("gradflow bench rejects bad arguments with usage errors (exit code 2)"
 }
 
 TEST_CASE("greedy decoding with stop_at_eos = false runs every row for longest source + max_extra steps") {
-  nn::Seq2SeqOptions o;
-  o.src_vocab = 9;
+  nn::Seq2SeqOptions o = gf::testing::decoding_options(9);
   o.tgt_vocab = 7;
-  o.layer.d_model = 8;
-  o.layer.nhead = 2;
-  o.num_layers = 1;
-  o.layer.dim_feedforward = 16;
-  o.layer.dropout = 0;
   nn::Seq2SeqTransformer model(o, 3);
   model.eval();
   {

@@ -11,8 +11,8 @@
 #include <unistd.h>
 #include <vector>
 
-#include "train/corpus/corpus_ko.h"
-#include "train/corpus/korean_morph.h"
+#include "korean/corpus_ko.h"
+#include "korean/korean_morph.h"
 #include "train/data/parallel_text.h"
 #include "train/data/utf8.h"
 
@@ -45,22 +45,13 @@ std::vector<SentencePair> all_pairs(const CorpusSplits& c) {
 }  // namespace
 
 TEST_CASE("the required example sentences come out exactly") {
-  SentenceSpec student;
-  student.frame = Frame::Copula;
-  student.subject = "i";
-  student.object = "student";
+  const SentenceSpec student{.frame = Frame::Copula, .subject = "i", .object = "student"};
   SentencePair p = render_sentence(student);
   CHECK(p.src == "i am a student .");
   CHECK(p.tgt == "저 는 학생 입니다 .");
 
-  SentenceSpec read;
-  read.frame = Frame::Transitive;
-  read.subject = "my friend";
-  read.verb = "read";
-  read.object = "book";
-  read.place = "library";
-  read.time = "yesterday";
-  read.tense = Tense::Past;
+  const SentenceSpec read{.frame = Frame::Transitive, .subject = "my friend", .verb = "read", .object = "book",
+                     .place = "library", .time = "yesterday", .tense = Tense::Past};
   p = render_sentence(read);
   CHECK(p.src == "my friend read a book in the library yesterday .");
   CHECK(p.tgt == "제 친구 는 어제 도서관 에서 책 을 읽었습니다 .");
@@ -155,11 +146,7 @@ TEST_CASE("negation, honorifics and modifiers") {
 }
 
 TEST_CASE("English tense forms agree with the Korean and the subject") {
-  SentenceSpec s;
-  s.frame = Frame::Transitive;
-  s.subject = "he";
-  s.verb = "read";
-  s.object = "book";
+  SentenceSpec s{.frame = Frame::Transitive, .subject = "he", .verb = "read", .object = "book"};
   struct Row {
     Tense tense;
     bool negative;
@@ -183,13 +170,8 @@ TEST_CASE("English tense forms agree with the Korean and the subject") {
   }
 
   // Irregular English pasts, third person -s/-es/-ies, "do not" for I/we/they.
-  SentenceSpec eat;
-  eat.frame = Frame::Transitive;
-  eat.subject = "we";
-  eat.verb = "eat";
-  eat.object = "apple";
-  eat.tense = Tense::Past;
-  eat.time = "yesterday";
+  SentenceSpec eat{.frame = Frame::Transitive, .subject = "we", .verb = "eat", .object = "apple", .time = "yesterday",
+                     .tense = Tense::Past};
   CHECK(render_sentence(eat).src == "we ate an apple yesterday .");
   CHECK(render_sentence(eat).tgt == "우리 는 어제 사과 를 먹었습니다 .");
   eat.tense = Tense::Present;
@@ -197,12 +179,7 @@ TEST_CASE("English tense forms agree with the Korean and the subject") {
   eat.negative = true;
   CHECK(render_sentence(eat).src == "we do not eat an apple every day .");
 
-  SentenceSpec study;
-  study.frame = Frame::Transitive;
-  study.subject = "she";
-  study.verb = "study";
-  study.object = "korean";
-  study.time = "every day";
+  SentenceSpec study{.frame = Frame::Transitive, .subject = "she", .verb = "study", .object = "korean", .time = "every day"};
   CHECK(render_sentence(study).src == "she studies korean every day .");
   CHECK(render_sentence(study).tgt == "그녀 는 매일 한국어 를 공부합니다 .");
   study.negative = true;
@@ -210,11 +187,7 @@ TEST_CASE("English tense forms agree with the Korean and the subject") {
   study.tense = Tense::Future;
   CHECK(render_sentence(study).tgt == "그녀 는 한국어 를 공부하지 않을 것입니다 .");  // 하다 verbs: -지 않다
 
-  SentenceSpec go;
-  go.frame = Frame::Motion;
-  go.subject = "i";
-  go.verb = "go";
-  go.place = "school";
+  SentenceSpec go{.frame = Frame::Motion, .subject = "i", .verb = "go", .place = "school"};
   CHECK(render_sentence(go).src == "i go to school .");
   CHECK(render_sentence(go).tgt == "저 는 학교 에 갑니다 .");
   go.subject = "my mother";
@@ -237,10 +210,7 @@ TEST_CASE("English tense forms agree with the Korean and the subject") {
 }
 
 TEST_CASE("every frame renders correct Korean") {
-  SentenceSpec big;
-  big.frame = Frame::Adjective;
-  big.subject = "the dog";
-  big.adjective = "big";
+  SentenceSpec big{.frame = Frame::Adjective, .subject = "the dog", .adjective = "big"};
   CHECK(render_sentence(big).src == "the dog is big .");
   CHECK(render_sentence(big).tgt == "개 는 큽니다 .");
   big.negative = true;
@@ -248,70 +218,41 @@ TEST_CASE("every frame renders correct Korean") {
   CHECK(render_sentence(big).src == "the dog is not very big .");
   CHECK(render_sentence(big).tgt == "개 는 별로 크지 않습니다 .");
 
-  SentenceSpec bag;  // a noun subject with a determiner, plural agreement
-  bag.frame = Frame::Adjective;
-  bag.subject = "shoes";
-  bag.subject_det = Determiner::This;
-  bag.adjective = "expensive";
-  bag.tense = Tense::Past;
+  const SentenceSpec bag{.frame = Frame::Adjective, .subject = "shoes", .subject_det = Determiner::This,
+                     .adjective = "expensive", .tense = Tense::Past};  // a noun subject with a determiner, plural agreement
   CHECK(render_sentence(bag).src == "these shoes were expensive .");
   CHECK(render_sentence(bag).tgt == "이 신발 은 비쌌습니다 .");
 
-  SentenceSpec hungry;
-  hungry.frame = Frame::Adjective;
-  hungry.subject = "i";
-  hungry.adjective = "hungry";
+  const SentenceSpec hungry{.frame = Frame::Adjective, .subject = "i", .adjective = "hungry"};
   CHECK(render_sentence(hungry).src == "i am hungry .");
   CHECK(render_sentence(hungry).tgt == "저 는 배 가 고픕니다 .");
 
-  SentenceSpec eat;  // attributive adjective, tool with 으로, companion with 와
-  eat.frame = Frame::Transitive;
-  eat.subject = "i";
-  eat.verb = "eat";
-  eat.object = "rice";
-  eat.adjective = "hot";
-  eat.instrument = "chopsticks";
-  eat.place = "home";
-  eat.tense = Tense::Past;
+  const SentenceSpec eat{.frame = Frame::Transitive, .subject = "i", .verb = "eat", .object = "rice", .adjective = "hot",
+                     .place = "home", .instrument = "chopsticks",
+                     .tense = Tense::Past};  // attributive adjective, tool with 으로, companion with 와
   CHECK(render_sentence(eat).src == "i ate hot rice with chopsticks at home .");
   CHECK(render_sentence(eat).tgt == "저 는 집 에서 젓가락 으로 뜨거운 밥 을 먹었습니다 .");
 
-  SentenceSpec buy;  // "and" takes 와/과 from the first noun, 을/를 from the last
-  buy.frame = Frame::Transitive;
-  buy.subject = "my friend";
-  buy.verb = "buy";
-  buy.object = "bread";
-  buy.object2 = "milk";
-  buy.companion = "my teacher";
-  buy.tense = Tense::Future;
+  const SentenceSpec buy{.frame = Frame::Transitive, .subject = "my friend", .verb = "buy", .object = "bread", .object2 = "milk",
+                     .companion = "my teacher",
+                     .tense = Tense::Future};  // "and" takes 와/과 from the first noun, 을/를 from the last
   CHECK(render_sentence(buy).src == "my friend will buy bread and milk with my teacher .");
   CHECK(render_sentence(buy).tgt == "제 친구 는 제 선생님 과 함께 빵 과 우유 를 살 것입니다 .");
 
-  SentenceSpec play;  // one English verb, different Korean verbs
-  play.frame = Frame::Transitive;
-  play.subject = "they";
-  play.verb = "play";
-  play.object = "the piano";
+  SentenceSpec play{.frame = Frame::Transitive, .subject = "they", .verb = "play",
+                     .object = "the piano"};  // one English verb, different Korean verbs
   CHECK(render_sentence(play).tgt == "그들 은 피아노 를 칩니다 .");
   play.object = "soccer";
   CHECK(render_sentence(play).tgt == "그들 은 축구 를 합니다 .");
   play.object = "the violin";
   CHECK(render_sentence(play).tgt == "그들 은 바이올린 을 켭니다 .");
 
-  SentenceSpec eat_hon;  // honorific suppletion: 먹다 -> 드시다
-  eat_hon.frame = Frame::Transitive;
-  eat_hon.subject = "the teacher";
-  eat_hon.verb = "eat";
-  eat_hon.object = "cake";
-  eat_hon.det = Determiner::Definite;
-  eat_hon.negative = true;
+  const SentenceSpec eat_hon{.frame = Frame::Transitive, .subject = "the teacher", .verb = "eat", .object = "cake",
+                     .det = Determiner::Definite, .negative = true};  // honorific suppletion: 먹다 -> 드시다
   CHECK(render_sentence(eat_hon).src == "the teacher does not eat the cake .");
   CHECK(render_sentence(eat_hon).tgt == "선생님 은 케이크 를 안 드십니다 .");
 
-  SentenceSpec cat;
-  cat.frame = Frame::Existence;
-  cat.object = "cat";
-  cat.spot = "on the bed";
+  SentenceSpec cat{.frame = Frame::Existence, .object = "cat", .spot = "on the bed"};
   CHECK(render_sentence(cat).src == "there is a cat on the bed .");
   CHECK(render_sentence(cat).tgt == "침대 위 에 고양이 가 있습니다 .");
   cat.negative = true;
@@ -320,20 +261,12 @@ TEST_CASE("every frame renders correct Korean") {
   CHECK(render_sentence(cat).src == "there was no cat on the bed yesterday .");
   CHECK(render_sentence(cat).tgt == "어제 침대 위 에 고양이 가 없었습니다 .");
 
-  SentenceSpec have;
-  have.frame = Frame::Possession;
-  have.subject = "she";
-  have.object = "car";
-  have.negative = true;
+  const SentenceSpec have{.frame = Frame::Possession, .subject = "she", .object = "car", .negative = true};
   CHECK(render_sentence(have).src == "she does not have a car .");
   CHECK(render_sentence(have).tgt == "그녀 는 자동차 가 없습니다 .");
 
-  SentenceSpec doctor;  // copula: past after a vowel, negation and future take 이/가
-  doctor.frame = Frame::Copula;
-  doctor.subject = "we";
-  doctor.object = "doctor";
-  doctor.adjective = "kind";
-  doctor.tense = Tense::Past;
+  SentenceSpec doctor{.frame = Frame::Copula, .subject = "we", .object = "doctor", .adjective = "kind",
+                     .tense = Tense::Past};  // copula: past after a vowel, negation and future take 이/가
   CHECK(render_sentence(doctor).src == "we were kind doctors .");
   CHECK(render_sentence(doctor).tgt == "우리 는 친절한 의사 였습니다 .");
   doctor.subject = "i";
@@ -349,23 +282,14 @@ TEST_CASE("every frame renders correct Korean") {
   CHECK(render_sentence(doctor).src == "i will be a doctor .");
   CHECK(render_sentence(doctor).tgt == "저 는 의사 가 될 것입니다 .");
 
-  SentenceSpec dance;  // English intransitive, Korean "dance a dance"
-  dance.frame = Frame::Intransitive;
-  dance.subject = "the children";
-  dance.verb = "dance";
-  dance.place = "park";
-  dance.negative = true;
-  dance.tense = Tense::Past;
+  const SentenceSpec dance{.frame = Frame::Intransitive, .subject = "the children", .verb = "dance", .place = "park",
+                     .tense = Tense::Past, .negative = true};  // English intransitive, Korean "dance a dance"
   CHECK(render_sentence(dance).src == "the children did not dance in the park .");
   CHECK(render_sentence(dance).tgt == "아이들 은 공원 에서 춤 을 안 췄습니다 .");
 }
 
 TEST_CASE("render_sentence rejects what does not fit") {
-  SentenceSpec s;
-  s.frame = Frame::Transitive;
-  s.subject = "i";
-  s.verb = "read";
-  s.object = "apple";
+  SentenceSpec s{.frame = Frame::Transitive, .subject = "i", .verb = "read", .object = "apple"};
   CHECK_THROWS_WITH_AS(render_sentence(s), doctest::Contains("no transitive verb 'read' takes the object 'apple'"),
                        std::invalid_argument);
   s.object = "book";
@@ -379,17 +303,10 @@ TEST_CASE("render_sentence rejects what does not fit") {
   s.tense = Tense::Present;
   CHECK_THROWS_WITH_AS(render_sentence(s), doctest::Contains("'next week' does not fit the present tense"),
                        std::invalid_argument);
-  SentenceSpec far;
-  far.frame = Frame::Transitive;
-  far.subject = "i";
-  far.verb = "buy";
-  far.object = "bag";
+  SentenceSpec far{.frame = Frame::Transitive, .subject = "i", .verb = "buy", .object = "bag"};
   far.adjective = "far";  // "a far bag" is not English
   CHECK_THROWS_AS(render_sentence(far), std::invalid_argument);
-  SentenceSpec missing;
-  missing.frame = Frame::Motion;
-  missing.subject = "i";
-  missing.verb = "go";
+  const SentenceSpec missing{.frame = Frame::Motion, .subject = "i", .verb = "go"};
   CHECK_THROWS_WITH_AS(render_sentence(missing), doctest::Contains("missing destination"), std::invalid_argument);
 }
 

@@ -12,6 +12,7 @@
 #include "autograd/ops/shape.h"
 #include "nn/decoder_only.h"
 #include "nn_test_util.h"
+#include "tiny_run.h"
 #include "tensor/kernels/random.h"
 #include "train/run/model.h"
 #include "train/run/run_data.h"
@@ -124,9 +125,8 @@ TEST_CASE("joint vocabulary: both sides counted, <sep> after the specials") {
   std::vector<train::TokenPair> pairs = {{{"a", "b"}, {"x", "a"}}, {{"b"}, {"x"}}};
   train::Vocab v = train::Vocab::build_joint(pairs, 1);
   CHECK(v.tokens() == std::vector<std::string>{"<pad>", "<unk>", "<bos>", "<eos>", "<sep>", "a", "b", "x"});
-  train::RunConfig c;
+  train::RunConfig c = gf::test::tiny_run();
   c.arch = "decoder-only";
-  c.layer.d_model = 8, c.layer.nhead = 2, c.layer.dim_feedforward = 8;
   GF_CHECK_CONTAINS(error_of([&] { train::make_translation_model(c, train::Vocab::build_source(pairs, 1), train::Vocab::build_target(pairs, 1), 1); }),
                     "needs one joint vocabulary with <sep>");
   c.max_len = 300;
@@ -134,18 +134,14 @@ TEST_CASE("joint vocabulary: both sides counted, <sep> after the specials") {
 }
 
 TEST_CASE("decoder-only translation: trains through the trainer, loads, and decodes cached = uncached, greedy and beam") {
-  train::RunConfig c;
+  train::RunConfig c = gf::test::learning_run();
   c.arch = "decoder-only";
-  c.corpus_size = 3000;
-  c.src = "en", c.tgt = "ko", c.min_freq = 1;
-  c.layer.d_model = 64, c.layer.nhead = 4, c.layer.kv_heads = 2, c.layer.dim_feedforward = 128, c.layer.dropout = 0.1;
-  c.layers = 2, c.lr = 2e-3, c.warmup = 100, c.max_tokens = 2048, c.log_every = 1000000;
+  c.layer.kv_heads = 2;  // grouped-query attention through the cache as well
+  c.max_tokens = 2048;   // one sequence holds source and target: twice the encoder-decoder's batch
   c.epochs = 4;
   fs::path dir = fs::temp_directory_path() / "gradflow_test_decoder_only";
   fs::remove_all(dir);
-  train::TrainOptions o;
-  o.out = dir.string(), o.quiet = true, o.final_eval = false, o.samples = 0;
-  train::TrainResult r = train::train_translator(c, o);
+  train::TrainResult r = train::train_translator(c, gf::test::quiet_options(dir.string()));
   REQUIRE(r.step_losses.size() > 10);
   const double first = r.step_losses.front().second, last = r.step_losses.back().second;
   MESSAGE("decoder-only loss " << first << " -> " << last << " in " << r.steps << " steps");
@@ -153,7 +149,7 @@ TEST_CASE("decoder-only translation: trains through the trainer, loads, and deco
   train::Translator t = train::Translator::load(dir.string());
   CHECK(t.src_vocab.tokens() == t.tgt_vocab.tokens());
   GF_CHECK_CONTAINS(error_of([&] { t.seq2seq(); }), "needs an encoder-decoder model; the run's --arch is decoder-only");
-  train::RunData data = train::load_run_data(c);
+  train::RunData data = train::load_run_data(c, true, train::kMaxLineBytes, train::korean_run_data);
   std::vector<std::string> srcs;
   for (size_t i = 0; i < 60; ++i) srcs.push_back(train::join_tokens(data.train[i].first));
   train::DecodeOptions cached = t.default_decode_options(), uncached = cached, beam = cached;

@@ -42,11 +42,7 @@ RunConfig tiny_config(int64_t steps) {
 }
 
 TrainOptions options(const fs::path& out, int64_t grad_stats, bool resume = false) {
-  TrainOptions o;
-  o.out = out.string();
-  o.quiet = true;
-  o.final_eval = false;
-  o.samples = 0;
+  TrainOptions o = gf::test::quiet_options(out.string());
   o.grad_stats = grad_stats;
   o.resume = resume;
   return o;

@@ -17,16 +17,6 @@ using gf::testing::max_abs_diff;
 
 namespace {
 
-nn::Seq2SeqOptions options(int64_t kv_heads) {
-  nn::Seq2SeqOptions o = gf::testing::tiny_options(2, false);
-  o.src_vocab = o.tgt_vocab = 12;
-  o.layer.d_model = 8;
-  o.layer.nhead = 4;
-  o.layer.kv_heads = kv_heads;
-  o.layer.dim_feedforward = 16;
-  return o;
-}
-
 train::BatchTensors batch() {
   return train::teacher_forced(Tensor::of({4, 5, 6, 7, 8, 9, 0, 0, 10, 11, 4, 0}, {3, 4}, DType::Int64),
                                Tensor::of({2, 5, 6, 3, 0, 2, 7, 3, 0, 0, 2, 8, 9, 10, 3}, {3, 5}, DType::Int64));
@@ -37,7 +27,7 @@ train::BatchTensors batch() {
 TEST_CASE("expand_to_multihead: the same logits from multi-head attention with each key/value head copied to its group") {
   for (int64_t kv : {4, 2, 1}) {
     CAPTURE(kv);
-    nn::Seq2SeqTransformer g(options(kv), 7);
+    nn::Seq2SeqTransformer g(gf::testing::grouped_query_options(kv), 7);
     g.to(DType::Float64);
     auto e = expand_to_multihead(g);
     CHECK(e->options().layer.key_value_heads() == 4);
@@ -47,7 +37,7 @@ TEST_CASE("expand_to_multihead: the same logits from multi-head attention with e
 }
 
 TEST_CASE("pool_to_grouped: the mean of a group's heads; it undoes expand_to_multihead exactly") {
-  nn::Seq2SeqTransformer g(options(2), 8);
+  nn::Seq2SeqTransformer g(gf::testing::grouped_query_options(2), 8);
   g.to(DType::Float64);
   auto back = pool_to_grouped(*expand_to_multihead(g), 2);
   const auto want = g.state_dict(), got = back->state_dict();
@@ -57,7 +47,7 @@ TEST_CASE("pool_to_grouped: the mean of a group's heads; it undoes expand_to_mul
     CHECK(max_abs_diff(t, got.at(name)) == 0.0);  // copies of one value average to it exactly
   }
   // From a multi-head model: key head 0 of the pooled model is the mean of heads 0 and 1.
-  nn::Seq2SeqTransformer mh(options(4), 9);
+  nn::Seq2SeqTransformer mh(gf::testing::grouped_query_options(4), 9);
   auto pooled = pool_to_grouped(mh, 2);
   const auto& a = *attention_modules(mh).front();
   const auto& p = *attention_modules(*pooled).front();
@@ -71,7 +61,7 @@ TEST_CASE("pool_to_grouped: the mean of a group's heads; it undoes expand_to_mul
 TEST_CASE("shared_head_grads: the shared head's gradient is the sum of its query heads' parts") {
   for (int64_t kv : {4, 2, 1}) {
     CAPTURE(kv);
-    nn::Seq2SeqTransformer g(options(kv), 10);
+    nn::Seq2SeqTransformer g(gf::testing::grouped_query_options(kv), 10);
     g.to(DType::Float64);
     const SharedHeadGrads s = shared_head_grads(g, batch());
     CHECK(s.loss_difference < 1e-13);

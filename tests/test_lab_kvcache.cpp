@@ -18,16 +18,6 @@ using gf::testing::error_of;
 
 namespace {
 
-nn::Seq2SeqOptions options(int64_t kv_heads) {
-  nn::Seq2SeqOptions o = gf::testing::tiny_options(2, false);
-  o.src_vocab = o.tgt_vocab = 12;
-  o.layer.d_model = 8;
-  o.layer.nhead = 4;
-  o.layer.kv_heads = kv_heads;
-  o.layer.dim_feedforward = 16;
-  return o;
-}
-
 Tensor sources() { return Tensor::of({4, 5, 6, 7, 8, 9, 10, 0, 0, 0, 11, 5, 4, 0, 0}, {3, 5}, DType::Int64); }  // (3, 5), PAD-padded
 
 }  // namespace
@@ -43,7 +33,7 @@ TEST_CASE("cache_bytes: the started caches hold rows x capacity x the formula (s
   for (int64_t kv : {4, 2, 1})
     for (DType dtype : {DType::Float32, DType::Float64}) {
       CAPTURE(kv);
-      nn::Seq2SeqTransformer m(options(kv), 3);
+      nn::Seq2SeqTransformer m(gf::testing::grouped_query_options(kv), 3);
       m.to(dtype);
       const Tensor src = sources();
       const Variable memory = m.encode(src, nn::make_pad_mask(src, 0));  // (3, 5, 8)
@@ -55,7 +45,7 @@ TEST_CASE("cache_bytes: the started caches hold rows x capacity x the formula (s
 }
 
 TEST_CASE("decode_fixed: in float64 cached and recomputed decoding pick the same tokens, their logits equal to rounding") {
-  nn::Seq2SeqTransformer m(options(2), 4);
+  nn::Seq2SeqTransformer m(gf::testing::grouped_query_options(2), 4);
   m.to(DType::Float64);
   m.eval();
   const Decoded cached = decode_fixed(m, sources(), 6, true);
@@ -75,7 +65,7 @@ TEST_CASE("decode_fixed: in float64 cached and recomputed decoding pick the same
 }
 
 TEST_CASE("decode_fixed with `follow` feeds those tokens: the logits of a decoding that chose them") {
-  nn::Seq2SeqTransformer m(options(4), 5);
+  nn::Seq2SeqTransformer m(gf::testing::grouped_query_options(4), 5);
   m.to(DType::Float64);
   m.eval();
   std::vector<std::vector<int64_t>> forced{{5, 6, 7, 8}, {9, 9, 9, 9}, {4, 11, 4, 11}};

@@ -23,6 +23,7 @@
 #include "tensor/io/safetensors.h"
 #include "train/run/run_config.h"
 #include "train/data/vocab.h"
+#include "tiny_run.h"
 
 using namespace gf;
 using namespace gf::testing;
@@ -206,9 +207,7 @@ TEST_CASE("gradflow attention --grad adds the gradient x input panel to the SVG"
   const fs::path dir = fresh_dir("attention");
   fs::create_directories(dir);
   // A run folder Translator::load reads: config, vocabularies and weights of an untrained model.
-  train::RunConfig c;
-  c.src = "en", c.tgt = "ko";
-  c.layer.d_model = 8, c.layer.nhead = 2, c.layers = 1, c.layer.dim_feedforward = 16;
+  const train::RunConfig c = gf::test::tiny_run();
   train::Vocab src({"<pad>", "<unk>", "<bos>", "<eos>", "a", "b", "c"}), tgt({"<pad>", "<unk>", "<bos>", "<eos>", "x", "y"});
   nn::Seq2SeqTransformer model(c.model_options(src.size(), tgt.size()), 2);
   src.save(dir / "vocab.src.txt");

@@ -10,6 +10,8 @@
 #include "tensor/io/safetensors.h"
 #include "train/run/run_config.h"
 #include "train/eval/translator.h"
+#include "train/run/run_data.h"
+#include "tiny_run.h"
 
 using namespace gf;
 using namespace gf::testing;
@@ -105,4 +107,14 @@ TEST_CASE("validation names the bad field: arch, norm, activation, kv heads") {
   // A config.json with a bad value says which file.
   GF_CHECK_CONTAINS(error_of([] { RunConfig::from_json(R"({"layer": {"norm": "nope"}})", "runs/x/config.json"); }),
                     "runs/x/config.json: norm 'nope' is unknown");
+}
+
+TEST_CASE("a run without --data reads the built-in corpus its program hands in, and names it when none is") {
+  const RunConfig c = gf::test::tiny_run(40);
+  CHECK_THROWS_WITH_AS(train::load_run_data(c), doctest::Contains("the run has no --data and the program gave no built-in corpus"),
+                       std::invalid_argument);
+  const train::RunData d = train::load_run_data(c, true, train::kMaxLineBytes, train::korean_run_data);
+  CHECK(d.train.size() + d.valid.size() + d.test.size() == 40);
+  CHECK(d.train_name == "built-in train");
+  CHECK(d.test_name == "built-in test");
 }

@@ -49,12 +49,6 @@ train::RunConfig tiny_run() {
   return c;
 }
 
-train::TrainOptions quiet_options(const std::string& out) {
-  train::TrainOptions o = gf::test::quiet_options(out);
-  o.samples = 0;
-  return o;
-}
-
 }  // namespace
 
 TEST_CASE("wsd: linear warm-up, the peak rate, then a 1-sqrt decay to 0 over the last decay_fraction of the budget") {
@@ -176,7 +170,7 @@ TEST_CASE("--schedule wsd over --steps: the run's recorded rates hold the peak, 
   test::TempDir tmp("gf_schedule");
   train::RunConfig c = tiny_run();
   c.schedule = "wsd", c.decay_fraction = 0.5, c.steps = 40, c.lr = 1e-3;
-  const train::TrainResult r = train::train_translator(c, quiet_options(tmp.file("run")));
+  const train::TrainResult r = train::train_translator(c, gf::test::quiet_options(tmp.file("run")));
   CHECK(r.steps == 40);
   CHECK(r.stopped_early.empty());
   const train::RunState s = train::load_state(tmp.file("run"));
@@ -192,7 +186,7 @@ TEST_CASE("--patience: evaluations without a better validation loss end the run,
   // A rate so small that no float32 weight moves: the validation loss cannot improve after epoch 1.
   train::RunConfig c = tiny_run();
   c.lr = 1e-30, c.epochs = 10, c.patience = 2;
-  train::TrainOptions o = quiet_options(tmp.file("run"));
+  train::TrainOptions o = gf::test::quiet_options(tmp.file("run"));
   const train::TrainResult r = train::train_translator(c, o);
   CHECK(r.epochs_done == 3);  // epoch 1 the best, 2 and 3 no better
   CHECK(r.stopped_early == "validation loss has not improved for 2 evaluations (best " +

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "temp_dir.h"
-#include "train/corpus/corpus_raw.h"
+#include "korean/corpus_raw.h"
 #include "train/run/run_subwords.h"
 #include "train/data/subwords.h"
 #include "train/eval/translator.h"
@@ -175,7 +175,8 @@ TEST_CASE("subwords: the run folder keeps its models, and translate reads raw te
     // Resuming reads the same models back and trains on.
     RunConfig more = RunConfig::from_json(slurp(r.run / "config.json"), "config.json");
     more.steps = 5;
-    TrainOptions o{.out = r.run.string(), .resume = true, .final_eval = false, .quiet = true};
+    TrainOptions o = gf::test::quiet_options(r.run.string());
+    o.resume = true;
     CHECK(train_translator(more, o).steps == 5);
   }
 }

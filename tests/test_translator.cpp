@@ -17,6 +17,7 @@
 #include "train/loop/trainer.h"
 #include "train/eval/translator.h"
 #include "test_budget.h"
+#include "tiny_run.h"
 
 using namespace gf;
 using namespace gf::train;
@@ -31,40 +32,14 @@ fs::path fresh_dir(const std::string& name) {
   return fs::path(tmpl) / "run";
 }
 
-// A small, quick configuration on a subset of the built-in corpus.
-RunConfig tiny_config() {
-  RunConfig c;
-  c.corpus_size = 3000;
-  c.src = "en";
-  c.tgt = "ko";
-  c.min_freq = 1;
-  c.layer.d_model = 64;
-  c.layer.nhead = 4;
-  c.layers = 2;
-  c.layer.dim_feedforward = 128;
-  c.layer.dropout = 0.1;
-  c.lr = 2e-3;
-  c.warmup = 100;
-  c.max_tokens = 1024;
-  c.log_every = 1000000;
-  return c;
-}
-
-TrainOptions quiet_options(const fs::path& out) {
-  TrainOptions o;
-  o.out = out.string();
-  o.quiet = true;
-  o.final_eval = false;
-  o.samples = 0;
-  return o;
-}
+TrainOptions quiet_options(const fs::path& out) { return gf::test::quiet_options(out.string()); }
 
 std::string gradflow() { return std::string(GRADFLOW_BINARY_DIR) + "/gradflow"; }
 
 }  // namespace
 
 TEST_CASE("resuming gives the same losses as an uninterrupted run with the same seed") {
-  RunConfig c = tiny_config();
+  RunConfig c = gf::test::learning_run();
   c.steps = 30;
   fs::path a = fresh_dir("resume_a"), b = fresh_dir("resume_b");
   TrainResult full = train_translator(c, quiet_options(a));
@@ -122,7 +97,7 @@ TEST_CASE("training learns the built-in corpus; cached and uncached decoding agr
   // The short budget: half the pairs (so half the steps) and half the sentences decoded, with
   // the same bars (the loss, and most decoded sentences exact).
   const bool short_budget = test::short_budget();
-  RunConfig c = tiny_config();
+  RunConfig c = gf::test::learning_run();
   c.corpus_size = short_budget ? 3000 : 6000;
   c.layer.d_model = 96;
   c.layer.dim_feedforward = 256;
@@ -138,7 +113,7 @@ TEST_CASE("training learns the built-in corpus; cached and uncached decoding agr
   CHECK(last < 0.35 * first);
 
   Translator t = Translator::load(dir.string());
-  RunData data = load_run_data(c);
+  RunData data = load_run_data(c, true, kMaxLineBytes, korean_run_data);
   std::vector<std::string> srcs, refs;
   for (size_t i = 0; i < n; ++i) {
     srcs.push_back(join_tokens(data.train[i].first));

@@ -8,6 +8,7 @@
 //
 //   custom_layer [--steps N] [--out DIR]     (default: 1200 steps into runs/swiglu)
 #include <gradflow/gradflow.h>
+#include <gradflow/korean/builtin_corpus.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   c.layer.feedforward = "swiglu";
   c.lr = 2e-3, c.warmup = 400, c.steps = steps;
   train::TrainOptions opt;
+  opt.builtin_corpus = train::korean_run_data;  // c names no --data: the built-in corpus, from gradflow::korean
   opt.out = out;
   opt.samples = 2;
   train::TrainResult r = train::train_translator(c, opt);

@@ -6,17 +6,12 @@
 //
 //   train_loop [--steps N]     (default 1200)
 #include <gradflow/gradflow.h>
+#include <gradflow/korean/builtin_corpus.h>
 
 #include <cstdlib>
 #include <cstring>
 
 using namespace gf;
-
-std::vector<train::TokenPair> as_tokens(const std::vector<train::SentencePair>& pairs) {
-  std::vector<train::TokenPair> out;
-  for (const auto& p : pairs) out.push_back({train::utf8::split_whitespace(p.src), train::utf8::split_whitespace(p.tgt)});
-  return out;
-}
 
 int main(int argc, char** argv) {
   int64_t steps = 1200;
@@ -26,8 +21,8 @@ int main(int argc, char** argv) {
   const int64_t warmup = 400, max_tokens = 4096;
 
   // Data: token pairs, one vocabulary per side, pairs as ids, batches of <= max_tokens padded tokens.
-  const train::CorpusSplits corpus = train::make_korean_corpus(/*seed=*/1, /*total=*/24000);
-  const std::vector<train::TokenPair> train_pairs = as_tokens(corpus.train), test_pairs = as_tokens(corpus.test);
+  const train::RunData corpus = train::korean_run_data(/*seed=*/1, /*total=*/24000);
+  const std::vector<train::TokenPair>& train_pairs = corpus.train, &test_pairs = corpus.test;
   const train::Vocab src_vocab = train::Vocab::build_source(train_pairs, 1), tgt_vocab = train::Vocab::build_target(train_pairs, 1);
   const std::vector<train::EncodedPair> train_ids = train::encode_pairs(train_pairs, src_vocab, tgt_vocab);
   const train::BatchPlan plan(train_ids, max_tokens);

@@ -163,9 +163,9 @@ void onednn_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat
   prim.execute(thread_state().stream, args);
 }
 
-// As gemm() cuts float32 products (matmul.cpp): below kSplitWork one call; above it one slab of
-// C's rows (or, for a short C, columns) per thread, or fixed column blocks while decoding.
-constexpr int64_t kSplitWork = 4 * 65536, kMinSplit = 64;
+// As gemm() cuts float32 products (matmul.h's kSplitWork, for_each_gemm_slab): below kSplitWork one
+// call; above it one slab of C's rows (or, for a short C, columns) per thread, or fixed column
+// blocks while decoding.
 
 // ---- the weight cache ----
 struct CachedWeight {
@@ -314,18 +314,7 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16
   }
   const int64_t parts = max_threads();
   if (m * n * k < kSplitWork || parts == 1 || std::max(m, n) < parts * kMinSplit) return call(0, m, 0, n);
-  const bool by_rows = m >= n || n < parts * kMinSplit;
-  const int64_t extent = by_rows ? m : n, chunk = (extent + parts - 1) / parts;
-  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      const int64_t s = p * chunk, len = std::min(chunk, extent - s);
-      if (len <= 0) continue;
-      if (by_rows)
-        call(s, len, 0, n);
-      else
-        call(0, m, s, len);
-    }
-  });
+  for_each_gemm_slab(m, n, call);
 }
 
 namespace {

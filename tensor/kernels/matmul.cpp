@@ -61,11 +61,8 @@ void add_gemm_flops(uint64_t flops) {
 
 std::atomic<int> g_small_rows_scopes{0};  // live SmallRowsGemmScopes
 
-// Rows (or, for a short C, columns) of C below which a GEMM is not cut for TBB threads.
-constexpr int64_t kMinSplit = 64;
-// m * n * k below which a GEMM is never cut: OpenBLAS 0.3.21 runs such products on one thread
-// anyway (see kSmallGemmWork below).
-constexpr int64_t kSplitWork = 4 * 65536;
+// kSplitWork (matmul.h): OpenBLAS 0.3.21 runs a smaller product on one thread anyway (see
+// kSmallGemmWork below).
 
 // With gemm_on_tbb(): a large GEMM cut into one slab of C's rows (or columns) per thread, each a
 // single-threaded BLAS call on a TBB thread. Every output element is still one BLAS dot product
@@ -73,18 +70,8 @@ constexpr int64_t kSplitWork = 4 * 65536;
 template <class T>
 void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
                 T* c, int64_t ldc) {
-  const int64_t parts = max_threads();
-  const bool by_rows = m >= n || n < parts * kMinSplit;
-  const int64_t extent = by_rows ? m : n, chunk = (extent + parts - 1) / parts;
-  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      const int64_t s = p * chunk, len = std::min(chunk, extent - s);
-      if (len <= 0) continue;
-      if (by_rows)
-        blas_gemm(ta, tb, len, n, k, T(1), ta ? a + s : a + s * lda, lda, b, ldb, beta, c + s * ldc, ldc);
-      else
-        blas_gemm(ta, tb, m, len, k, T(1), a, lda, tb ? b + s * ldb : b + s, ldb, beta, c + s, ldc);
-    }
+  for_each_gemm_slab(m, n, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    blas_gemm(ta, tb, rows, cols, k, T(1), ta ? a + r0 : a + r0 * lda, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + r0 * ldc + c0, ldc);
   });
 }
 
@@ -135,6 +122,20 @@ void column_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a
 }
 
 }  // namespace
+
+void for_each_gemm_slab(int64_t m, int64_t n, const std::function<void(int64_t, int64_t, int64_t, int64_t)>& call) {
+  const int64_t parts = max_threads();
+  const bool by_rows = m >= n || n < parts * kMinSplit;
+  const int64_t extent = by_rows ? m : n, chunk = (extent + parts - 1) / parts;
+  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      const int64_t s = p * chunk, len = std::min(chunk, extent - s);
+      if (len <= 0) continue;
+      if (by_rows) call(s, len, 0, n);
+      else call(0, m, s, len);
+    }
+  });
+}
 
 // C (m, n) = op(A) @ op(B) + beta * C, all row-major with leading dims. Below kSplitWork a
 // product runs as one BLAS call; above it, it is cut for the threads by one of two rules: while

@@ -3,6 +3,7 @@
 // transpose of one (any leading dimension, e.g. a permuted or narrowed view) are handed to BLAS
 // in place through its transpose flags; other layouts are copied once with contiguous().
 #include <cstdint>
+#include <functional>
 
 #include "tensor/tensor.h"
 
@@ -59,6 +60,13 @@ int64_t decode_column_block(bool small_path, bool tb, int64_t m, int64_t n, int6
 
 // Whether a SmallRowsGemmScope is alive (the bf16 products cut their blocks the same way).
 bool small_rows_gemm_active();
+
+// How a product of C (m, n) = (m, k) @ (k, n) is cut for oneTBB threads, float32 (gemm) and
+// bfloat16 (bf16.cpp) alike: never below kSplitWork (m * n * k), nor when C has fewer than
+// threads * kMinSplit rows and columns; otherwise one slab of C's rows (or, for a short C,
+// columns) per thread, each a call call(r0, rows, c0, cols) on a oneTBB thread.
+inline constexpr int64_t kSplitWork = 4 * 65536, kMinSplit = 64;
+void for_each_gemm_slab(int64_t m, int64_t n, const std::function<void(int64_t r0, int64_t rows, int64_t c0, int64_t cols)>& call);
 
 class SmallRowsGemmScope {
  public:

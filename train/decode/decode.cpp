@@ -501,14 +501,20 @@ std::vector<std::vector<int64_t>> decode(const Tensor& src, const MakeSteps& mak
   return out;
 }
 
+// What a decoding call holds while it runs: no graph; a step's linears, which have few rows, cut
+// by columns; under bf16 each weight rounded once for the batch, not at every step.
+struct DecodingScope {
+  NoGradGuard no_grad;
+  kernels::SmallRowsGemmScope gemms;
+  kernels::Bf16WeightCache bf16_weights;
+};
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt,
                                                   DecodeStats* stats) {
   check_request(src, opt);
-  NoGradGuard ng;
-  kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
-  kernels::Bf16WeightCache bf16_weights;  // under bf16: each weight rounded once for the batch, not at every step
+  DecodingScope scope;
   if (src.size(0) == 0) return {};
   MakeSteps make = [&](const Tensor& rows, int64_t steps) { return std::make_unique<EncoderDecoderSteps>(model, rows, opt, steps); };
   return decode(src, make, opt, stats);
@@ -517,9 +523,7 @@ std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& 
 std::vector<std::vector<int64_t>> translate_batch(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt,
                                                   DecodeStats* stats) {
   check_request(src, opt);
-  NoGradGuard ng;
-  kernels::SmallRowsGemmScope gemms;  // a step's linears have few rows
-  kernels::Bf16WeightCache bf16_weights;  // under bf16: each weight rounded once for the batch, not at every step
+  DecodingScope scope;
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(src.size(0)));
   // Rows grouped by source length: each group's prompts have no padding.
   std::map<int64_t, std::vector<int64_t>> groups;

@@ -86,7 +86,7 @@ TrainResult Run::go() {
 // Every process reads the data and builds the same plan; rank 0 alone writes the run folder.
 void Run::setup() {
   if (root_) prepare_run_folder();
-  data_ = load_run_data(config_, true, opt_.max_line_bytes);
+  data_ = load_run_data(config_, true, opt_.max_line_bytes, opt_.builtin_corpus);
   GF_CHECK_AS(std::runtime_error, !data_.train.empty(), "train: the training split ({}) is empty{}", data_.train_name,
               data_.skipped_empty ? fmt::format(" ({} pairs with an empty side were skipped while reading)", data_.skipped_empty) : "");
   GF_CHECK_AS(std::runtime_error, !data_.valid.empty(), "train: the validation split ({}) is empty", data_.valid_name);

@@ -9,6 +9,7 @@
 
 #include "train/data/line_reader.h"
 #include "train/run/run_config.h"
+#include "train/run/run_data.h"
 
 namespace gf::train {
 
@@ -23,6 +24,7 @@ struct TrainOptions {
   bool handle_signals = false;  // SIGINT/SIGTERM save a checkpoint and end the run (train/loop/interrupt.h)
   double max_memory = 0;        // bytes the model may need (train/run/memory_estimate.h); 0: what the machine has available
   size_t max_line_bytes = kMaxLineBytes;  // a longer line in the data is an error naming its file and line
+  BuiltinCorpus builtin_corpus;           // the corpus of a run without --data (korean/builtin_corpus.h); none: such a run is an error
 };
 
 struct TrainResult {

@@ -5,20 +5,11 @@
 #include <stdexcept>
 
 #include "tensor/check.h"
-#include "train/corpus/corpus_ko.h"
-#include "train/data/utf8.h"
 
 namespace gf::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<TokenPair> to_pairs(const std::vector<SentencePair>& v) {
-  std::vector<TokenPair> out;
-  out.reserve(v.size());
-  for (const auto& p : v) out.emplace_back(utf8::split_whitespace(p.src), utf8::split_whitespace(p.tgt));
-  return out;
-}
 
 bool split_exists(const fs::path& dir, const std::string& split, const RunConfig& c) {
   return fs::exists(dir / (split + "." + c.src)) && fs::exists(dir / (split + "." + c.tgt));
@@ -26,17 +17,13 @@ bool split_exists(const fs::path& dir, const std::string& split, const RunConfig
 
 }  // namespace
 
-RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes) {
+RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes, const BuiltinCorpus& builtin) {
   RunData d;
   if (c.builtin()) {
-    CorpusSplits corpus = make_korean_corpus(c.corpus_seed, static_cast<size_t>(c.corpus_size));
-    d.train = to_pairs(corpus.train);
-    d.valid = to_pairs(corpus.valid);
-    d.test = to_pairs(corpus.test);
-    d.train_name = "built-in train";
-    d.valid_name = "built-in valid";
-    d.test_name = "built-in test";
-    return d;
+    GF_CHECK(static_cast<bool>(builtin),
+             "load_run_data: the run has no --data and the program gave no built-in corpus (BuiltinCorpus; gradflow_korean's "
+             "train::korean_run_data)");
+    return builtin(c.corpus_seed, static_cast<size_t>(c.corpus_size));
   }
   fs::path data(c.data);
   GF_CHECK_AS(std::runtime_error, fs::exists(data), "--data '{}' does not exist", c.data);

@@ -1,5 +1,7 @@
 #pragma once
 // The parallel text of a run: the built-in corpus, DIR/{split}.{lang} files, or a TSV file.
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,11 +16,18 @@ struct RunData {
   size_t skipped_empty = 0;                       // pairs with an empty side, dropped while reading
 };
 
-// Reads the splits the config names. Errors name the missing file or split. With a folder,
+// The corpus of a run without --data (RunConfig::builtin()): its splits for the config's corpus
+// seed and size. libgradflow holds no corpus of its own, so that the 1,500 lines of the Korean
+// grammar are not in every program built on it: the program hands one in (the app and the tests:
+// korean/builtin_corpus.h, library gradflow_korean).
+using BuiltinCorpus = std::function<RunData(uint64_t seed, size_t total)>;
+
+// Reads the splits the config names; a built-in config's from `builtin`, an error when it is empty. Errors name the missing file or split. With a folder,
 // valid_split "" means val or valid (the first present), test_split "" means test or the first
 // test* split present (none: test stays empty). With a .tsv file, the valid split is the TSV file
 // named by valid_split, or else every 50th training pair held out; test_split names a TSV file.
 // A line longer than max_line_bytes is an error naming its file and line.
-RunData load_run_data(const RunConfig& config, bool need_train = true, size_t max_line_bytes = kMaxLineBytes);
+RunData load_run_data(const RunConfig& config, bool need_train = true, size_t max_line_bytes = kMaxLineBytes,
+                      const BuiltinCorpus& builtin = {});
 
 }  // namespace gf::train

@@ -4,7 +4,7 @@
 // word before it ("My friend reads a book."); Korean with its particles and the full stop attached
 // to the word before them ("제 친구는 책을 읽습니다."). Only particles that cannot be anything else
 // are attached (이 is also "this", so it stays apart).
-#include "train/corpus/corpus_ko.h"
+#include "korean/corpus_ko.h"
 
 namespace gf::train {
 

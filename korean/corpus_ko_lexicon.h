@@ -5,7 +5,7 @@
 // every reference once, when the lexicon is first used.
 #include <vector>
 
-#include "train/corpus/corpus_ko.h"
+#include "korean/corpus_ko.h"
 
 namespace gf::train::ko_lexicon {
 

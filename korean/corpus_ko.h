@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "train/corpus/korean_morph.h"
+#include "korean/korean_morph.h"
 
 namespace gf::train {
 

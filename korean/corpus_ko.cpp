@@ -1,4 +1,4 @@
-#include "train/corpus/corpus_ko.h"
+#include "korean/corpus_ko.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <unordered_set>
 
 #include "tensor/check.h"
-#include "train/corpus/corpus_ko_lexicon.h"
+#include "korean/corpus_ko_lexicon.h"
 
 namespace gf::train {
 namespace {
@@ -207,11 +207,16 @@ void add_time(Words& en, const Clause& c) {
   if (c.time) en.add(c.time->en);
 }
 
+// 제 친구 는 [어제]: the topic (the subject) with 은/는, then when.
+void ko_topic_time(Words& ko, const std::string& topic, const Clause& c) {
+  ko.add(topic);
+  ko.add(korean::topic_particle(topic));
+  if (c.time) ko.add(c.time->ko);
+}
+
 // 제 친구 는 [어제] [제 어머니 와 함께]: the topic, then when, then with whom.
 void ko_topic_time_companion(Words& ko, const Clause& c) {
-  ko.add(c.subject->ko);
-  ko.add(korean::topic_particle(c.subject->ko));
-  if (c.time) ko.add(c.time->ko);
+  ko_topic_time(ko, c.subject->ko, c);
   if (c.companion) {
     ko.add(c.companion->ko);
     ko.add(korean::and_particle(c.companion->ko));
@@ -225,6 +230,39 @@ void ko_instrument(Words& ko, const Instrument* ins) {
   if (ins->particle) ko.add(korean::instrument_particle(ins->ko));
 }
 
+// A verb frame's English start: the subject and its conjugated verb.
+void en_subject_verb(Words& en, const Clause& c) {
+  en.add(c.subject->en);
+  en.add(en_verb(*c.verb, third_singular(*c.subject), c.tense, c.negative));
+}
+
+// English "with COMPANION", "at PLACE" and the time, each where the clause has it.
+void en_companion_place_time(Words& en, const Clause& c) {
+  if (c.companion) en.add(std::string("with ") + c.companion->key);
+  if (c.place) en.add(c.place->at);
+  add_time(en, c);
+}
+
+// Korean "PLACE 에서" (where it happens), where the clause has a place.
+void ko_place(Words& ko, const Clause& c) {
+  if (!c.place) return;
+  ko.add(c.place->ko);
+  ko.add("에서");
+}
+
+// Every sentence ends with a full stop on either side, a token of its own.
+SentencePair full_stops(Words& en, Words& ko) {
+  en.add(".");
+  ko.add(".");
+  return {en.text, ko.text};
+}
+
+// A verb frame's end: the Korean verb last (SOV), then the full stops.
+SentencePair end_with_verb(Words& en, Words& ko, const Clause& c) {
+  ko.add(ko_verb(*c.verb, *c.subject, c.tense, c.negative));
+  return full_stops(en, ko);
+}
+
 SentencePair render_copula(const Clause& c) {
   const Subject& s = *c.subject;
   Words en, ko;
@@ -233,9 +271,7 @@ SentencePair render_copula(const Clause& c) {
   en.add(en_noun_phrase(*c.object, Determiner::Indefinite, c.adjective, s.plural));
   add_time(en, c);
 
-  ko.add(s.ko);
-  ko.add(korean::topic_particle(s.ko));
-  if (c.time) ko.add(c.time->ko);
+  ko_topic_time(ko, s.ko, c);
   const std::string role = ko_noun_phrase(*c.object, Determiner::Indefinite, c.adjective);
   ko.add(role);
   const bool hon = s.honorific;
@@ -251,9 +287,7 @@ SentencePair render_copula(const Clause& c) {
   } else {
     ko.add(hon ? "이셨습니다" : korean::has_batchim(role) ? "이었습니다" : "였습니다");
   }
-  en.add(".");
-  ko.add(".");
-  return {en.text, ko.text};
+  return full_stops(en, ko);
 }
 
 SentencePair render_adjective(const Clause& c) {
@@ -276,39 +310,28 @@ SentencePair render_adjective(const Clause& c) {
   en.add(c.adjective->en);
   add_time(en, c);
 
-  ko.add(subject_ko);
-  ko.add(korean::topic_particle(subject_ko));
-  if (c.time) ko.add(c.time->ko);
+  ko_topic_time(ko, subject_ko, c);
   if (c.adjective->ko_prefix) ko.add(c.adjective->ko_prefix);
   if (c.very) ko.add(c.negative ? "별로" : "아주");  // "not very big" is 별로 크지 않습니다
   ko.add(c.negative ? korean::polite_negative(c.adjective->ko, c.tense, honorific)
                     : korean::polite(c.adjective->ko, c.tense, honorific));
-  en.add(".");
-  ko.add(".");
-  return {en.text, ko.text};
+  return full_stops(en, ko);
 }
 
 SentencePair render_transitive(const Clause& c) {
-  const Subject& s = *c.subject;
   const Verb& v = *c.verb;
   Words en, ko;
-  en.add(s.en);
-  en.add(en_verb(v, third_singular(s), c.tense, c.negative));
+  en_subject_verb(en, c);
   en.add(en_noun_phrase(*c.object, c.det, c.adjective, v.stative));
   if (c.object2) {
     en.add("and");
     en.add(en_noun_phrase(*c.object2, c.det, nullptr, v.stative));
   }
   if (c.instrument) en.add(c.instrument->en);
-  if (c.companion) en.add(std::string("with ") + c.companion->key);
-  if (c.place) en.add(c.place->at);
-  add_time(en, c);
+  en_companion_place_time(en, c);
 
   ko_topic_time_companion(ko, c);
-  if (c.place) {
-    ko.add(c.place->ko);
-    ko.add("에서");
-  }
+  ko_place(ko, c);
   ko_instrument(ko, c.instrument);
   std::string object = ko_noun_phrase(*c.object, c.det, c.adjective);
   if (c.object2) {
@@ -316,43 +339,27 @@ SentencePair render_transitive(const Clause& c) {
   }
   ko.add(object);
   ko.add(v.dative ? std::string_view("에게") : korean::object_particle(object));
-  ko.add(ko_verb(v, s, c.tense, c.negative));
-  en.add(".");
-  ko.add(".");
-  return {en.text, ko.text};
+  return end_with_verb(en, ko, c);
 }
 
 SentencePair render_intransitive(const Clause& c) {
-  const Subject& s = *c.subject;
   const Verb& v = *c.verb;
   Words en, ko;
-  en.add(s.en);
-  en.add(en_verb(v, third_singular(s), c.tense, c.negative));
-  if (c.companion) en.add(std::string("with ") + c.companion->key);
-  if (c.place) en.add(c.place->at);
-  add_time(en, c);
+  en_subject_verb(en, c);
+  en_companion_place_time(en, c);
 
   ko_topic_time_companion(ko, c);
-  if (c.place) {
-    ko.add(c.place->ko);
-    ko.add("에서");
-  }
+  ko_place(ko, c);
   if (v.ko_object) {
     ko.add(v.ko_object);
     ko.add(korean::object_particle(v.ko_object));
   }
-  ko.add(ko_verb(v, s, c.tense, c.negative));
-  en.add(".");
-  ko.add(".");
-  return {en.text, ko.text};
+  return end_with_verb(en, ko, c);
 }
 
 SentencePair render_motion(const Clause& c) {
-  const Subject& s = *c.subject;
-  const Verb& v = *c.verb;
   Words en, ko;
-  en.add(s.en);
-  en.add(en_verb(v, third_singular(s), c.tense, c.negative));
+  en_subject_verb(en, c);
   en.add(c.place->to);
   if (c.instrument) en.add(c.instrument->en);
   if (c.companion) en.add(std::string("with ") + c.companion->key);
@@ -362,10 +369,7 @@ SentencePair render_motion(const Clause& c) {
   ko_instrument(ko, c.instrument);
   ko.add(c.place->ko);
   ko.add("에");
-  ko.add(ko_verb(v, s, c.tense, c.negative));
-  en.add(".");
-  ko.add(".");
-  return {en.text, ko.text};
+  return end_with_verb(en, ko, c);
 }
 
 SentencePair render_existence(const Clause& c) {
@@ -393,9 +397,7 @@ SentencePair render_existence(const Clause& c) {
   ko.add(thing);
   ko.add(korean::subject_particle(thing));
   ko.add(korean::polite(c.negative ? "없다" : "있다", c.tense));
-  en.add(".");
-  ko.add(".");
-  return {en.text, ko.text};
+  return full_stops(en, ko);
 }
 
 SentencePair render_possession(const Clause& c) {
@@ -411,16 +413,12 @@ SentencePair render_possession(const Clause& c) {
   en.add(en_noun_phrase(*c.object, Determiner::Indefinite, c.adjective));
   add_time(en, c);
 
-  ko.add(s.ko);
-  ko.add(korean::topic_particle(s.ko));
-  if (c.time) ko.add(c.time->ko);
+  ko_topic_time(ko, s.ko, c);
   const std::string thing = ko_noun_phrase(*c.object, Determiner::Indefinite, c.adjective);
   ko.add(thing);
   ko.add(korean::subject_particle(thing));  // Korean "has" is "to me, X exists": X 이/가 있습니다
   ko.add(korean::polite(c.negative ? "없다" : "있다", c.tense, s.honorific));
-  en.add(".");
-  ko.add(".");
-  return {en.text, ko.text};
+  return full_stops(en, ko);
 }
 
 SentencePair render(const Clause& c) {

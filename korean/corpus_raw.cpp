@@ -1,4 +1,4 @@
-#include "train/corpus/corpus_raw.h"
+#include "korean/corpus_raw.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "train/corpus/korean_morph.h"
+#include "korean/korean_morph.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "train/corpus/corpus_ko_lexicon.h"
+#include "korean/corpus_ko_lexicon.h"
 
 namespace gf::train::ko_lexicon {
 
