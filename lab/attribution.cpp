@@ -285,6 +285,8 @@ void print_agreement(Report& r, const std::vector<SeedResult>& res) {
            x.tau[kGxi][kIg], x.tau[kLoo][kIg], x.methods_agree_tau[kGxi], x.methods_agree_tau[kLoo], x.methods_agree_tau[kIg]});
   }
   r.print(k);
+  r.say("Kendall's tau-b (Jain and Wallace's statistic) of the same maps, averaged the same way; reported beside Spearman's rho, on which the");
+  r.say("claims are decided. methods - att: the other two methods' mean tau with the method minus attention's.");
   Table m("methods", {"seed", "method", "mean rho with the other two methods", "rho with attention", "difference"});
   for (size_t i = 0; i < res.size(); ++i)
     for (int k = 1; k < kMaps; ++k)
