@@ -368,6 +368,11 @@ void report(Report& r, const Settings& s, const Runs& runs) {
                     s.eps > 0 ? optimum : INFINITY, V));
   r.say("to its label's mean state over the mean squared distance between two labels' means (labels with at least 10 training tokens), in the");
   r.say("span of the output layer's rows (the class templates: the directions a logit reads; Müller et al. project onto three templates' plane),");
+  if (s.real) {  // no noise: every label is clean, and with V > d_model the templates span every direction
+    r.say("on every training token: no noise is added to a real task, so every label is clean (the first and third ratios are one number), and");
+    r.say("when V is above d_model the templates span every direction (so are the first two).");
+    return;
+  }
   r.say("on the training tokens whose label the noise left alone; also in every direction of the state, and on every training token by its");
   r.say("label as trained on (a replaced label puts a token in a class its input does not belong to; only memorising pulls it in).");
 }
