@@ -133,6 +133,7 @@ struct Sentence {
 
 struct Settings {
   int ig_steps = 32, permutations = 8;
+  int64_t max_extra = 50;
   bool control = false;
 };
 
@@ -195,10 +196,14 @@ Sentence study(const nn::Seq2SeqTransformer& model, std::vector<int64_t> src, st
   return s;
 }
 
-// Greedy translations of the first n test sources, batched (no graph; the model's own attention).
-std::vector<std::vector<int64_t>> translations(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& test, size_t n) {
+// Greedy translations of the first n test sources, batched (no graph; the model's own attention), each
+// at most its source's length + max_extra tokens: a barely trained model may not stop, and every
+// output token costs the study a row of each map.
+std::vector<std::vector<int64_t>> translations(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& test, size_t n,
+                                               int64_t max_extra) {
   std::vector<std::vector<int64_t>> out;
   train::DecodeOptions o;
+  o.max_extra = max_extra;
   for (size_t start = 0; start < n; start += 64) {
     std::vector<size_t> part;
     for (size_t i = start; i < std::min(n, start + 64); ++i) part.push_back(i);
@@ -227,7 +232,7 @@ struct SeedResult {
 SeedResult run_seed(const TrainedModel& tm, size_t n, const Settings& st, uint64_t seed) {
   SeedResult res;
   const nn::Seq2SeqTransformer& model = *tm.model;
-  const auto outs = translations(model, tm.test, n);
+  const auto outs = translations(model, tm.test, n, st.max_extra);
   res.tf_accuracy = teacher_forced(model, tm.test, n).accuracy;
   for (size_t i = 0; i < n; ++i) res.sentences.push_back(study(model, tm.test[i].src, outs[i], st, seed * 1000003ULL + i));
   auto avg = [&](auto f) {
@@ -424,6 +429,8 @@ void run(Report& r) {
   Settings st;
   st.ig_steps = static_cast<int>(r.integer("ig-steps"));
   st.permutations = static_cast<int>(r.integer("permutations"));
+  st.max_extra = r.integer("max-extra");
+  GF_CHECK(st.max_extra >= 1, "lab attribution: --max-extra must be at least 1, got {}", st.max_extra);
   st.control = r.control();
   GF_CHECK(st.ig_steps >= 1 && st.permutations >= 1, "lab attribution: --ig-steps and --permutations must be at least 1, got {} and {}", st.ig_steps,
            st.permutations);
@@ -463,6 +470,7 @@ Lab attribution_lab() {
   l.options.push_back({"sentences", Option::Int, "60", "test sentences studied per model"});
   l.options.push_back({"ig-steps", Option::Int, "32", "integrated gradients: midpoint-rule steps on the path from the zero embedding"});
   l.options.push_back({"permutations", Option::Int, "8", "permuted-attention draws per sentence"});
+  l.options.push_back({"max-extra", Option::Int, "50", "greedy translations stop after the source's length + this many tokens"});
   add_real_data_options(l.options);  // --data: the translators trained on a real task (lab/real_data.h)
   l.run = run;
   return l;
