@@ -12,13 +12,17 @@
 // lab/trained_model.h): for test sentences, the model's own greedy translation, teacher-forced.
 // 1. Agreement: for every output token, the last decoder layer's cross-attention (head mean)
 //    and three attribution methods over the source tokens: |gradient x input|, leave-one-out
-//    (the output distribution's total variation distance when the token is removed) and
-//    |integrated gradients| (lab/attribution_maps.h); Spearman's rank correlation of every pair,
-//    averaged over the output tokens of a sentence and then over sentences: one number per seed.
+//    (the output distribution's total variation distance when the token is blanked out: masked
+//    out of attention, every other token at its own position) and |integrated gradients|
+//    (lab/attribution_maps.h); Spearman's rank correlation of every pair (the claims) and Kendall's
+//    tau (Jain and Wallace's statistic, reported beside it), averaged over the output tokens of a
+//    sentence and then over sentences: one number per seed.
 // 2. Counterfactuals (Jain and Wallace's section 4.2; Wiegreffe and Pinter's uniform baseline):
 //    every cross-attention row permuted over the source (several draws), or made uniform, through
 //    nn::MultiheadAttention::weights_transform; the next-token distribution's total variation
 //    distance from the model's own, per output token.
+// With --data DIR (lab/real_data.h) the translators are trained on that task instead (Multi30k's
+// German -> English, say), each seed its own weights and batch order on the same data.
 // --control runs the same protocol on the model with every cross-attention replaced by a uniform
 // map over the source, which is then also the attention compared with the methods: the claims that
 // attention carries a specific signal must fail.
@@ -33,6 +37,7 @@
 #include "lab/attribution_maps.h"
 #include "lab/common.h"
 #include "lab/labs.h"
+#include "lab/real_data.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
 #include "tensor/check.h"
@@ -47,16 +52,18 @@ enum MapId { kAtt = 0, kGxi = 1, kLoo = 2, kIg = 3, kMaps = 4 };
 const char* const kMapName[kMaps] = {"attention", "gradient x input", "leave-one-out", "integrated gradients"};
 const char* const kMapShort[kMaps] = {"att", "gxi", "loo", "ig"};
 
-// Spearman's rho of a's and b's rows, averaged over rows. A constant row ranks nothing and counts as
-// 0 (a uniform map agrees with no ranking); NaN only for no rows.
-double row_spearman(const Map& a, const Map& b) {
+// A rank correlation (Spearman's rho or Kendall's tau) of a's and b's rows, averaged over rows. A
+// constant row ranks nothing and counts as 0 (a uniform map agrees with no ranking); NaN only for no rows.
+double row_correlation(const Map& a, const Map& b, double (*correlation)(const std::vector<double>&, const std::vector<double>&)) {
   double sum = 0;
   for (size_t t = 0; t < a.size(); ++t) {
-    const double rho = spearman(a[t], b[t]);
+    const double rho = correlation(a[t], b[t]);
     sum += std::isfinite(rho) ? rho : 0.0;
   }
   return a.empty() ? NAN : sum / static_cast<double>(a.size());
 }
+double row_spearman(const Map& a, const Map& b) { return row_correlation(a, b, spearman); }
+double row_kendall(const Map& a, const Map& b) { return row_correlation(a, b, kendall_tau); }
 
 Map row_normalised(const Map& m) {
   Map r = m;
@@ -118,6 +125,7 @@ struct Sentence {
   std::array<Map, kMaps> maps;    // (T, S) each, attention and the methods' magnitudes
   Map all_layers, rollout;        // reported: every layer's head mean, attention rollout
   std::array<std::array<double, kMaps>, kMaps> rho{};  // mean over output tokens of Spearman rho
+  std::array<std::array<double, kMaps>, kMaps> tau{};  // ... of Kendall's tau
   double rho_all_layers[kMaps] = {}, rho_rollout[kMaps] = {};  // against each method (index 0 unused)
   double permuted_tv = 0, uniform_tv = 0;  // counterfactuals: mean over output tokens (median over permutations)
   std::vector<double> ig_sum_error, ig_endpoint;  // completeness, per output token
@@ -125,6 +133,7 @@ struct Sentence {
 
 struct Settings {
   int ig_steps = 32, permutations = 8;
+  int64_t max_extra = 50;
   bool control = false;
 };
 
@@ -168,7 +177,10 @@ Sentence study(const nn::Seq2SeqTransformer& model, std::vector<int64_t> src, st
   s.all_layers = head_mean(cross);
   s.rollout = attention_rollout(enc, dec, cross).source;
   for (int a = 0; a < kMaps; ++a)
-    for (int b = 0; b < kMaps; ++b) s.rho[a][b] = a == b ? 1.0 : row_spearman(s.maps[a], s.maps[b]);
+    for (int b = 0; b < kMaps; ++b) {
+      s.rho[a][b] = a == b ? 1.0 : row_spearman(s.maps[a], s.maps[b]);
+      s.tau[a][b] = a == b ? 1.0 : row_kendall(s.maps[a], s.maps[b]);
+    }
   for (int m = 1; m < kMaps; ++m) s.rho_all_layers[m] = row_spearman(s.all_layers, s.maps[m]), s.rho_rollout[m] = row_spearman(s.rollout, s.maps[m]);
   // Counterfactuals, on top of the attention the model runs with in this protocol.
   const Tensor x1 = source_embeddings(model, src);  // (S, D)
@@ -184,10 +196,14 @@ Sentence study(const nn::Seq2SeqTransformer& model, std::vector<int64_t> src, st
   return s;
 }
 
-// Greedy translations of the first n test sources, batched (no graph; the model's own attention).
-std::vector<std::vector<int64_t>> translations(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& test, size_t n) {
+// Greedy translations of the first n test sources, batched (no graph; the model's own attention), each
+// at most its source's length + max_extra tokens: a barely trained model may not stop, and every
+// output token costs the study a row of each map.
+std::vector<std::vector<int64_t>> translations(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& test, size_t n,
+                                               int64_t max_extra) {
   std::vector<std::vector<int64_t>> out;
   train::DecodeOptions o;
+  o.max_extra = max_extra;
   for (size_t start = 0; start < n; start += 64) {
     std::vector<size_t> part;
     for (size_t i = start; i < std::min(n, start + 64); ++i) part.push_back(i);
@@ -204,18 +220,19 @@ struct SeedResult {
   std::vector<Sentence> sentences;
   double tf_accuracy = 0;
   // Per-seed means over sentences.
-  std::array<std::array<double, kMaps>, kMaps> rho{};
+  std::array<std::array<double, kMaps>, kMaps> rho{}, tau{};
   double rho_all_layers[kMaps] = {}, rho_rollout[kMaps] = {};
   double permuted_tv = 0, uniform_tv = 0;
-  // methods_agree[m]: the other methods' mean rho with m, minus attention's rho with m (m = 1..3).
-  double methods_agree[kMaps] = {};
+  // methods_agree[m]: the other methods' mean rho with m, minus attention's rho with m (m = 1..3);
+  // methods_agree_tau[m] the same with Kendall's tau (reported).
+  double methods_agree[kMaps] = {}, methods_agree_tau[kMaps] = {};
   double attention_agrees = 0;  // mean over the methods of attention's rho with them
 };
 
 SeedResult run_seed(const TrainedModel& tm, size_t n, const Settings& st, uint64_t seed) {
   SeedResult res;
   const nn::Seq2SeqTransformer& model = *tm.model;
-  const auto outs = translations(model, tm.test, n);
+  const auto outs = translations(model, tm.test, n, st.max_extra);
   res.tf_accuracy = teacher_forced(model, tm.test, n).accuracy;
   for (size_t i = 0; i < n; ++i) res.sentences.push_back(study(model, tm.test[i].src, outs[i], st, seed * 1000003ULL + i));
   auto avg = [&](auto f) {
@@ -224,14 +241,18 @@ SeedResult run_seed(const TrainedModel& tm, size_t n, const Settings& st, uint64
     return mean(v);
   };
   for (int a = 0; a < kMaps; ++a)
-    for (int b = 0; b < kMaps; ++b) res.rho[a][b] = avg([&](const Sentence& s) { return s.rho[a][b]; });
+    for (int b = 0; b < kMaps; ++b) {
+      res.rho[a][b] = avg([&](const Sentence& s) { return s.rho[a][b]; });
+      res.tau[a][b] = avg([&](const Sentence& s) { return s.tau[a][b]; });
+    }
   for (int m = 1; m < kMaps; ++m) {
     res.rho_all_layers[m] = avg([&](const Sentence& s) { return s.rho_all_layers[m]; });
     res.rho_rollout[m] = avg([&](const Sentence& s) { return s.rho_rollout[m]; });
-    double others = 0;
+    double others = 0, others_tau = 0;
     for (int o = 1; o < kMaps; ++o)
-      if (o != m) others += res.rho[m][o] / (kMaps - 2);
+      if (o != m) others += res.rho[m][o] / (kMaps - 2), others_tau += res.tau[m][o] / (kMaps - 2);
     res.methods_agree[m] = others - res.rho[kAtt][m];
+    res.methods_agree_tau[m] = others_tau - res.tau[kAtt][m];
     res.attention_agrees += res.rho[kAtt][m] / (kMaps - 1);
   }
   res.permuted_tv = avg([](const Sentence& s) { return s.permuted_tv; });
@@ -259,7 +280,18 @@ void print_agreement(Report& r, const std::vector<SeedResult>& res) {
   }
   r.print(t);
   r.say("att: the last decoder layer's cross-attention, mean over heads; gxi: |gradient x input|; loo: leave-one-out (total variation of the");
-  r.say("next-token distribution with the token removed); ig: |integrated gradients|. all-layer att and rollout: reported, not claimed.");
+  r.say("next-token distribution with the token blanked out: masked out of attention, positions kept); ig: |integrated gradients|.");
+  r.say("all-layer att and rollout: reported, not claimed.");
+  Table k("Kendall's tau (Jain and Wallace's statistic; reported beside Spearman's rho, which the claims use)",
+          {"seed", "att-gxi", "att-loo", "att-ig", "gxi-loo", "gxi-ig", "loo-ig", "gxi: methods - att", "loo: methods - att", "ig: methods - att"});
+  for (size_t i = 0; i < res.size(); ++i) {
+    const SeedResult& x = res[i];
+    k.row({static_cast<int64_t>(r.seed(static_cast<int>(i))), x.tau[kAtt][kGxi], x.tau[kAtt][kLoo], x.tau[kAtt][kIg], x.tau[kGxi][kLoo],
+           x.tau[kGxi][kIg], x.tau[kLoo][kIg], x.methods_agree_tau[kGxi], x.methods_agree_tau[kLoo], x.methods_agree_tau[kIg]});
+  }
+  r.print(k);
+  r.say("Kendall's tau-b (Jain and Wallace's statistic) of the same maps, averaged the same way; reported beside Spearman's rho, on which the");
+  r.say("claims are decided. methods - att: the other two methods' mean tau with the method minus attention's.");
   Table m("methods", {"seed", "method", "mean rho with the other two methods", "rho with attention", "difference"});
   for (size_t i = 0; i < res.size(); ++i)
     for (int k = 1; k < kMaps; ++k)
@@ -293,7 +325,11 @@ void save_numbers(Report& r, const std::vector<SeedResult>& res, const TrainedMo
         std::vector<double> v;
         for (const Sentence& s : res[i].sentences) v.push_back(s.rho[a][b]);
         j["per_sentence_spearman"][fmt::format("{}-{}", kMapShort[a], kMapShort[b])] = v;
+        v.clear();
+        for (const Sentence& s : res[i].sentences) v.push_back(s.tau[a][b]);
+        j["per_sentence_kendall"][fmt::format("{}-{}", kMapShort[a], kMapShort[b])] = v;
       }
+    for (int m = 1; m < kMaps; ++m) j["methods_agree_kendall"][kMapShort[m]] = res[i].methods_agree_tau[m];
     std::vector<double> p, u;
     for (const Sentence& s : res[i].sentences) p.push_back(s.permuted_tv), u.push_back(s.uniform_tv);
     j["per_sentence_permuted_tv"] = p;
@@ -393,6 +429,8 @@ void run(Report& r) {
   Settings st;
   st.ig_steps = static_cast<int>(r.integer("ig-steps"));
   st.permutations = static_cast<int>(r.integer("permutations"));
+  st.max_extra = r.integer("max-extra");
+  GF_CHECK(st.max_extra >= 1, "lab attribution: --max-extra must be at least 1, got {}", st.max_extra);
   st.control = r.control();
   GF_CHECK(st.ig_steps >= 1 && st.permutations >= 1, "lab attribution: --ig-steps and --permutations must be at least 1, got {} and {}", st.ig_steps,
            st.permutations);
@@ -432,6 +470,8 @@ Lab attribution_lab() {
   l.options.push_back({"sentences", Option::Int, "60", "test sentences studied per model"});
   l.options.push_back({"ig-steps", Option::Int, "32", "integrated gradients: midpoint-rule steps on the path from the zero embedding"});
   l.options.push_back({"permutations", Option::Int, "8", "permuted-attention draws per sentence"});
+  l.options.push_back({"max-extra", Option::Int, "50", "greedy translations stop after the source's length + this many tokens"});
+  add_real_data_options(l.options);  // --data: the translators trained on a real task (lab/real_data.h)
   l.run = run;
   return l;
 }

@@ -42,13 +42,16 @@ class SelfAttentionRecorder {
 };
 
 // The translator's forward from given source embeddings x (B, S, D) (before positions), as
-// Seq2SeqTransformer::forward computes it for unpadded sources and targets: logits (B, T, V) and
-// each decoder layer's cross-attention (B, H, T, S).
-nn::DecoderOutput forward_from_embeddings(const nn::Seq2SeqTransformer& model, const Variable& x, const Tensor& tgt_in) {
+// Seq2SeqTransformer::forward computes it for unpadded targets: logits (B, T, V) and each decoder
+// layer's cross-attention (B, H, T, S). src_pad (B, S) bool, when given, masks source positions out
+// of every attention that reads them as keys (the encoder's self-attention and the decoder's
+// cross-attention), as padding is masked.
+nn::DecoderOutput forward_from_embeddings(const nn::Seq2SeqTransformer& model, const Variable& x, const Tensor& tgt_in,
+                                          const Tensor& src_pad = Tensor()) {
   Variable h = model.drop->forward(model.pos->forward(x));                         // (B, S, D)
-  Variable memory = model.transformer->encoder->forward(h, Tensor());             // (B, S, D)
+  Variable memory = model.transformer->encoder->forward(h, src_pad);              // (B, S, D)
   Tensor causal = model.masks.causal ? nn::make_causal_mask(tgt_in.size(1)) : Tensor();  // (T, T)
-  nn::DecoderOutput d = model.transformer->decoder->forward(model.embed_tgt(tgt_in), memory, causal, Tensor(), Tensor(), true);
+  nn::DecoderOutput d = model.transformer->decoder->forward(model.embed_tgt(tgt_in), memory, causal, Tensor(), src_pad, true);
   d.output = model.project(d.output);  // (B, T, V)
   return d;
 }
@@ -217,12 +220,12 @@ Map leave_one_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t
   GF_CHECK(S >= 2, "leave_one_out: a source of {} token has nothing left without it", S);
   const Tensor x1 = source_embeddings(model, src);  // (S, D)
   const int64_t D = x1.size(1);
-  Tensor xb = Tensor::empty({S, S - 1, D}, x1.dtype());  // (S, S - 1, D): row s lacks token s
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t j = 0, k = 0; j < S; ++j)
-      if (j != s) xb.select(0, s).select(0, k++).copy_(x1.select(0, j));
+  const Tensor xb = x1.reshape({1, S, D}).expand({S, S, D}).contiguous();  // (S, S, D): the sentence in every row
+  Tensor mask = Tensor::empty({S, S}, DType::Bool);                        // (S, S): row s masks key s
+  for (int64_t i = 0; i < S * S; ++i) mask.data<bool>()[i] = i / S == i % S;
   const Map full = output_distributions(model, x1.reshape({1, S, D}), out).at(0);  // (T, V)
-  const std::vector<Map> without = output_distributions(model, xb, out);           // [s] (T, V)
+  NoGradGuard ng;
+  const std::vector<Map> without = softmax_rows(forward_from_embeddings(model, Variable(xb), teacher_input(out, S), mask).output.data());  // [s] (T, V)
   Map loo(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(S)));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t s = 0; s < S; ++s) loo[t][s] = total_variation(full[t], without[s][t]);

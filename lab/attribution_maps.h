@@ -84,8 +84,10 @@ std::vector<Map> output_distributions(const nn::Seq2SeqTransformer& model, const
 double total_variation(const std::vector<double>& a, const std::vector<double>& b);
 
 // Leave-one-out (Jain and Wallace 2019): (T, S), the total variation distance between the
-// next-token distribution at step t with the whole source and with token s removed (the tokens
-// after it moved up one position). Needs at least 2 source tokens. No graph.
+// next-token distribution at step t with the whole source and with token s blanked out: masked out
+// of every attention that reads the source (the encoder's self-attention and the decoder's
+// cross-attention, as padding is), every other token at its own position. Needs at least 2 source
+// tokens. No graph.
 Map leave_one_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out);
 
 // The source token embeddings the model feeds its encoder, before positions: (S, D).

@@ -181,6 +181,22 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
   return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : NAN;
 }
 
+double kendall_tau(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || a.size() < 2) return NAN;
+  double concordant = 0, discordant = 0, tied_a = 0, tied_b = 0, pairs = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = i + 1; j < a.size(); ++j) {
+      const double da = a[i] - a[j], db = b[i] - b[j];
+      pairs += 1;
+      if (da == 0) tied_a += 1;
+      if (db == 0) tied_b += 1;
+      if (da * db > 0) concordant += 1;
+      if (da * db < 0) discordant += 1;
+    }
+  const double denominator = std::sqrt((pairs - tied_a) * (pairs - tied_b));  // tau-b: ties on either side leave the pairs that rank
+  return denominator > 0 ? (concordant - discordant) / denominator : NAN;
+}
+
 double sign_test_p(int64_t wins, int64_t n) {
   GF_CHECK(n >= 0 && wins >= 0 && wins <= n, "sign_test_p: need 0 <= wins <= n, got wins {}, n {}", wins, n);
   // In log space: C(n, i) and 2^n overflow a double once n passes about 1,000; their ratio does not.

@@ -44,6 +44,9 @@ std::vector<double> parse_increasing_reals(const std::string& text, const std::s
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
 // Spearman's rank correlation (average ranks for ties); NaN when either side is constant.
 double spearman(const std::vector<double>& a, const std::vector<double>& b);
+// Kendall's tau-b (concordant minus discordant pairs over the pairs not tied on either side, their
+// geometric mean); NaN when either side is constant. Jain and Wallace 2019 compare rankings with it.
+double kendall_tau(const std::vector<double>& a, const std::vector<double>& b);
 // One-sided exact sign test: the chance of at least `wins` of `n` fair coin flips coming up heads,
 // P(X >= wins), X ~ Binomial(n, 1/2). Ties are the caller's to drop from n.
 double sign_test_p(int64_t wins, int64_t n);

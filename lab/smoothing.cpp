@@ -28,9 +28,11 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include "autograd/grad_mode.h"
 #include "lab/labs.h"
+#include "lab/real_data.h"
 #include "lab/report.h"
 #include "tensor/check.h"
 #include "tensor/kernels/indexing.h"
@@ -167,6 +169,8 @@ constexpr const char* kSmoothColor = "#1f77b4";
 struct Settings {
   int64_t symbols, min_len, max_len, n_train, n_eval, d_model, heads, layers, steps, max_tokens, eval_every, feature_seqs;
   double lr, noise, eps;
+  const RealData* real = nullptr;  // --data: the real task in place of the noisy copy task (lab/real_data.h)
+  int64_t vocab = 0;               // V, the target vocabulary
 };
 
 // What a trained model does on held-out tokens (calibration) and on training tokens (the logit
@@ -181,28 +185,46 @@ struct Measured {
   double cluster_all = 0;   // ... in the templates' span, every training token by its label (a replaced one too)
 };
 
-// Tokens' logits (N, V) float64 and labels, every position whose label is not PAD, teacher-forced;
-// for training tokens also their final decoder states and the labels before the noise.
+// Per token, every position whose label is not PAD, teacher-forced: the top-1 confidence, whether it
+// is right, -log p(label), and the logit gap (z_label - the mean of the other logits), each from the
+// token's float64 logits; for training tokens also their final decoder states and the labels before
+// the noise. (Kept per token, not as (N, V) logits: with a real task's vocabulary of thousands those
+// would not fit.)
 struct Tokens {
-  Tensor logits, states;  // (N, V), (N, D)
+  std::vector<double> confidence, nll, gap;
+  std::vector<bool> right;
+  Tensor states;  // (N, D)
   std::vector<int64_t> labels, clean_labels;
 };
+
+// One token's row of V float64 logits into t.
+void add_token(Tokens& t, const double* row, int64_t V, int64_t label) {
+  const double total = std::accumulate(row, row + V, 0.0), y = row[label];
+  t.gap.push_back(y - (total - y) / static_cast<double>(V - 1));
+  const int64_t arg = std::max_element(row, row + V) - row;
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - row[arg]);
+  t.confidence.push_back(1 / sum);  // the softmax at the argmax
+  t.right.push_back(arg == label);
+  t.nll.push_back(row[arg] + std::log(sum) - y);
+}
 
 // `clean`, if given, holds the same pairs before add_target_noise (the same lengths).
 Tokens tokens_of(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t limit, bool with_states,
                  const std::vector<train::EncodedPair>* clean = nullptr) {
   NoGradGuard ng;
   Tokens out;
-  std::vector<Tensor> logits, states;
+  std::vector<Tensor> states;
   const size_t n = std::min(limit, pairs.size());
   for (size_t start = 0; start < n; start += 64) {
     std::vector<size_t> part;
     for (size_t i = start; i < std::min(n, start + 64); ++i) part.push_back(i);
     const train::BatchTensors t = train::to_tensors(train::collate(pairs, part));
-    const Tensor h = model.decoder_states(t.src, t.tgt_in).data();                 // (B, T, D)
-    const Tensor flat = h.reshape({-1, h.size(2)}).contiguous();                   // (B*T, D)
-    const Tensor z = model.project(Variable(flat)).data().to(DType::Float64);       // (B*T, V)
-    const std::vector<int64_t> labels = t.labels.to_vector<int64_t>();             // (B*T)
+    const Tensor h = model.decoder_states(t.src, t.tgt_in).data();                          // (B, T, D)
+    const Tensor flat = h.reshape({-1, h.size(2)}).contiguous();                            // (B*T, D)
+    const Tensor z = model.project(Variable(flat)).data().to(DType::Float64).contiguous();  // (B*T, V)
+    const int64_t V = z.size(1);
+    const std::vector<int64_t> labels = t.labels.to_vector<int64_t>();                      // (B*T)
     const std::vector<int64_t> clean_labels =
         clean ? train::to_tensors(train::collate(*clean, part)).labels.to_vector<int64_t>() : labels;  // (B*T)
     std::vector<int64_t> keep;
@@ -211,46 +233,21 @@ Tokens tokens_of(const nn::Seq2SeqTransformer& model, const std::vector<train::E
         keep.push_back(static_cast<int64_t>(i));
         out.labels.push_back(labels[i]);
         out.clean_labels.push_back(clean_labels[i]);
+        add_token(out, z.data<double>() + static_cast<int64_t>(i) * V, V, labels[i]);
       }
-    const Tensor rows = Tensor::from_vector(keep, {static_cast<int64_t>(keep.size())});
-    logits.push_back(kernels::index_select(z, rows));
-    if (with_states) states.push_back(kernels::index_select(flat.to(DType::Float64), rows));
+    if (with_states) states.push_back(kernels::index_select(flat.to(DType::Float64), Tensor::from_vector(keep, {static_cast<int64_t>(keep.size())})));
   }
-  out.logits = kernels::concat(logits, 0);
   if (with_states) out.states = kernels::concat(states, 0);
   return out;
-}
-
-
-// Per token: z_label - the mean of the other logits.
-std::vector<double> logit_gaps(const Tokens& t) {
-  const int64_t N = t.logits.size(0), V = t.logits.size(1);
-  std::vector<double> gaps;
-  for (int64_t i = 0; i < N; ++i) {
-    const double* row = t.logits.data<double>() + i * V;
-    const double total = std::accumulate(row, row + V, 0.0), y = row[t.labels[i]];
-    gaps.push_back(y - (total - y) / static_cast<double>(V - 1));
-  }
-  return gaps;
 }
 
 double mean_of(const std::vector<double>& v) { return v.empty() ? NAN : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 
 Calibration held_out_calibration(const Tokens& t, double* nll) {
-  const int64_t N = t.logits.size(0), V = t.logits.size(1);
-  std::vector<double> conf;
-  std::vector<bool> right;
+  const double N = static_cast<double>(t.nll.size());
   *nll = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    const double* row = t.logits.data<double>() + i * V;
-    const int64_t arg = std::max_element(row, row + V) - row;
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - row[arg]);
-    conf.push_back(1 / sum);  // the softmax at the argmax
-    right.push_back(arg == t.labels[i]);
-    *nll += (row[arg] + std::log(sum) - row[t.labels[i]]) / static_cast<double>(N);
-  }
-  return calibration(conf, right);
+  for (double v : t.nll) *nll += v / N;
+  return calibration(t.confidence, t.right);
 }
 
 // Features and labels of the tokens whose label is its clean one (not replaced, or replaced by itself).
@@ -265,9 +262,9 @@ Measured measure(const nn::Seq2SeqTransformer& model, const IdData& data, const 
   Measured m;
   const Tokens held = tokens_of(model, data.test, data.test.size(), false);
   m.held_out = held_out_calibration(held, &m.nll);
-  m.gap_held_out = mean_of(logit_gaps(held));
+  m.gap_held_out = mean_of(held.gap);
   const Tokens train = tokens_of(model, data.train, static_cast<size_t>(s.feature_seqs), true, &clean_train);
-  m.gap_train = mean_of(logit_gaps(train));
+  m.gap_train = mean_of(train.gap);
   const auto [features, labels] = clean_tokens(train);
   const Tensor templates = model.out->weight.data();  // (V, D): every class's template
   m.cluster = cluster_ratio(template_coordinates(features, templates), labels, 10);
@@ -282,6 +279,7 @@ struct Arm {
   Measured end;
   std::vector<double> probe_steps, probe_ece, probe_over;  // during training: held-out ECE and confidence - accuracy
   double loss_check = 0;  // |batch_loss - the definition| / the definition, float64, one held-out batch
+  double bleu = NAN;      // --data: BLEU of greedy translations of the first --eval validation sentences
 };
 
 Arm train_arm(const Settings& s, const IdData& data, const std::vector<train::EncodedPair>& clean_train, double eps, uint64_t seed) {
@@ -311,6 +309,7 @@ Arm train_arm(const Settings& s, const IdData& data, const std::vector<train::En
   const Tensor z = copy.forward(t.src, t.tgt_in).data();  // (B, T, V)
   const double definition = smoothed_cross_entropy(z.reshape({-1, z.size(2)}), t.labels.to_vector<int64_t>(), eps, train::Vocab::kPad);
   a.loss_check = std::abs(library - definition) / definition;
+  if (s.real) a.bleu = greedy_bleu(model, *s.real, s.real->ids.valid, s.real->valid_refs, static_cast<size_t>(s.n_eval)).score;
   return a;
 }
 
@@ -361,7 +360,7 @@ void report(Report& r, const Settings& s, const Runs& runs) {
            b.end.cluster_all / a.end.cluster_all});
   }
   r.print(p);
-  const int64_t V = 4 + s.symbols;
+  const int64_t V = s.vocab;
   const double optimum = std::log((1 - s.eps + s.eps / static_cast<double>(V)) / (s.eps / static_cast<double>(V)));
   r.say(fmt::format("logit gap: z_label - mean of the other {} logits. With eps > 0 the loss is least when every gap is log((1 - eps + eps/V) / (eps/V))",
                     V - 1));
@@ -369,6 +368,11 @@ void report(Report& r, const Settings& s, const Runs& runs) {
                     s.eps > 0 ? optimum : INFINITY, V));
   r.say("to its label's mean state over the mean squared distance between two labels' means (labels with at least 10 training tokens), in the");
   r.say("span of the output layer's rows (the class templates: the directions a logit reads; Müller et al. project onto three templates' plane),");
+  if (s.real) {  // no noise: every label is clean, and with V > d_model the templates span every direction
+    r.say("on every training token: no noise is added to a real task, so every label is clean (the first and third ratios are one number), and");
+    r.say("when V is above d_model the templates span every direction (so are the first two).");
+    return;
+  }
   r.say("on the training tokens whose label the noise left alone; also in every direction of the state, and on every training token by its");
   r.say("label as trained on (a replaced label puts a token in a class its input does not belong to; only memorising pulls it in).");
 }
@@ -436,8 +440,15 @@ void check_claims(Report& r, const Runs& runs, const std::vector<double>& gap_tr
   r.check("smoothed_loss", loss_worst, fmt::format("largest |batch_loss - definition| / definition {:.3g} (float64)", loss_worst));
 }
 
-// The data of seed i: the copy task with noisy targets, and its clean training targets.
+// The data of seed i: the copy task with noisy targets, and its clean training targets. With --data:
+// the real task (the same for every seed), its first --eval test pairs held out, no noise added.
 std::pair<IdData, std::vector<train::EncodedPair>> noisy_task(const Settings& s, uint64_t seed) {
+  if (s.real) {
+    IdData data = s.real->ids;
+    if (data.test.size() > static_cast<size_t>(s.n_eval)) data.test.resize(static_cast<size_t>(s.n_eval));
+    std::vector<train::EncodedPair> clean_train = data.train;
+    return {std::move(data), std::move(clean_train)};
+  }
   IdData data = synthetic_task("copy", s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, seed);
   std::vector<train::EncodedPair> clean_train = data.train;
   add_target_noise(data.train, s.symbols, s.noise, seed * 7919 + 1);
@@ -454,6 +465,23 @@ std::vector<double> eps_levels(Report& r, const Settings& s) {
   GF_CHECK(std::find(levels.begin(), levels.end(), s.eps) != levels.end(), "lab smoothing: --eps {} must be one of --eps-levels '{}'", s.eps,
            r.text("eps-levels"));
   return levels;
+}
+
+// --data: BLEU on the validation split per eps level, beside Vaswani et al.'s (reported, not claimed).
+void report_bleu(Report& r, const std::vector<double>& levels, const std::vector<std::vector<double>>& bleu, const Settings& s) {
+  r.section(fmt::format("BLEU on the first {} validation sentences (greedy, sacreBLEU 13a), per eps level (mean [t 95% interval] over seeds)",
+                        std::min<size_t>(static_cast<size_t>(s.n_eval), s.real->ids.valid.size())));
+  // Vaswani et al. 2017, Table 3, rows (D) and base: the big EN-DE task's development set (newstest2013).
+  const std::map<double, std::string> paper = {{0.0, "25.3 (PPL 4.67)"}, {0.1, "25.8 (PPL 4.92, the base model)"}, {0.2, "25.7 (PPL 5.47)"}};
+  Table t("bleu", {"eps", "BLEU here", "per seed", "Vaswani et al. 2017, Table 3 (EN-DE newstest2013)"});
+  for (size_t k = 0; k < levels.size(); ++k) {
+    std::vector<double> v;
+    for (const auto& row : bleu) v.push_back(row[k]);
+    const auto it = paper.find(levels[k]);
+    t.row({levels[k], with_interval(v, "{:.2f}"), fmt::format("{:.2f}", fmt::join(v, ", ")), it == paper.end() ? "-" : it->second});
+  }
+  r.print(t);
+  r.say("Reported, not claimed. The paper's numbers are a 65M-parameter model's on WMT English-German: compare the direction, not the size.");
 }
 
 // --control: the placebo. A pool of eps-0 models, each on its own seed; every contrast between two
@@ -497,25 +525,37 @@ void run(Report& r) {
   // The calibration curve is probed every eval_every steps; with fewer steps it would have no point.
   GF_CHECK(s.eval_every <= s.steps, "lab smoothing: --eval-every {} is more than --steps {}: no calibration probe would be taken",
            s.eval_every, s.steps);
+  std::optional<RealData> real;
+  if (uses_real_data(r)) real = real_data(r), s.real = &*real;
+  s.vocab = real ? real->ids.tgt_vocab : 4 + s.symbols;
   if (r.placebo_mode()) return placebo(r, s);
   const double eps = s.eps;
-  r.say(fmt::format("copy task over {} symbols, lengths {}-{}, each target token replaced by a random symbol with probability {} (training and held-out",
-                    s.symbols, s.min_len, s.max_len, s.noise));
-  r.say(fmt::format("alike): {} training and {} held-out sequences. Post-LN, d_model {}, {} heads, {}+{} layers; {} steps of Adam at lr {} (warm-up {}),",
-                    s.n_train, s.n_eval, s.d_model, s.heads, s.layers, s.layers, s.steps, s.lr, s.steps / 10));
+  if (real) {
+    r.say(fmt::format("the real task above, no noise added (its own ambiguity is the uncertainty); calibration on its first {} test pairs, BLEU on",
+                      std::min<size_t>(static_cast<size_t>(s.n_eval), real->ids.test.size())));
+    r.say(fmt::format("its first {} validation pairs. Post-LN, d_model {}, {} heads, {}+{} layers; {} steps of Adam at lr {} (warm-up {}),",
+                      std::min<size_t>(static_cast<size_t>(s.n_eval), real->ids.valid.size()), s.d_model, s.heads, s.layers, s.layers, s.steps,
+                      s.lr, s.steps / 10));
+  } else {
+    r.say(fmt::format("copy task over {} symbols, lengths {}-{}, each target token replaced by a random symbol with probability {} (training and held-out",
+                      s.symbols, s.min_len, s.max_len, s.noise));
+    r.say(fmt::format("alike): {} training and {} held-out sequences. Post-LN, d_model {}, {} heads, {}+{} layers; {} steps of Adam at lr {} (warm-up {}),",
+                      s.n_train, s.n_eval, s.d_model, s.heads, s.layers, s.layers, s.steps, s.lr, s.steps / 10));
+  }
   r.say(fmt::format("{} tokens a batch, the same batches for both arms: eps 0 and eps {}.", s.max_tokens, eps));
   const std::vector<double> levels = eps_levels(r, s);
   r.say(fmt::format("The dose-response: the same model, data and batches at eps {} (the ones not 0 or {} trained only for it).",
                     fmt::join(levels, ", "), eps));
   Runs runs;
-  std::vector<std::vector<double>> ln_gap, ece;  // [seed][level]
+  std::vector<std::vector<double>> ln_gap, ece, bleu;  // [seed][level]
   for (int i = 0; i < r.seeds(); ++i) {
     const auto [data, clean_train] = noisy_task(s, r.seed(i));
     runs.push_back({train_arm(s, data, clean_train, 0.0, r.seed(i)), train_arm(s, data, clean_train, eps, r.seed(i))});
-    ln_gap.emplace_back(), ece.emplace_back();
+    ln_gap.emplace_back(), ece.emplace_back(), bleu.emplace_back();
     for (double level : levels) {
-      const Measured m = level == 0 ? runs.back()[0].end : level == eps ? runs.back()[1].end : train_arm(s, data, clean_train, level, r.seed(i)).end;
-      ln_gap.back().push_back(std::log(m.gap_train)), ece.back().push_back(m.held_out.ece);
+      const Arm extra = level == 0 || level == eps ? Arm{} : train_arm(s, data, clean_train, level, r.seed(i));
+      const Arm& a = level == 0 ? runs.back()[0] : level == eps ? runs.back()[1] : extra;
+      ln_gap.back().push_back(std::log(a.end.gap_train)), ece.back().push_back(a.end.held_out.ece), bleu.back().push_back(a.bleu);
     }
   }
   report(r, s, runs);
@@ -523,13 +563,14 @@ void run(Report& r) {
   r.section("dose-response: the logit gap on training tokens against eps (mean and 95% t interval over seeds)");
   const std::vector<Spread> ece_at = spread_per_column(ece);
   Table lv("levels", {"eps", "held-out ECE", "logit gap (geometric mean)", "the loss's optimum gap"});
-  const int64_t V = 4 + s.symbols;
+  const int64_t V = s.vocab;
   const std::vector<Spread> gap_at = spread_per_column(ln_gap);
   for (size_t k = 0; k < levels.size(); ++k) {
     const double e = levels[k], optimum = e > 0 ? std::log((1 - e + e / static_cast<double>(V)) / (e / static_cast<double>(V))) : INFINITY;
     lv.row({e, ece_at[k].mean, std::exp(gap_at[k].mean), optimum});
   }
   r.print(lv);
+  if (real) report_bleu(r, levels, bleu, s);
   // Slope, not per doubling: eps starts at 0, which has no log; ln(gap) since the gap changes by factors.
   const std::vector<double> gap_trend =
       r.dose_response({"eps", "label smoothing eps", "ln logit gap, training tokens", levels, ln_gap, TrendKind::Slope, false, kSmoothColor});
@@ -552,6 +593,7 @@ void run(Report& r) {
                            {"probe_steps", a.probe_steps},
                            {"probe_ece", a.probe_ece}});
   d["levels"] = {{"eps", levels}, {"ln_gap_train", ln_gap}, {"ece", ece}};
+  if (real) d["levels"]["bleu_valid"] = bleu;
   check_claims(r, runs, gap_trend);
 }
 
@@ -583,6 +625,7 @@ Lab smoothing_lab() {
                {"max-tokens", Option::Int, "512", "padded tokens per batch"},
                {"eval-every", Option::Int, "50", "steps between held-out calibration probes"},
                {"feature-seqs", Option::Int, "300", "training sequences whose tokens give the logit gap and the clusters"}};
+  add_real_data_options(l.options);  // --data: a real translation task in place of the noisy copy task (lab/real_data.h)
   l.run = run;
   return l;
 }

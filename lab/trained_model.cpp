@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include "lab/common.h"
+#include "lab/real_data.h"
 #include "lab/report.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
@@ -33,13 +35,18 @@ int64_t parameter_count(const nn::Module& m) {
 double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The run configuration of a model trained here: what Translator::load needs to rebuild it.
-train::RunConfig config_of(const Report& r, int seed_index) {
+// With --data (lab/real_data.h) its data settings, else the built-in corpus.
+train::RunConfig config_of(const Report& r, int seed_index, const RealData* real) {
   train::RunConfig c;
-  c.data = "";  // the built-in corpus
-  c.src = "en", c.tgt = "ko";
-  c.corpus_seed = r.seed(seed_index);
-  c.corpus_size = r.integer("corpus");
-  c.min_freq = 1;  // builtin_corpus keeps every training token
+  if (real) {
+    c = real->config;
+  } else {
+    c.data = "";  // the built-in corpus
+    c.src = "en", c.tgt = "ko";
+    c.corpus_seed = r.seed(seed_index);
+    c.corpus_size = r.integer("corpus");
+    c.min_freq = 1;  // builtin_corpus keeps every training token
+  }
   c.layer.d_model = r.integer("d-model");
   c.layer.nhead = r.integer("heads");
   c.layers = r.integer("layers");
@@ -57,7 +64,9 @@ train::RunConfig config_of(const Report& r, int seed_index) {
 
 // Test pairs of a run's data, encoded with its vocabularies: the built-in corpus regenerated from
 // the run's corpus seed and size, or the run's test split (its validation split when it has none).
-std::vector<train::EncodedPair> test_pairs_of(const train::RunConfig& c, const train::Vocab& src, const train::Vocab& tgt) {
+// Text is segmented as the run's models read it (its subword models, or whitespace).
+std::vector<train::EncodedPair> test_pairs_of(const train::RunConfig& c, const train::RunSegmenters& seg, const train::Vocab& src,
+                                              const train::Vocab& tgt) {
   std::vector<train::TokenPair> pairs;
   if (c.builtin()) {
     train::CorpusSplits s = train::make_korean_corpus(c.corpus_seed, static_cast<size_t>(c.corpus_size));
@@ -68,12 +77,12 @@ std::vector<train::EncodedPair> test_pairs_of(const train::RunConfig& c, const t
   }
   GF_CHECK_AS(std::runtime_error, !pairs.empty(), "trained model: the run's data ({}) has no test or validation pairs to study",
               c.data_description());
-  return train::encode_pairs(pairs, src, tgt);
+  return train::encode_pairs(train::segment_pairs(pairs, seg), src, tgt);
 }
 
 TrainedModel from_translator(train::Translator t, const std::string& origin) {
   TrainedModel m;
-  m.test = test_pairs_of(t.config, t.src_vocab, t.tgt_vocab);
+  m.test = test_pairs_of(t.config, t.segmenters, t.src_vocab, t.tgt_vocab);
   m.src_words = std::move(t.src_vocab);
   m.tgt_words = std::move(t.tgt_vocab);
   GF_CHECK_AS(std::runtime_error, t.net->seq2seq(), "trained model: {} is a {} run; the labs study an encoder-decoder", origin, t.config.arch);
@@ -88,8 +97,11 @@ TrainedModel from_translator(train::Translator t, const std::string& origin) {
 
 // Writes a run folder Translator::load reads, plus lab.json with the training curve.
 void save_cache(const std::string& dir, const train::RunConfig& c, const IdData& data, const nn::Seq2SeqTransformer& model,
-                const TrainedModel& m, double seconds) {
+                const TrainedModel& m, double seconds, const RealData* real) {
   fs::create_directories(dir);
+  if (real)  // Translator::load reads the subword models from the run folder
+    for (const std::string& f : train::subword_model_files(c))
+      if (c.subwords > 0) fs::copy_file(fs::path(real->subword_dir) / f, fs::path(dir) / f, fs::copy_options::overwrite_existing);
   data.src_words.save(fs::path(dir) / "vocab.src.txt");
   data.tgt_words.save(fs::path(dir) / "vocab.tgt.txt");
   save_safetensors((fs::path(dir) / "best.safetensors").string(), model.state_dict());
@@ -121,7 +133,8 @@ std::vector<Option> trained_model_options(int64_t default_steps, const std::map<
 }
 
 std::string cache_key(const Report& r, int seed_index, const Recipe& recipe) {
-  std::string key = fmt::format("ko-n{}-d{}-h{}-l{}-s{}-lr{}-w{}-c{}-seed{}", r.integer("corpus"), r.integer("d-model"), r.integer("heads"),
+  const std::string data = uses_real_data(r) ? "data-" + real_data_key(r) : fmt::format("ko-n{}", r.integer("corpus"));
+  std::string key = fmt::format("{}-d{}-h{}-l{}-s{}-lr{}-w{}-c{}-seed{}", data, r.integer("d-model"), r.integer("heads"),
                                 r.integer("layers"), r.integer("train-steps"), r.real("lr"), r.integer("warmup"), r.seed(seed_index),
                                 r.seed(seed_index));
   if (recipe.converge)
@@ -136,7 +149,10 @@ TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
     r.say("model " + m.description);
     return m;
   }
-  const train::RunConfig c = config_of(r, seed_index);
+  std::optional<RealData> real;
+  if (uses_real_data(r)) real = real_data(r);
+  const RealData* rd = real ? &*real : nullptr;
+  const train::RunConfig c = config_of(r, seed_index, rd);
   const std::string dir = r.text("cache").empty() ? "" : (fs::path(r.text("cache")) / cache_key(r, seed_index, recipe)).string();
   if (!dir.empty() && !r.on("retrain") && fs::exists(fs::path(dir) / "config.json")) {
     const nlohmann::json j = nlohmann::json::parse(train::read_text_file((fs::path(dir) / "lab.json").string()));
@@ -150,11 +166,12 @@ TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
     m.valid_nll = j.value("valid_nll", std::vector<double>{});
     m.best_step = j.value("best_step", int64_t{-1});
     m.converged = j.value("converged", false);
+    if (rd) m.test = rd->ids.test;  // the pairs the lab's length cap keeps, as when it was trained
     r.say("model " + m.description);
     return m;
   }
 
-  IdData data = builtin_corpus(c.corpus_size, c.corpus_seed);
+  IdData data = rd ? rd->ids : builtin_corpus(c.corpus_size, c.corpus_seed);
   TrainedModel m;
   m.model = std::make_shared<nn::Seq2SeqTransformer>(c.model_options(data.src_vocab, data.tgt_vocab), c.seed);
   FitOptions fo;
@@ -174,7 +191,7 @@ TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
   m.steps = static_cast<int64_t>(fr.losses.size());
   m.valid_steps = fr.valid_steps, m.valid_nll = fr.valid_nll, m.best_step = fr.best_step, m.converged = fr.converged;
   GF_CHECK_AS(std::runtime_error, !fr.diverged, "trained model: training diverged at step {} (lower --lr)", fr.diverged_at);
-  if (!dir.empty()) save_cache(dir, c, data, *m.model, m, m.train_seconds);
+  if (!dir.empty()) save_cache(dir, c, data, *m.model, m, m.train_seconds, rd);
   const std::string how = recipe.converge ? fmt::format(" (until converged: {}, kept step {})", m.converged ? "stopped by the rule" : "stopped at the limit",
                                                         m.best_step)
                                           : "";

@@ -1,7 +1,9 @@
 #pragma once
 // The trained translator that the `attribution` and `exposure` labs study: either a run folder from
 // `gradflow train` (--model DIR, loaded with train::Translator::load), or a small translator trained
-// here on the built-in English -> Korean corpus with lab/common.h's fit(). A model trained here is
+// here with lab/common.h's fit() on the built-in English -> Korean corpus, or, for a lab that declares
+// lab/real_data.h's options and is given --data DIR, on that real task (its subword models are
+// copied into the model's folder, so Translator::load reads it as any run). A model trained here is
 // kept as a run folder (config.json, vocab.*.txt, best.safetensors: what Translator::load reads)
 // under --cache, in a folder named by every setting that shapes it, so the second lab (and a
 // re-run) loads it instead of training again; --retrain trains anyway. The key holds the settings,

@@ -47,7 +47,7 @@ nlohmann::json run_lab(const std::string& name, std::map<std::string, std::strin
   const auto dir = std::filesystem::temp_directory_path() / ("gradflow_test_lab_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::map<std::string, std::string> all{{"out", dir.string()}, {"seeds", "2"}, {"seed", "1"}};
-  for (const auto& o : l.options) all[o.name] = o.default_value.empty() ? "0" : o.default_value;
+  for (const auto& o : l.options) all[o.name] = o.default_value.empty() && o.kind == Option::Switch ? "0" : o.default_value;  // a switch: off
   for (const auto& [k, v] : settings) all[k] = v;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);  // the printed report, discarded
   REQUIRE(sink != nullptr);

@@ -133,6 +133,39 @@ TEST_CASE("blank-out is the drop of log p when one source embedding is zeroed") 
   CHECK(moved > 1e-6);
 }
 
+TEST_CASE("leave-one-out blanks a token out with every other position kept") {
+  auto model = tiny_model();
+  const lab::Map loo = lab::leave_one_out(*model, kSrc, kOut);  // (T, S)
+  const Tensor x = lab::source_embeddings(*model, kSrc);       // (S, D)
+  const int64_t S = x.size(0), D = x.size(1);
+  const lab::Map full = lab::output_distributions(*model, x.reshape({1, S, D}), kOut).at(0);  // (T, V)
+  // Without its last token: the sentence one shorter (no token moves). Blanking the last token out
+  // must give exactly that.
+  const lab::Map shorter = lab::output_distributions(*model, x.narrow(0, 0, S - 1).contiguous().reshape({1, S - 1, D}), kOut).at(0);
+  // Without its first token, every later token moved up one position: not what blanking it out does.
+  const lab::Map shifted = lab::output_distributions(*model, x.narrow(0, 1, S - 1).contiguous().reshape({1, S - 1, D}), kOut).at(0);
+  double moved = 0, differs = 0;
+  for (size_t t = 0; t < kOut.size(); ++t) {
+    CHECK(loo[t][S - 1] == doctest::Approx(lab::total_variation(full[t], shorter[t])).epsilon(1e-9));
+    differs += std::abs(loo[t][0] - lab::total_variation(full[t], shifted[t]));
+    for (double v : loo[t]) {
+      moved += v;
+      CHECK((v >= 0 && v <= 1));
+    }
+  }
+  CHECK(moved > 1e-6);   // a token's absence moves the output
+  CHECK(differs > 1e-6);  // and deleting (shifting) is another measure
+}
+
+TEST_CASE("kendall_tau: tau-b by hand, with and without ties") {
+  // (1,2,3) against (1,3,2): pairs (0,1) and (0,2) concordant, (1,2) discordant: (2 - 1) / 3.
+  CHECK(lab::kendall_tau({1, 2, 3}, {1, 3, 2}) == doctest::Approx(1.0 / 3.0).epsilon(1e-15));
+  // a ties its first two: 2 concordant of 3 pairs, 2 untied in a, 3 in b: 2 / sqrt(2 x 3).
+  CHECK(lab::kendall_tau({1, 1, 2}, {1, 2, 3}) == doctest::Approx(2.0 / std::sqrt(6.0)).epsilon(1e-15));
+  CHECK(lab::kendall_tau({3, 2, 1}, {1, 2, 3}) == doctest::Approx(-1.0));
+  CHECK(std::isnan(lab::kendall_tau({1, 1, 1}, {1, 2, 3})));  // a constant side ranks nothing
+}
+
 TEST_CASE("attention rollout: a hand-worked case, and rows that sum to 1 on a model's maps") {
   // One encoder layer that swaps two tokens, one decoder position that attends to source 0 only.
   const lab::Map swap = {{0, 1}, {1, 0}};
