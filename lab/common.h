@@ -72,7 +72,7 @@ struct IdData {
 IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,
                       uint64_t seed);
 
-// The built-in English -> Korean corpus (train/corpus/corpus_ko.h) of `total` pairs as ids, vocabularies
+// The built-in English -> Korean corpus (korean/corpus_ko.h) of `total` pairs as ids, vocabularies
 // built on its training split; test is its test split.
 IdData builtin_corpus(int64_t total, uint64_t seed = 1);
 

@@ -18,7 +18,7 @@
 #include "app/commands.h"
 #include "lab/claims.h"
 #include "nn_test_util.h"
-#include "train/corpus/corpus_ko.h"
+#include "korean/corpus_ko.h"
 
 using namespace gf;
 using gf::testing::error_of;
