@@ -268,7 +268,7 @@ SeedResult run_seed(const TrainedModel& tm, size_t n, int64_t D, uint64_t seed, 
   res.fr_tokens = static_cast<double>(fr) / static_cast<double>(tot);
   res.fr_exact = ratio(res.pos.exact, res.pos.sentences);
   res.drift = Drift(static_cast<size_t>(D));
-  Generator gen(seed * 7919 + 17);  // the forced step of each sentence: the same in both arms
+  Generator gen(seed * 7919 + 17);  // the forced step of each sentence: the same at every level
   for (size_t i = 0; i < n; ++i) {
     const int64_t len = static_cast<int64_t>(tm.test[i].tgt.size());  // the step is in [0, len - 1]: a real token, not <eos>
     const int64_t k = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(len)));

@@ -260,13 +260,14 @@ TEST_CASE("lab attribution") {
   control_no_target("attribution", "--cache " + cache, shorter);
   fs::remove_all(cache);
 }
-// exposure, 3 seeds (its budget) at 4 levels of scheduled sampling's speed: only "derails" is
-// settled; the gap's growth (0.051 against 0.05) and both trends are unsettled, the derailment's
-// trend near supported (its deciding interval ends at -0.018 against -0.02; docs/labs/exposure.md).
+// exposure, 3 seeds (its budget) at 4 levels of scheduled sampling's speed: "derails" and the
+// derailment's trend are supported (the trend's deciding interval ends at -0.036 against -0.02 with
+// OpenBLAS's Haswell kernel, -0.025 with SkylakeX: within the margin, so unsettled is accepted); the
+// gap's growth (0.050 against 0.05) and the gap's trend are unsettled (docs/labs/exposure.md).
 TEST_CASE("lab exposure") {
   const std::string cache = fresh_cache("exposure");
   lab_as_recorded("exposure", "--cache " + cache, "",
-                  {{"gap_grows", "unsettled"}, {"derails", "supported"}, {"ss_gap_trend", "unsettled"}, {"ss_derailment_trend", "unsettled"}});
+                  {{"gap_grows", "unsettled"}, {"derails", "supported"}, {"ss_gap_trend", "unsettled"}, {"ss_derailment_trend", "supported"}});
   control_no_target("exposure", "--cache " + cache, "");
   fs::remove_all(cache);
 }
