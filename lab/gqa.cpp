@@ -12,12 +12,12 @@
 // 8 with 8 query heads: heads / G key/value heads), and every arm uptrained --uptrain steps on the
 // same batches (the multi-head arm, G = 1, simply continues); their held-out quality (the
 // dose-response: accuracy against log2 G, per seed), their KV cache's bytes per token, and the
-// gradient a shared key/value head receives. That gradient is a sum: the expansion of a grouped model into a multi-head one with
-// each key/value head copied to its group's query heads computes the same function, and each
-// copy's gradient is one query head's part, so the shared head's gradient is their sum (an exact
-// check), and its size against one part's measures how the group's query heads pull it (sqrt(G)
-// when their parts are uncorrelated, G when they all agree). --scratch trains every arm from
-// scratch instead.
+// gradient a shared key/value head receives. That gradient is a sum: the expansion of a grouped
+// model into a multi-head one with each key/value head copied to its group's query heads computes
+// the same function, and each copy's gradient is one query head's part, so the shared head's
+// gradient is their sum (an exact check), and its size against one part's measures how the group's
+// query heads pull it (sqrt(G) when their parts are uncorrelated, G when they all agree). --scratch
+// trains every arm from scratch instead.
 // --control: the placebo. Runs of ONE group size (the middle level), each on its own seed with its
 // own checkpoint, put in the levels' places: the quality trend's true value is then 0.
 #include "lab/gqa.h"
@@ -207,7 +207,7 @@ struct Settings {
 };
 
 struct Arm {
-  int64_t kv = 0, kv_built = 0;  // the arm's key/value heads, and what was built (the control builds heads)
+  int64_t kv = 0, kv_built = 0;  // the arm's key/value heads, and what was built (the same)
   int64_t params = 0;
   FitResult fit;                 // uptraining (from scratch: the whole training)
   TeacherForced converted;       // just after the conversion, before uptraining (from scratch: unused)
