@@ -8,16 +8,18 @@
 // multi-query attention (kv_heads 1, Shazeer 2019) loses more.
 //
 // Here, per seed (the seed draws the synthetic task's data, the weights and the batch order): a
-// multi-head translator trained --steps steps, converted to heads/2 and 1 key/value heads, and all
-// three uptrained --uptrain steps on the same batches (the multi-head arm simply continues); their
-// held-out quality, their KV cache's bytes per token, and the gradient a shared key/value head
-// receives. That gradient is a sum: the expansion of a grouped model into a multi-head one with
-// each key/value head copied to its group's query heads computes the same function, and each
-// copy's gradient is one query head's part, so the shared head's gradient is their sum (an exact
-// check), and its size against one part's measures how the group's query heads pull it (sqrt(G)
-// when their parts are uncorrelated, G when they all agree). --scratch trains every arm from
-// scratch instead.
-// No control: its one paper claim compares trained arms, and its other numbers are arithmetic (checks).
+// multi-head translator trained --steps steps, converted to each group size G of --groups (1, 2, 4,
+// 8 with 8 query heads: heads / G key/value heads), and every arm uptrained --uptrain steps on the
+// same batches (the multi-head arm, G = 1, simply continues); their held-out quality (the
+// dose-response: accuracy against log2 G, per seed), their KV cache's bytes per token, and the
+// gradient a shared key/value head receives. That gradient is a sum: the expansion of a grouped
+// model into a multi-head one with each key/value head copied to its group's query heads computes
+// the same function, and each copy's gradient is one query head's part, so the shared head's
+// gradient is their sum (an exact check), and its size against one part's measures how the group's
+// query heads pull it (sqrt(G) when their parts are uncorrelated, G when they all agree). --scratch
+// trains every arm from scratch instead.
+// --control: the placebo. Runs of ONE group size (the middle level), each on its own seed with its
+// own checkpoint, put in the levels' places: the quality trend's true value is then 0.
 #include "lab/gqa.h"
 
 #include <fmt/format.h>
@@ -201,11 +203,11 @@ struct Settings {
   int64_t symbols, min_len, max_len, n_train, n_eval, d_model, heads, layers, steps, uptrain, max_tokens;
   double lr, uptrain_lr;
   bool scratch;
-  std::vector<int64_t> kv;  // the arms: heads, heads / 2, 1
+  std::vector<int64_t> groups, kv;  // the arms: group sizes G (--groups), and heads / G key/value heads
 };
 
 struct Arm {
-  int64_t kv = 0, kv_built = 0;  // the arm's key/value heads, and what was built (the control builds heads)
+  int64_t kv = 0, kv_built = 0;  // the arm's key/value heads, and what was built (the same)
   int64_t params = 0;
   FitResult fit;                 // uptraining (from scratch: the whole training)
   TeacherForced converted;       // just after the conversion, before uptraining (from scratch: unused)
@@ -215,7 +217,8 @@ struct Arm {
   int64_t bytes_per_token = 0, formula = 0, cross_bytes = 0;
 };
 
-const char* kArmColors[] = {"#1f77b4", "#2ca02c", "#d62728"};
+const char* kArmColors[] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#9467bd", "#8c564b"};
+constexpr size_t kColors = sizeof(kArmColors) / sizeof(kArmColors[0]);
 
 std::string arm_name(const Settings& s, int64_t kv) {
   if (kv == s.heads) return fmt::format("multi-head ({} kv)", kv);
@@ -238,14 +241,16 @@ nn::Seq2SeqOptions options_for(const Settings& s, const IdData& data, int64_t kv
 }
 
 // One arm of one seed: from the multi-head checkpoint `start` (pooled to the arm's key/value heads,
-// then uptrained), or from scratch when `start` is null.
-Arm train_arm(const Settings& s, const IdData& data, int64_t kv, bool control, uint64_t seed, const nn::Seq2SeqTransformer* start) {
+// then uptrained), or from scratch when `start` is null. `quality_only` (the placebo's runs) stops
+// after the held-out teacher-forced scores: the gradients and the cache are measured on the lab's arms.
+Arm train_arm(const Settings& s, const IdData& data, int64_t kv, bool quality_only, uint64_t seed, const nn::Seq2SeqTransformer* start) {
   Arm a;
-  a.kv = kv;
-  a.kv_built = control ? s.heads : kv;
+  a.kv = a.kv_built = kv;
   const train::BatchTensors first = train::to_tensors(batches(data.train, s.max_tokens, seed).front());
-  nn::Seq2SeqTransformer fresh(options_for(s, data, a.kv_built), seed);
-  a.init = shared_head_grads(*float64_copy(fresh), first);
+  if (!quality_only) {
+    nn::Seq2SeqTransformer fresh(options_for(s, data, a.kv_built), seed);
+    a.init = shared_head_grads(*float64_copy(fresh), first);
+  }
   std::unique_ptr<nn::Seq2SeqTransformer> model;
   FitOptions fo;
   fo.lr = s.lr, fo.max_tokens = s.max_tokens;
@@ -263,6 +268,7 @@ Arm train_arm(const Settings& s, const IdData& data, int64_t kv, bool control, u
   a.fit = fit(*model, data.train, fo);
   model->eval();
   a.tf = teacher_forced(*model, data.test);
+  if (quality_only) return a;
   a.fr = free_running_accuracy(*model, data.test);
   a.trained = shared_head_grads(*float64_copy(*model), first);
   // The cache as decoding allocates it (DecodeStats) against the formula.
@@ -366,7 +372,7 @@ void add_figure(Report& r, const Settings& s, const Runs& runs) {
       l.push_back(v);
     }
     const auto m = means(spread_per_column(l));
-    ChartSeries c{arm_name(s, s.kv[k]), {}, {}, {}, {}, false, kArmColors[k % 3]};
+    ChartSeries c{arm_name(s, s.kv[k]), {}, {}, {}, {}, false, kArmColors[k % kColors]};
     for (size_t i = window - 1; i < m.size(); ++i) {
       double a = 0;
       for (size_t j = 0; j < window; ++j) a += m[i - j] / static_cast<double>(window);
@@ -405,8 +411,25 @@ void add_figure(Report& r, const Settings& s, const Runs& runs) {
   r.add_panel(Chart{"self-attention KV cache per target token", "key/value heads", "bytes", true, true, {measured, formula}, x, Chart::Corner::TopLeft});
 }
 
-void check_claims(Report& r, const Settings& s, const Runs& runs) {
-  const size_t half = 1, one = 2;  // arms: heads, heads / 2, 1
+// The quality dose-response: per seed, held-out teacher-forced accuracy at each G; its trend is the
+// slope per doubling of G, since G multiplies (the levels are doublings).
+std::vector<double> quality_trend(Report& r, const Settings& s, const Runs& runs) {
+  std::vector<double> levels;
+  for (int64_t g : s.groups) levels.push_back(static_cast<double>(g));
+  std::vector<std::vector<double>> acc;  // [seed][level]
+  for (const auto& seed : runs) {
+    acc.emplace_back();
+    for (const auto& a : seed) acc.back().push_back(a.tf.accuracy);
+  }
+  return r.dose_response({"G", "G = query heads per key/value head (log)", "held-out teacher-forced token accuracy", levels, acc,
+                          TrendKind::LogSlope, true, "#d62728"});
+}
+
+void check_claims(Report& r, const Settings& s, const Runs& runs, const std::vector<double>& trend_per_seed) {
+  const size_t half = 1, one = s.groups.size() - 1;  // arms: G = 1, 2, ..., heads (parse_groups)
+  r.paper("gqa_quality_trend", trend_per_seed,
+          fmt::format("slope of teacher-forced token accuracy per doubling of G over G = {}, per seed: {:+.4f}", fmt::join(s.groups, ", "),
+                      fmt::join(trend_per_seed, ", ")));
   std::vector<double> gap, g2, gmax;
   double sum_worst = 0;
   int64_t bytes_worst = 0;
@@ -429,15 +452,60 @@ void check_claims(Report& r, const Settings& s, const Runs& runs) {
   r.check("cache_bytes", static_cast<double>(bytes_worst), fmt::format("largest |measured - formula| {} bytes", bytes_worst));
 }
 
+// One run of the placebo: seed i's own checkpoint, converted to G and uptrained (or trained from
+// scratch), scored by held-out teacher-forced accuracy, as the lab scores each arm.
+double placebo_accuracy(const Settings& s, int64_t G, uint64_t seed) {
+  const IdData data = synthetic_task(s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, seed);
+  FitResult pre;
+  const auto start = s.scratch ? nullptr : checkpoint(s, data, seed, &pre);
+  return train_arm(s, data, s.heads / G, /*quality_only=*/true, seed, start.get()).tf.accuracy;
+}
+
+// --control: the trend's placebo. Runs at ONE group size (the middle level), each on its own seed
+// (its own data, checkpoint and batches), put in the levels' places: the true trend is 0.
+void placebo(Report& r, const Settings& s) {
+  const int k = static_cast<int>(s.groups.size()), m = r.trend_placebo_pool(k);
+  const int64_t mid = s.groups[s.groups.size() / 2];
+  std::vector<double> acc;
+  for (int j = 0; j < m; ++j) acc.push_back(placebo_accuracy(s, mid, r.seed(j)));
+  Table t(fmt::format("the pool: G = {}", mid), {"seed", "teacher-forced token accuracy"});
+  for (int j = 0; j < m; ++j) t.row({static_cast<int64_t>(r.seed(j)), acc[static_cast<size_t>(j)]});
+  r.print(t);
+  const Spread sp = spread(acc);
+  r.say(fmt::format("PLACEBO: {} runs at G = {} only (seeds {}-{}), accuracy mean {:.3f}, from {:.3f} to {:.3f}; the trend claim reads {} of "
+                    "them per seed as G = {}.", m, mid, r.seed(0), r.seed(m - 1), sp.mean, sp.min, sp.max, k, fmt::join(s.groups, ", ")));
+  std::vector<double> levels;
+  for (int64_t g : s.groups) levels.push_back(static_cast<double>(g));
+  r.placebo_trend("gqa_quality_trend", k, [&](const std::vector<int>& runs) {
+    std::vector<double> y;
+    for (int j : runs) y.push_back(acc[static_cast<size_t>(j)]);
+    return trend(levels, y, TrendKind::LogSlope);
+  }, fmt::format("runs at G = {} with different seeds as the levels", mid));
+  r.no_placebo("gqa_near_mha", "a claim of no large loss (above a negative threshold): a placebo's zero difference is what it claims");
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_groups(const std::string& text, int64_t heads) {
+  const std::vector<int64_t> g = parse_increasing_ints(text, "lab gqa: --groups");
+  GF_CHECK(g.size() >= 4, "lab gqa: --groups needs 4 or more group sizes for the dose-response, got {} ('{}')", g.size(), text);
+  GF_CHECK(g[0] == 1 && g[1] == 2, "lab gqa: --groups must start 1,2 (the multi-head checkpoint, and the heads/2 arm gqa_near_mha reads), got '{}'",
+           text);
+  GF_CHECK(g.back() == heads, "lab gqa: --groups must end at --heads {} (multi-query, the arm shared_grad_mqa reads), got '{}'", heads, text);
+  for (int64_t G : g) GF_CHECK(heads % G == 0, "lab gqa: group size {} of --groups does not divide --heads {}", G, heads);
+  return g;
+}
+
+namespace {
+
 void run(Report& r) {
   Settings s{r.text("task"),    r.integer("symbols"), r.integer("min-len"), r.integer("max-len"),    r.integer("train"),
              r.integer("eval"), r.integer("d-model"), r.integer("heads"),   r.integer("layers"),     r.integer("steps"),
-             r.integer("uptrain"), r.integer("max-tokens"), r.real("lr"), r.real("uptrain-lr"), r.on("scratch"), {}};
+             r.integer("uptrain"), r.integer("max-tokens"), r.real("lr"), r.real("uptrain-lr"), r.on("scratch"), {}, {}};
   GF_CHECK(s.steps >= 1 && s.uptrain >= 1, "lab gqa: --steps and --uptrain must be positive, got {} and {}", s.steps, s.uptrain);
-  GF_CHECK(s.heads >= 4 && s.heads % 2 == 0 && s.d_model % s.heads == 0,
-           "lab gqa: --heads must be even, at least 4, and divide --d-model (heads, heads/2 and 1 key/value heads are compared); got {} for {}",
-           s.heads, s.d_model);
-  s.kv = {s.heads, s.heads / 2, 1};
+  GF_CHECK(s.heads >= 1 && s.d_model % s.heads == 0, "lab gqa: --heads must divide --d-model, got {} for {}", s.heads, s.d_model);
+  s.groups = parse_groups(r.text("groups"), s.heads);
+  for (int64_t G : s.groups) s.kv.push_back(s.heads / G);
   r.say(fmt::format("task {} over {} symbols, lengths {}-{}, {} training and {} held-out sequences; Post-LN, d_model {}, {} query heads, {}+{} layers;",
                     s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, s.d_model, s.heads, s.layers, s.layers));
   if (s.scratch)
@@ -447,6 +515,7 @@ void run(Report& r) {
     r.say(fmt::format("Ainslie et al.'s recipe: a multi-head model trained {} steps (Adam, lr {}, 10% warm-up, {} tokens a batch), converted by "
                       "mean-pooling each group's key/value heads, then every arm uptrained {} steps on the same batches (a fresh Adam at lr {}, "
                       "10% warm-up).", s.steps, s.lr, s.max_tokens, s.uptrain, s.uptrain_lr));
+  if (r.placebo_mode()) return placebo(r, s);
   Runs runs;
   for (int i = 0; i < r.seeds(); ++i) {
     const IdData data = synthetic_task(s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, r.seed(i));
@@ -454,10 +523,11 @@ void run(Report& r) {
     FitResult pre;
     const auto start = s.scratch ? nullptr : checkpoint(s, data, r.seed(i), &pre);
     for (int64_t kv : s.kv) {
-      runs.back().push_back(train_arm(s, data, kv, false, r.seed(i), start.get()));
+      runs.back().push_back(train_arm(s, data, kv, /*quality_only=*/false, r.seed(i), start.get()));
     }
   }
   report(r, s, runs);
+  const std::vector<double> trend_per_seed = quality_trend(r, s, runs);
   add_figure(r, s, runs);
   auto& d = r.data();
   for (size_t i = 0; i < runs.size(); ++i)
@@ -477,7 +547,7 @@ void run(Report& r) {
                            {"trained_ratio", a.trained.ratio},
                            {"trained_cosine", a.trained.cosine},
                            {"bytes_per_token", a.bytes_per_token}});
-  check_claims(r, s, runs);
+  check_claims(r, s, runs, trend_per_seed);
 }
 
 }  // namespace
@@ -487,9 +557,11 @@ Lab gqa_lab() {
   l.name = "gqa";
   l.title = "grouped-query attention: quality, cache bytes, and the shared head's gradient";
   l.reference = "Ainslie et al. 2023, arXiv:2305.13245 (Sections 2.1-2.2, Table 1); Shazeer 2019, arXiv:1911.02150 (multi-query)";
-  l.question = "A multi-head checkpoint converted to heads/2 and 1 key/value heads and uptrained as long as the multi-head model trains on: does "
-               "grouped-query attention stay near multi-head quality while its cache shrinks by the group size, and how does a shared key/value "
-               "head's gradient compare with one query head's part of it?";
+  l.question = "A multi-head checkpoint converted to G = 1, 2, 4, 8 query heads per key/value head and uptrained as long as the multi-head "
+               "model trains on: how does quality fall with G, does grouped-query attention (G = 2) stay near multi-head quality while its cache "
+               "shrinks by G, and how does a shared key/value head's gradient compare with one query head's part of it?";
+  l.control = "placebo: runs of one group size, each on its own seed and checkpoint, in every group size's place";
+  l.placebo = true;
   l.default_seeds = 5;
   l.options = {{"task", Option::Text, "reverse", "synthetic task: copy, reverse or sort"},
                {"symbols", Option::Int, "10", "symbols in the task's alphabet"},
@@ -498,7 +570,8 @@ Lab gqa_lab() {
                {"train", Option::Int, "2000", "training sequences"},
                {"eval", Option::Int, "200", "held-out sequences"},
                {"d-model", Option::Int, "32", "model width (FFN 4x)"},
-               {"heads", Option::Int, "4", "query heads (arms: heads, heads/2 and 1 key/value heads)"},
+               {"heads", Option::Int, "8", "query heads"},
+               {"groups", Option::Text, "1,2,4,8", "the arms: query heads per key/value head G (4 or more, increasing, from 1,2 to --heads)"},
                {"layers", Option::Int, "2", "encoder and decoder layers each"},
                {"steps", Option::Int, "400", "training steps of the multi-head checkpoint"},
                {"uptrain", Option::Int, "100", "steps of every arm after the conversion"},

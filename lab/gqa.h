@@ -1,6 +1,8 @@
 #pragma once
 // The measurements behind lab `gqa` (lab/gqa.cpp), public so that tests can check them.
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/seq2seq.h"
@@ -35,5 +37,11 @@ struct SharedHeadGrads {
   int64_t heads = 0;           // key/value heads measured, over every module
 };
 SharedHeadGrads shared_head_grads(nn::Seq2SeqTransformer& grouped, const train::BatchTensors& batch);
+
+// The group sizes G (query heads per key/value head) of the lab's dose-response, from --groups
+// ("1,2,4,8"): 4 or more, strictly increasing, each dividing `heads`, the first 1 (the multi-head
+// checkpoint itself), the second 2 (gqa_near_mha's and shared_grad_g2's arm) and the last `heads`
+// (multi-query, shared_grad_mqa's arm). Throws std::invalid_argument naming the flag otherwise.
+std::vector<int64_t> parse_groups(const std::string& text, int64_t heads);
 
 }  // namespace gf::lab

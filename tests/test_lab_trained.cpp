@@ -312,12 +312,14 @@ TEST_CASE("the attribution lab's control: uniform cross-attention agrees with no
   fs::remove_all(out);
 }
 
-TEST_CASE("the exposure lab runs end to end on tiny models: both arms, every sentence counted once per position and forced step") {
+TEST_CASE("the exposure lab runs end to end on tiny models: every level, every sentence counted once per position and forced step") {
   const fs::path out = fresh_dir("exposure_lab");
-  const nlohmann::json j = run_tiny_lab("exposure", out, {"--min-support", "2", "--valid-every", "2", "--ss-k", "2"});
-  for (const char* arm : {"teacher_forcing", "scheduled_sampling"}) {
-    CAPTURE(arm);
-    const auto& seed = j.at("data").at(arm).at("1");
+  const nlohmann::json j = run_tiny_lab("exposure", out, {"--min-support", "2", "--valid-every", "2", "--ss-rates", "0,10,25,50"});
+  const auto& data = j.at("data");
+  // Teacher forcing, then scheduled sampling at k = 100 / rate: 10, 4, 2.
+  for (const nlohmann::json* level : {&data.at("teacher_forcing"), &data.at("scheduled_sampling").at("k10"), &data.at("scheduled_sampling").at("k4"),
+                                      &data.at("scheduled_sampling").at("k2")}) {
+    const auto& seed = level->at("1");
     CHECK(seed.at("positions").at("total").at(0).get<int64_t>() == 10);
     CHECK(seed.at("forced").at("sentences").get<int64_t>() == 10);
     CHECK(seed.at("forced").at("steps").at(0).get<int64_t>() == 10);  // the forced run always has a token after k
@@ -326,12 +328,18 @@ TEST_CASE("the exposure lab runs end to end on tiny models: both arms, every sen
     CHECK(seed.at("model").at("valid_steps").size() == 2);  // measured at steps 2 and 4
   }
   CHECK(j.at("claims").size() == 4);
+  // The dose-response: both statistics at each of the 4 levels for both seeds, one trend per seed.
+  REQUIRE(j.at("dose_response").size() == 2);
+  for (const auto& d : j.at("dose_response")) {
+    CHECK(d.at("levels") == nlohmann::json({0.0, 10.0, 25.0, 50.0}));
+    CHECK(d.at("trends").size() == 2);
+  }
   CHECK(fs::exists(out / "exposure.svg"));
   fs::remove_all(out);
 }
 
 TEST_CASE("the exposure lab feeds a token other than the reference's at step k; its control is a placebo over teacher-forced models") {
-  const std::vector<std::string> tiny{"--min-support", "2", "--valid-every", "2", "--ss-k", "2"};
+  const std::vector<std::string> tiny{"--min-support", "2", "--valid-every", "2", "--ss-rates", "0,10,25,50"};
   const fs::path out = fresh_dir("exposure_forced");
   const nlohmann::json j = run_tiny_lab("exposure", out, tiny);
   const auto& e = j.at("data").at("example");
@@ -346,6 +354,23 @@ TEST_CASE("the exposure lab feeds a token other than the reference's at step k; 
   CHECK(p.at("control") == true);
   std::map<std::string, int> splits;
   for (const auto& c : p.at("placebo").at("claims")) splits[c.at("id").get<std::string>()] = c.at("splits").get<int>();
-  CHECK(splits == std::map<std::string, int>{{"gap_grows", 0}, {"derails", 0}, {"ss_narrows_gap", 100}, {"ss_less_derailment", 100}});
+  CHECK(splits == std::map<std::string, int>{{"gap_grows", 0}, {"derails", 0}, {"ss_gap_trend", 100}, {"ss_derailment_trend", 100}});
   fs::remove_all(pl);
+}
+
+TEST_CASE("the exposure lab refuses --ss-rates that are fewer than 4, not increasing, or do not start at teacher forcing") {
+  const lab::Lab l = lab::exposure_lab();
+  auto error_with = [&](const std::string& rates) {
+    std::map<std::string, std::string> all{{"out", fresh_dir("exposure_rates").string()}, {"seeds", "2"}, {"seed", "1"}};
+    for (const auto& o : l.options) all[o.name] = o.default_value.empty() ? "0" : o.default_value;
+    all["model"] = "";
+    all["ss-rates"] = rates;
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
+    REQUIRE(sink != nullptr);
+    lab::Report report(l, all, sink.get());
+    return error_of([&] { l.run(report); });  // refused before any model is trained
+  };
+  GF_CHECK_CONTAINS(error_with("0,0.5,1"), "--ss-rates needs 4 or more levels");
+  GF_CHECK_CONTAINS(error_with("0,0.5,0.25,1"), "--ss-rates must increase");
+  GF_CHECK_CONTAINS(error_with("0.25,0.5,1,2"), "--ss-rates must start at 0");
 }

@@ -261,20 +261,26 @@ TEST_CASE("lab attribution") {
   control_no_target("attribution", "--cache " + cache, shorter);
   fs::remove_all(cache);
 }
-// exposure, 3 seeds (its budget): only "derails" is settled; the gap's growth and both effects of
-// scheduled sampling are unsettled (docs/labs/exposure.md).
+// exposure, 3 seeds (its budget) at 4 levels of scheduled sampling's speed: "derails" and the
+// derailment's trend are supported (the trend's deciding interval ends at -0.036 against -0.02 with
+// OpenBLAS's Haswell kernel, -0.025 with SkylakeX: within the margin, so unsettled is accepted); the
+// gap's growth (0.050 against 0.05) and the gap's trend are unsettled (docs/labs/exposure.md).
 TEST_CASE("lab exposure") {
   const std::string cache = fresh_cache("exposure");
-  lab_as_recorded("exposure", "--cache " + cache, "", {{"gap_grows", "unsettled"}, {"ss_narrows_gap", "unsettled"}, {"ss_less_derailment", "unsettled"}});
+  lab_as_recorded("exposure", "--cache " + cache, "",
+                  {{"gap_grows", "unsettled"}, {"derails", "supported"}, {"ss_gap_trend", "unsettled"}, {"ss_derailment_trend", "supported"}});
   control_no_target("exposure", "--cache " + cache, "");
   fs::remove_all(cache);
 }
 TEST_CASE("lab graph") { lab_and_control("graph", "", "", {}, false); }
-// kvcache times steps, so the short budget times fewer; gqa's quality claim needs its full
-// training, so it runs at its defaults under either budget; gqa has no control (its one paper
-// claim is not a control's target).
+// kvcache times steps, so the short budget times fewer.
 TEST_CASE("lab kvcache") { lab_and_control("kvcache", "", "--seeds 3 --lengths 32,64,128,256 --reps 3", {}); }
-TEST_CASE("lab gqa") { lab_and_control("gqa", "", "", {}, false); }
+// gqa's claims need its full training, so it runs at full length under either budget, but at 3
+// seeds: its 4 group sizes cost about 1.5x the 3 arms it had per seed, and 3 seeds keep its CI cost
+// below the 5 seeds of 3 arms it had. At 3 seeds, with Holm's correction, both paper claims are
+// unsettled (the quality trend's deciding interval ends at -0.001 against -0.01, gqa_near_mha's
+// starts at -0.066 against -0.05; at the default 5 seeds both are supported, docs/labs/gqa.md).
+TEST_CASE("lab gqa") { lab_and_control("gqa", "--seeds 3", "", {{"gqa_quality_trend", "unsettled"}, {"gqa_near_mha", "unsettled"}}); }
 TEST_CASE("lab smoothing") { lab_and_control("smoothing", "", "--seeds 3", {{"logit_gap_trend", "supported"}}); }
 TEST_CASE("lab crossattn") { lab_and_control("crossattn", "", "--seeds 3 --steps 300 --eval 100", {}); }
 // precision rounds with the scalar bfloat16 of tensor/dtype.h, so it runs on any CPU.
