@@ -609,17 +609,17 @@ std::vector<Effect> effects() {
       {"attribution", "methods_agree_ig", 0.05, 0.00955, 3, "as methods_agree_gxi"},
       {"attribution", "permuted_changes_output", 0.125, 0.0103, 3, "half the threshold's distance from no change (0)"},
       {"attribution", "uniform_changes_output", 0.125, 0.016, 3, "half the threshold's distance from no change (0)"},
-      // ---- exposure (pilot: docs/labs/exposure.md's output, 3 seeds)
-      {"exposure", "gap_grows", 0.025, 0.00506, 3, "half the threshold's distance from no growth (0)"},
-      {"exposure", "derails", 0.025, 0.0651, 3, "half the threshold's distance from no amplification (0)"},
-      {"exposure", "ss_narrows_gap", 0.025, 0.0117, 3,
-       "scheduled sampling taking away half of the 0.05 growth gap_grows looks for; the threshold is the sign (0)"},
-      {"exposure", "ss_less_derailment", 0.025, 0.0185, 3, "half of derails' 0.05 taken away; the threshold is the sign (0)"},
+      // ---- exposure (pilot: docs/labs/exposure.md's output at the dose-response defaults, 3 seeds)
+      {"exposure", "gap_grows", 0.025, 0.0161, 3, "half the threshold's distance from no growth (0)"},
+      {"exposure", "derails", 0.025, 0.0497, 3, "half the threshold's distance from no amplification (0)"},
+      {"exposure", "ss_gap_trend", 0.005, 0.0201, 3, "half the threshold's distance from no trend (0)"},
+      {"exposure", "ss_derailment_trend", 0.01, 0.0108, 3, "half the threshold's distance from no trend (0)"},
       // ---- kvcache (pilot: docs/labs/kvcache.md's output, 5 seeds)
       {"kvcache", "exponent_gap", 0.25, 0.0258, 5, "half the way from the threshold (0.5) to the paper's gap of one power of t"},
       {"kvcache", "speedup_longest", 4.5, 14.4, 5, "half the threshold's distance from no speed-up (a ratio of 1)"},
-      // ---- gqa (pilot: docs/labs/gqa.md's output, 5 seeds)
-      {"gqa", "gqa_near_mha", 0.025, 0.0189, 5, "half the way from the threshold (-0.05) to the paper's 'close' (0)"},
+      // ---- gqa (pilot: docs/labs/gqa.md's output at the dose-response defaults, 5 seeds)
+      {"gqa", "gqa_near_mha", 0.025, 0.00862, 5, "half the way from the threshold (-0.05) to the paper's 'close' (0)"},
+      {"gqa", "gqa_quality_trend", 0.005, 0.028, 5, "half the threshold's distance from no trend (0)"},
       // ---- smoothing (pilot: docs/labs/smoothing.md's output, 5 seeds)
       {"smoothing", "baseline_overconfident", 0.01, 0.03, 5, "half the threshold's distance from calibrated (0)"},
       {"smoothing", "ece_lower", 0.005, 0.0262, 5, "half the threshold's distance from no change in ECE (0)"},
