@@ -254,19 +254,19 @@ PadShare pad_share(nn::Seq2SeqTransformer& model, const std::vector<train::Encod
 
 // ---------------------------------------------------------------- 4. the padded length
 
-// A relative difference of exactly 0 (the masks, or no PAD at all) would be log10 -inf: floored
-// here, below float64's rounding of values of order 1 (about 1e-16), so a floored value reads "none".
-constexpr double kDiffFloor = 1e-17;
+// A relative difference at float64's rounding reads "none": floored at the tolerance of the masked
+// check (masked_alone_equals_batch). With the masks the difference is exactly 0 at some lengths and
+// about 1e-16 at others (sums over more, masked, keys), which unfloored would make a trend of rounding.
+constexpr double kDiffFloor = 1e-12;
 
 // log10 of the relative difference of the logits of pair `idx` padded with PAD to `len` source
-// tokens against the pair alone, in float64, with the padding masks as `model.masks` says.
-double padded_log_diff(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t idx, int64_t len) {
-  const train::Batch alone = train::collate(pairs, std::vector<size_t>{idx});
-  train::Batch padded = alone;  // one row: appending PAD ids pads its source
+// tokens against `alone`, the pair's logits alone, in float64, with the padding masks as
+// `model.masks` says.
+double padded_log_diff(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t idx, int64_t len, const Tensor& alone) {
+  train::Batch padded = train::collate(pairs, std::vector<size_t>{idx});  // one row: appending PAD ids pads its source
   padded.src.resize(static_cast<size_t>(len), train::Vocab::kPad);
   padded.src_len = len;
-  const Pass a = run_pass(model, alone, {0}), b = run_pass(model, padded, {0});
-  return std::log10(std::max(diff_row0(a.logits, b.logits).rel, kDiffFloor));
+  return std::log10(std::max(diff_row0(alone, run_pass(model, padded, {0}).logits).rel, kDiffFloor));
 }
 
 // The padded lengths of the dose-response: 4 or more, increasing, above the longest source the lab
@@ -306,8 +306,10 @@ std::vector<double> padded_diffs(Report& r, const IdData& data, const std::vecto
   model.to(DType::Float64);
   model.eval();
   model.masks.source_padding = model.masks.target_padding = masked;
+  const size_t idx = by_len[static_cast<size_t>(i) % by_len.size()];
+  const Tensor alone = run_pass(model, train::collate(data.train, std::vector<size_t>{idx}), {0}).logits;  // (1, T, V)
   std::vector<double> out;
-  for (double len : lengths) out.push_back(padded_log_diff(model, data.train, by_len[static_cast<size_t>(i) % by_len.size()], static_cast<int64_t>(len)));
+  for (double len : lengths) out.push_back(padded_log_diff(model, data.train, idx, static_cast<int64_t>(len), alone));
   return out;
 }
 
