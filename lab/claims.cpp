@@ -249,7 +249,7 @@ std::vector<ClaimSpec> table() {
        "σReparam keeps the least head's entropy up at the high rate: its H / log(keys) at the end minus the plain model's, paired by seed",
        Compare::Above, 0.2,
        "Zhai et al. 2023, section 4 (σReparam prevents entropy collapse); 0.2 is twice the collapse threshold. At the safe rate the paper expects no such "
-       "gap (σReparam matches stable baselines), which the control tests",
+       "gap (σReparam matches stable baselines), which the ablation tests",
        true},
       {"entropy", "reparam_loss", ClaimKind::Paper,
        "σReparam keeps the loss down at the high rate: final loss without / with σReparam, paired by seed", Compare::Above, 1.5,
