@@ -9,15 +9,17 @@
 // models train without warm-up.
 //
 // Here: a small Post-LN translator (no warm-up, Adam, no gradient clipping) on a synthetic task
-// drawn by each seed, trained at a safe and at a high learning rate, each plainly and with
-// σReparam on every attention's query and key projections (nn::MultiheadAttention::
-// use_sigma_reparam); the same seed gives both arms the same data, initial function and batches.
-// Every few steps the entropy of every head (encoder self, decoder self and cross attention) on a
-// fixed batch of held-out pairs, normalised by its largest possible value log(visible keys), and
-// the largest product of the query and key weights' spectral norms (the paper's bound's quantity).
-// The claims are per seed, with an interval across seeds. --control is a placebo (two groups of
-// seeds of the plain model at the high rate in the arms' places); --ablate runs the high arm at the
-// safe rate: the paper's collapse and the rescue must then vanish.
+// drawn by each seed, trained plainly at every learning rate of --lrs (a dose-response,
+// lab/report.h: the first level is the safe rate, the last the high rate), and with σReparam
+// (nn::MultiheadAttention::use_sigma_reparam, nn::Linear::use_sigma_reparam) at the high rate; the
+// same seed gives every run the same data, initial function and batches. Every few steps the
+// entropy of every head (encoder self, decoder self and cross attention) on a fixed batch of
+// held-out pairs, normalised by its largest possible value log(visible keys), and the largest
+// product of the query and key weights' spectral norms (the paper's bound's quantity). The claims
+// are per seed, with an interval across seeds; the collapse claim is the trend of the least head's
+// entropy per doubling of the rate. --control is a placebo (plain models at the high rate, each on
+// its own seed, in the arms' and the levels' places); --ablate runs every rate at the safe rate:
+// the paper's collapse and the rescue must then vanish.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -181,8 +183,14 @@ IdData make_data(const Report& r, uint64_t seed) {
   return synthetic_task(task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("pairs"), 64, seed);
 }
 
-// runs[rate][arm][seed]: rate 0 safe, 1 high.
-using Grid = std::array<std::array<std::vector<Run>, 2>, 2>;
+// Every run of the lab: the plain model at each level of --lrs, σReparam at the high rate.
+struct Grid {
+  std::vector<double> lrs;              // the levels; front() the safe rate, back() the high rate
+  std::vector<std::vector<Run>> plain;  // [level][seed]
+  std::vector<Run> reparam;             // [seed], at the high rate (--ablate: the safe rate)
+  const std::vector<Run>& safe() const { return plain.front(); }
+  const std::vector<Run>& high() const { return plain.back(); }
+};
 
 // The largest output difference, at initialisation, between a model with σReparam and the same
 // model without it: the reparametrisation starts from the function it replaces (γ = σ(W)).
@@ -209,30 +217,36 @@ std::string arm_label(double lr, Arm arm) { return fmt::format("lr {:g} {}", lr,
 
 void print_runs(Report& r, const Grid& g, bool ablate) {
   r.section("per run: final loss, least head's entropy (H / log(visible keys); 1 = uniform over the keys, 0 = one key), logit-scale bound");
-  Table t("runs", {"rate", "lr", "arm", "seed", "steps run", "diverged at", "first loss", "final loss", "least head H at end", "mean head H at end",
+  Table t("runs", {"lr", "arm", "seed", "steps run", "diverged at", "first loss", "final loss", "least head H at end", "mean head H at end",
                    "lowest least head H", "max σ(Wq)σ(Wk) at end"});
-  for (int rate : {0, 1}) {
-    if (ablate && rate == 1) break;  // the same runs as the safe rate's
-    for (int arm : {kPlain, kReparam})
-      for (const Run& x : g[rate][arm]) {
-        double lowest = INFINITY;
-        for (const auto& h : x.heads) lowest = std::min(lowest, min_of(h));
-        t.row({rate ? "high" : "safe", x.lr, kArmName[arm], static_cast<int64_t>(x.seed), static_cast<int64_t>(x.fit.losses.size()),
-               x.fit.diverged_at, x.fit.losses.front(), x.final_loss, x.least_head_end, mean_of(x.heads.back()), lowest, x.qk_norm.back()});
-      }
+  auto add = [&](const Run& x) {
+    double lowest = INFINITY;
+    for (const auto& h : x.heads) lowest = std::min(lowest, min_of(h));
+    t.row({x.lr, kArmName[x.arm], static_cast<int64_t>(x.seed), static_cast<int64_t>(x.fit.losses.size()), x.fit.diverged_at,
+           x.fit.losses.front(), x.final_loss, x.least_head_end, mean_of(x.heads.back()), lowest, x.qk_norm.back()});
+  };
+  for (const auto& level : g.plain) {
+    for (const Run& x : level) add(x);
+    if (ablate) break;  // every level is the safe rate's runs
   }
+  for (const Run& x : g.reparam) add(x);
   r.print(t);
 }
 
-void save_numbers(Report& r, const Grid& g) {
+void save_numbers(Report& r, const Grid& g, bool ablate) {
   auto& d = r.data();
-  for (int rate : {0, 1})
-    for (int arm : {kPlain, kReparam})
-      for (const Run& x : g[rate][arm])
-        d["runs"].push_back({{"rate", rate ? "high" : "safe"}, {"lr", x.lr}, {"arm", kArmName[arm]}, {"seed", x.seed}, {"losses", x.fit.losses},
-                             {"diverged_at", x.fit.diverged_at}, {"record_steps", x.at}, {"head_names", x.head_names},
-                             {"head_entropy", x.heads}, {"max_qk_spectral_product", x.qk_norm}, {"final_loss", x.final_loss},
-                             {"least_head_end", x.least_head_end}});
+  auto add = [&](const Run& x) {
+    d["runs"].push_back({{"lr", x.lr}, {"arm", kArmName[x.arm]}, {"seed", x.seed}, {"losses", x.fit.losses},
+                         {"diverged_at", x.fit.diverged_at}, {"record_steps", x.at}, {"head_names", x.head_names},
+                         {"head_entropy", x.heads}, {"max_qk_spectral_product", x.qk_norm}, {"final_loss", x.final_loss},
+                         {"least_head_end", x.least_head_end}});
+  };
+  for (const auto& level : g.plain) {
+    for (const Run& x : level) add(x);
+    if (ablate) break;  // every level is the safe rate's runs
+  }
+  for (const Run& x : g.reparam) add(x);
+  d["lrs"] = g.lrs;
 }
 
 // One run's heads x steps, on the fixed 0..1 scale.
@@ -283,22 +297,28 @@ std::vector<double> step_ticks(int64_t steps) {
   return t;
 }
 
-void add_figure(Report& r, const Grid& g, int64_t every) {
-  const char* colors[2][2] = {{"#1f77b4", "#2ca02c"}, {"#d62728", "#9467bd"}};  // [rate][arm]
-  const std::vector<double> ticks = step_ticks(g[0][0].front().at.back());
+// The plain model's colour at level k of n: blue (safe) to red (high).
+std::string level_color(size_t k, size_t n) {
+  static const char* const ramp[] = {"#1f77b4", "#17becf", "#bcbd22", "#ff7f0e", "#d62728", "#8c564b"};
+  const size_t last = std::size(ramp) - 1;
+  return ramp[n <= 1 ? last : std::min(last, k * last / (n - 1))];
+}
+
+void add_figure(Report& r, const Grid& g, int64_t every, bool ablate) {
+  const std::vector<double> ticks = step_ticks(g.safe().front().at.back());
   Chart loss{"training loss (mean of the steps since the last record; band: seeds)", "step", "loss", false, true, {}, ticks};
   Chart least{"least head's entropy / log(keys) (band: seeds)", "step", "min over the heads", false, false, {}, ticks};
   Chart bound{"largest σ(W_q) σ(W_k) over the attentions (band: seeds)", "step", "spectral norm product", false, true, {}, ticks};
-  for (int rate : {1, 0})
-    for (int arm : {kPlain, kReparam}) {
-      const auto& runs = g[rate][arm];
-      const std::string name = arm_label(runs.front().lr, static_cast<Arm>(arm));
-      const bool dashed = arm == kReparam;
-      loss.series.push_back(over_seeds(name, runs, [&](const Run& x, size_t k) { return loss_window(x, k, every); }, colors[rate][arm], dashed));
-      least.series.push_back(over_seeds(name, runs, [](const Run& x, size_t k) { return min_of(x.heads[k]); }, colors[rate][arm], dashed));
-      bound.series.push_back(over_seeds(name, runs, [](const Run& x, size_t k) { return x.qk_norm[k]; }, colors[rate][arm], dashed));
-    }
-  least.series.push_back({fmt::format("collapse threshold {}", kCollapsed), {0, static_cast<double>(g[0][0].front().at.back())},
+  auto add = [&](const std::vector<Run>& runs, const std::string& color, bool dashed) {
+    const std::string name = arm_label(runs.front().lr, runs.front().arm);
+    loss.series.push_back(over_seeds(name, runs, [&](const Run& x, size_t k) { return loss_window(x, k, every); }, color, dashed));
+    least.series.push_back(over_seeds(name, runs, [](const Run& x, size_t k) { return min_of(x.heads[k]); }, color, dashed));
+    bound.series.push_back(over_seeds(name, runs, [](const Run& x, size_t k) { return x.qk_norm[k]; }, color, dashed));
+  };
+  for (size_t k = g.plain.size(); k-- > 0;)
+    if (!ablate || k == 0) add(g.plain[k], level_color(k, g.plain.size()), false);
+  add(g.reparam, "#9467bd", true);
+  least.series.push_back({fmt::format("collapse threshold {}", kCollapsed), {0, static_cast<double>(g.safe().front().at.back())},
                           {kCollapsed, kCollapsed}, {}, {}, true, "#777777"});
   loss.legend = Chart::Corner::BottomLeft;
   least.legend = Chart::Corner::TopRight;
@@ -306,9 +326,9 @@ void add_figure(Report& r, const Grid& g, int64_t every) {
   r.add_panel(loss);
   r.add_panel(least);
   r.add_panel(bound);
-  r.add_panel(head_map(g[1][kPlain].front()));
-  r.add_panel(head_map(g[1][kReparam].front()));
-  r.add_panel(head_map(g[0][kPlain].front()));
+  r.add_panel(head_map(g.high().front()));
+  r.add_panel(head_map(g.reparam.front()));
+  if (!ablate) r.add_panel(head_map(g.safe().front()));
 }
 
 // The per-seed statistic f(seed index) of every seed.
@@ -325,14 +345,26 @@ std::string list(const std::vector<double>& v) {
   return s;
 }
 
+// The dose-response: per seed, the least head's entropy at the end at each rate, and its slope on
+// log2(lr) (the rate multiplies: the levels are spaced by ratios).
+std::vector<double> collapse_trend(Report& r, const Grid& g) {
+  std::vector<std::vector<double>> least(g.safe().size());  // [seed][level]
+  for (const auto& level : g.plain)
+    for (size_t i = 0; i < level.size(); ++i) least[i].push_back(level[i].least_head_end);
+  return r.dose_response({"learning rate", "learning rate", "least head's H / log(keys) at the end, plain", g.lrs, least,
+                          TrendKind::LogSlope, true, "#d62728"});
+}
+
 void claims(Report& r, const Grid& g, double init_diff) {
-  const int n = static_cast<int>(g[0][0].size());
-  const auto& ph = g[1][kPlain];
-  const auto& ps = g[0][kPlain];
-  const auto& rh = g[1][kReparam];
+  const int n = static_cast<int>(g.safe().size());
+  const auto& ph = g.high();
+  const auto& ps = g.safe();
+  const auto& rh = g.reparam;
   const double high = ph.front().lr, safe = ps.front().lr;
-  const auto collapse = per_seed(n, [&](int i) { return ph[i].least_head_end; });
-  r.paper("collapse", collapse, fmt::format("least head's H / log(keys) at the end, plain, lr {:g}, per seed: {}", high, list(collapse)));
+  const auto trend = collapse_trend(r, g);
+  r.paper("entropy_collapse_trend", trend,
+          fmt::format("slope of the least head's H / log(keys) at the end per doubling of lr ({}), plain, per seed: {} (at lr {:g}: {})",
+                      fmt::join(g.lrs, ", "), list(trend), high, list(per_seed(n, [&](int i) { return ph[i].least_head_end; }))));
   const auto worse = per_seed(n, [&](int i) { return ph[i].final_loss / ps[i].final_loss; });
   r.paper("worse_loss", worse,
           fmt::format("final loss at lr {:g} / at lr {:g}, plain, per seed: {} (losses {} vs {})", high, safe, list(worse),
@@ -349,12 +381,22 @@ void claims(Report& r, const Grid& g, double init_diff) {
           fmt::format("largest |logit difference| at initialisation between the model with σReparam and without: {:.3g}", init_diff));
 }
 
-// --control: the placebo. A pool of plain models at the high rate, each on its own seed; every
-// contrast between two groups of them (one group in each arm's place).
-void placebo(Report& r, Setting& s, double high) {
-  const int n = r.placebo_pool();
-  r.say(fmt::format("PLACEBO: {} plain models at lr {:g}, seeds {}-{}; each contrast compares two groups of them, unpaired.", n, high, r.seed(0),
-                    r.seed(n - 1)));
+// The learning rates of the dose-response (lab/report.h): 4 or more, increasing, all > 0.
+std::vector<double> lr_levels(const Report& r) {
+  const std::vector<double> lrs = parse_increasing_reals(r.text("lrs"), "lab entropy: --lrs");
+  GF_CHECK(lrs.size() >= 4, "lab entropy: --lrs needs 4 or more learning rates for the dose-response, got '{}'", r.text("lrs"));
+  GF_CHECK(lrs.front() > 0, "lab entropy: --lrs must be above 0 (the trend is per doubling), got '{}'", r.text("lrs"));
+  return lrs;
+}
+
+// --control: the placebo. A pool of plain models at the high rate, each on its own seed: every
+// contrast between two groups of them (one group in each arm's place), and the trend with runs of
+// the high rate on different seeds in every rate's place (true trend 0).
+void placebo(Report& r, Setting& s, const std::vector<double>& lrs) {
+  const double high = lrs.back();
+  const int levels = static_cast<int>(lrs.size()), n = r.trend_placebo_pool(levels);
+  r.say(fmt::format("PLACEBO: {} plain models at lr {:g}, seeds {}-{}; each contrast compares two groups of them, unpaired, and the trend "
+                    "reads {} of them per seed as lr {}.", n, high, r.seed(0), r.seed(n - 1), levels, fmt::join(lrs, ", ")));
   std::vector<Run> pool;
   Table t("the pool: plain, high rate", {"seed", "final loss", "least head H at end"});
   for (int i = 0; i < n; ++i) {
@@ -364,7 +406,11 @@ void placebo(Report& r, Setting& s, double high) {
     t.row({static_cast<int64_t>(r.seed(i)), pool.back().final_loss, pool.back().least_head_end});
   }
   r.print(t);
-  r.no_placebo("collapse", "one arm's entropy against 0.1, no contrast between arms");
+  r.placebo_trend("entropy_collapse_trend", levels, [&](const std::vector<int>& runs) {
+    std::vector<double> y;
+    for (int j : runs) y.push_back(pool[static_cast<size_t>(j)].least_head_end);
+    return trend(lrs, y, TrendKind::LogSlope);
+  }, fmt::format("plain models at lr {:g} with different seeds as the rates", high));
   const std::string how = "plain high-rate model a in one arm's place, b in the other's";
   r.placebo("worse_loss", [&](int a, int b) { return pool[b].final_loss / pool[a].final_loss; }, how);
   r.placebo("reparam_entropy", [&](int a, int b) { return pool[b].least_head_end - pool[a].least_head_end; }, how);
@@ -373,9 +419,9 @@ void placebo(Report& r, Setting& s, double high) {
 
 void run(Report& r) {
   Setting s;
-  const double safe = r.real("lr-safe");
-  const double high = r.ablate() ? safe : r.real("lr-high");
-  GF_CHECK(safe > 0 && r.real("lr-high") > safe, "lab entropy: need 0 < --lr-safe < --lr-high, got {} and {}", safe, r.real("lr-high"));
+  Grid g;
+  g.lrs = lr_levels(r);
+  const double safe = g.lrs.front(), high = r.ablate() ? safe : g.lrs.back();
   s.base.steps = r.integer("steps");
   s.base.warmup = r.integer("warmup");
   s.base.clip = r.real("clip");
@@ -384,34 +430,35 @@ void run(Report& r) {
   GF_CHECK(r.text("reparam") == "all" || r.text("reparam") == "qk", "lab entropy: --reparam is all or qk, got '{}'", r.text("reparam"));
   s.reparam_all = r.text("reparam") == "all";
   GF_CHECK(s.every >= 1 && s.base.steps >= s.every, "lab entropy: need 1 <= --every <= --steps, got {} and {}", s.every, s.base.steps);
-  if (r.placebo_mode()) return placebo(r, s, high);
+  if (r.placebo_mode()) return placebo(r, s, g.lrs);
   if (r.ablate())
-    r.say(fmt::format("the high arm runs at the safe rate lr {:g} instead of {:g}; its runs are the safe arm's (the same seed, data and rate "
-                      "give the same numbers), so they are computed once",
-                      safe, r.real("lr-high")));
-  Grid g;
+    r.say(fmt::format("every rate of --lrs and σReparam's run at the safe rate lr {:g}; the plain runs are one per seed (the same seed, data "
+                      "and rate give the same numbers), so the trend is 0 by construction: its placebo (--control) is its real control",
+                      safe));
+  g.plain.resize(g.lrs.size());
   double init_diff = 0;
   for (int i = 0; i < r.seeds(); ++i) {
     const IdData data = make_data(r, r.seed(i));
     s.arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), r.on("pre-ln"));
     if (i == 0)
       r.say(fmt::format("task {} (drawn by each seed): {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), {}, "
-                        "clip {}; {} steps of <= {} tokens; entropy on 64 held-out pairs at step 0 and every {} steps; σReparam on {}",
+                        "clip {}; {} steps of <= {} tokens; entropy on 64 held-out pairs at step 0 and every {} steps; plain at lr {}; σReparam "
+                        "at lr {:g} on {}",
                         r.text("task"), data.train.size(), r.on("pre-ln") ? "Pre-LN" : "Post-LN", s.arch.layer.d_model, s.arch.layer.nhead,
                         s.arch.num_layers, s.arch.num_layers, s.arch.layer.dim_feedforward,
                         s.base.warmup > 0 ? fmt::format("{} warm-up steps", s.base.warmup) : "no warm-up",
                         s.base.clip > 0 ? fmt::format("{}", s.base.clip) : "off", s.base.steps, s.base.max_tokens, s.every,
+                        fmt::join(g.lrs, ", "), high,
                         s.reparam_all ? "every linear layer of the encoder and decoder layers (not the embeddings or the output projection)"
                                       : "the query and key weights only"));
-    for (int arm : {kPlain, kReparam}) {
-      g[0][arm].push_back(train_one(data, s, safe, static_cast<Arm>(arm), r.seed(i)));
-      g[1][arm].push_back(r.ablate() ? g[0][arm].back() : train_one(data, s, high, static_cast<Arm>(arm), r.seed(i)));
-    }
+    for (size_t k = 0; k < g.lrs.size(); ++k)
+      g.plain[k].push_back(r.ablate() && k > 0 ? g.plain[0].back() : train_one(data, s, g.lrs[k], kPlain, r.seed(i)));
+    g.reparam.push_back(train_one(data, s, high, kReparam, r.seed(i)));
     init_diff = std::max(init_diff, init_difference(data, s, r.seed(i)));
   }
   print_runs(r, g, r.ablate());
-  save_numbers(r, g);
-  add_figure(r, g, s.every);
+  save_numbers(r, g, r.ablate());
+  add_figure(r, g, s.every, r.ablate());
   claims(r, g, init_diff);
 }
 
@@ -425,12 +472,13 @@ Lab entropy_lab() {
   l.question =
       "Without warm-up, does a high learning rate drive some attention head to near-zero entropy and spoil training, and does σReparam (each "
       "weight divided by its spectral norm, times a learned scale) keep that head's entropy up and the loss down at the same rate?";
-  l.control = "placebo: two groups of seeds of the plain model at the high rate";
+  l.control = "placebo: plain models at the high rate on different seeds, in the arms' and the rates' places";
   l.placebo = true;
-  l.ablation = "the safe learning rate in both arms";
+  l.ablation = "the safe learning rate at every rate of --lrs and for σReparam";
   l.default_seeds = 5;
-  l.options = {{"lr-safe", Option::Real, "1e-3", "the safe learning rate"},
-               {"lr-high", Option::Real, "1e-2", "the high learning rate (--ablate: replaced by --lr-safe)"},
+  l.options = {{"lrs", Option::Text, "0.001,0.002,0.005,0.01",
+                "the plain model's learning rates, the dose-response's levels (4 or more, increasing): the first is the safe rate, the last "
+                "the high rate, σReparam's (--ablate: every one replaced by the first)"},
                {"task", Option::Text, "reverse", "copy, reverse, sort or corpus (the built-in English->Korean corpus), drawn by each seed"},
                {"pairs", Option::Int, "2000", "training pairs"},
                {"symbols", Option::Int, "16", "synthetic tasks: alphabet size"},
@@ -445,7 +493,7 @@ Lab entropy_lab() {
                {"pre-ln", Option::Switch, "", "Pre-LN layers (default Post-LN, as the paper's unstable baselines)"},
                {"clip", Option::Real, "0", "gradient-norm clip (0: off)"},
                {"warmup", Option::Int, "0", "linear warm-up steps, then constant (0: none, the paper's unstable setting)"},
-               {"steps", Option::Int, "250", "steps per run"},
+               {"steps", Option::Int, "180", "steps per run"},
                {"max-tokens", Option::Int, "1024", "tokens per batch"},
                {"every", Option::Int, "10", "steps between entropy measurements"}};
   l.run = run;

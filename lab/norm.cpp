@@ -9,7 +9,9 @@
 //
 // Here: the per-layer gradient norm of a 6+6-layer translator on the built-in English -> Korean
 // corpus, for several initialisations and batches; the last layer's gradient against depth; and
-// a short training run at a high learning rate with and without warm-up.
+// short training runs at a high learning rate: Post-LN at every warm-up length of --warmups (a
+// dose-response, lab/report.h, whose trend is the warm-up claim), Pre-LN without and with the
+// longest warm-up, and DeepNorm without.
 #include "lab/norm.h"
 
 #include <fmt/format.h>
@@ -83,7 +85,8 @@ const char* color_of(Arch a) { return a == Arch::PostLN ? kPostColor : a == Arch
 struct Settings {
   int64_t d_model, heads, ff, layers, batches, max_tokens;
   std::vector<int64_t> depths;
-  int64_t steps, warmup;
+  int64_t steps;
+  std::vector<int64_t> warmups;  // the dose-response's levels: front() 0 (no warm-up), back() the longest
   double lr;
   bool control;  // --ablate: Pre-LN in every arm (Post-LN's LayerNorm placement, the causal ingredient, removed)
 };
@@ -294,26 +297,38 @@ DepthResult depth_sweep(Report& r, const IdData& data, const Settings& s) {
   return res;
 }
 
-// ---- part 3: training at a high learning rate, with and without warm-up, and DeepNorm ----
+// ---- part 3: training at a high learning rate, at several warm-up lengths, and DeepNorm ----
 struct TrainArm {
   Arch arch;
-  bool warm;
+  int64_t warmup;  // linear warm-up steps, 0: none
   std::string name;
 };
-// The arms: Xiong et al.'s four (Post-LN and Pre-LN, with and without warm-up) and the intervention,
-// DeepNorm without warm-up.
-const std::vector<TrainArm>& train_arms() {
-  static const std::vector<TrainArm> arms = {{Arch::PostLN, false, "Post-LN, no warm-up"},
-                                             {Arch::PostLN, true, "Post-LN, warm-up"},
-                                             {Arch::PreLN, false, "Pre-LN, no warm-up"},
-                                             {Arch::PreLN, true, "Pre-LN, warm-up"},
-                                             {Arch::DeepNorm, false, "DeepNorm, no warm-up"}};
+// The arms: Post-LN at every level of --warmups (the dose-response), Pre-LN without and with the
+// longest warm-up (Xiong et al.'s contrast), and the intervention, DeepNorm without warm-up.
+std::vector<TrainArm> train_arms(const Settings& s) {
+  auto name = [](Arch a, int64_t w) { return w ? fmt::format("{}, warm-up {}", arch_name(a), w) : fmt::format("{}, no warm-up", arch_name(a)); };
+  std::vector<TrainArm> arms;
+  for (int64_t w : s.warmups) arms.push_back({Arch::PostLN, w, name(Arch::PostLN, w)});
+  for (int64_t w : {int64_t{0}, s.warmups.back()}) arms.push_back({Arch::PreLN, w, name(Arch::PreLN, w)});
+  arms.push_back({Arch::DeepNorm, 0, name(Arch::DeepNorm, 0)});
   return arms;
+}
+// Post-LN's colour at warm-up level k of n: light (short) to dark (long).
+std::string warmup_color(size_t k, size_t n) {
+  static const char* const ramp[] = {"#ff9896", "#f0027f", "#d62728", "#8c1c13"};
+  return ramp[n <= 1 ? 3 : std::min<size_t>(3, k * 3 / (n - 1))];
 }
 
 struct TrainResult {
+  std::vector<TrainArm> arms;
   std::vector<std::vector<double>> nll;  // [arm] per seed: held-out NLL after training (a diverged run: its first loss)
   std::vector<int> diverged;             // [arm]
+  // The arm's per-seed NLL (a bug of the lab when there is no such arm).
+  const std::vector<double>& of(Arch a, int64_t warmup) const {
+    for (size_t k = 0; k < arms.size(); ++k)
+      if (arms[k].arch == a && arms[k].warmup == warmup) return nll[k];
+    throw std::logic_error(fmt::format("lab norm: no training arm {} with warm-up {}", arch_name(a), warmup));
+  }
 };
 
 // One training run: its losses (NaN after a divergence, so that every run has s.steps of them) and
@@ -324,10 +339,10 @@ struct OneRun {
   double nll = 0;
   bool diverged = false;
 };
-OneRun train_once(const IdData& data, const Settings& s, Arch arch, bool warm, uint64_t seed) {
+OneRun train_once(const IdData& data, const Settings& s, Arch arch, int64_t warmup, uint64_t seed) {
   auto model = make_model(data, s, s.layers, arch, seed);
   FitOptions o;
-  o.steps = s.steps, o.lr = s.lr, o.warmup = warm ? s.warmup : 0, o.clip = 0, o.max_tokens = s.max_tokens, o.seed = seed;
+  o.steps = s.steps, o.lr = s.lr, o.warmup = warmup, o.clip = 0, o.max_tokens = s.max_tokens, o.seed = seed;
   FitResult f = fit(*model, data.train, o);
   model->eval();
   OneRun run{f.losses, 0, f.diverged};
@@ -351,31 +366,34 @@ ChartSeries smoothed(const std::string& name, const std::vector<std::vector<doub
 
 TrainResult warmup_runs(Report& r, const IdData& data, const Settings& s) {
   TrainResult res;
+  res.arms = train_arms(s);
   std::vector<ChartSeries> curves;
   const int window = static_cast<int>(std::max<int64_t>(1, s.steps / 20));
   // Arms that are the same model under --ablate (every one Pre-LN) run once.
-  std::map<std::tuple<Arch, bool, uint64_t>, OneRun> done;
-  for (const TrainArm& arm : train_arms()) {
+  std::map<std::tuple<Arch, int64_t, uint64_t>, OneRun> done;
+  size_t post_level = 0;
+  for (const TrainArm& arm : res.arms) {
     std::vector<std::vector<double>> losses;
     res.nll.emplace_back(), res.diverged.push_back(0);
     for (int i = 0; i < r.seeds(); ++i) {
-      const auto key = std::make_tuple(effective(arm.arch, s), arm.warm, r.seed(i));
-      if (!done.count(key)) done[key] = train_once(data, s, std::get<0>(key), arm.warm, r.seed(i));
+      const auto key = std::make_tuple(effective(arm.arch, s), arm.warmup, r.seed(i));
+      if (!done.count(key)) done[key] = train_once(data, s, std::get<0>(key), arm.warmup, r.seed(i));
       const OneRun& run = done.at(key);
       losses.push_back(run.losses);
       res.nll.back().push_back(run.nll);
       res.diverged.back() += run.diverged;
     }
-    curves.push_back(smoothed(arm.name, losses, window, !arm.warm, color_of(arm.arch)));
+    const std::string color = arm.arch == Arch::PostLN ? warmup_color(post_level++, s.warmups.size()) : color_of(arm.arch);
+    curves.push_back(smoothed(arm.name, losses, window, arm.warmup == 0, color.c_str()));
   }
-  r.section(fmt::format("training {} steps at lr {}, Adam, no clipping, with and without {} warm-up steps ({} seeds)", s.steps, s.lr,
-                        s.warmup, r.seeds()));
+  r.section(fmt::format("training {} steps at lr {}, Adam, no clipping: Post-LN with {} warm-up steps, Pre-LN with 0 and {}, DeepNorm with 0 "
+                        "({} seeds)", s.steps, s.lr, fmt::join(s.warmups, ", "), s.warmups.back(), r.seeds()));
   Table t("warmup", {"model", "warm-up", "test NLL", "95% interval", "min", "max", "diverged"});
-  for (size_t k = 0; k < train_arms().size(); ++k) {
+  for (size_t k = 0; k < res.arms.size(); ++k) {
     const Interval iv = t_interval(res.nll[k]);
     const Spread sp = spread(res.nll[k]);
-    t.row({arch_name(train_arms()[k].arch), train_arms()[k].warm ? s.warmup : int64_t{0}, iv.mean, fmt::format("[{:.3f}, {:.3f}]", iv.lo, iv.hi),
-           sp.min, sp.max, res.diverged[k]});
+    t.row({arch_name(res.arms[k].arch), res.arms[k].warmup, iv.mean, fmt::format("[{:.3f}, {:.3f}]", iv.lo, iv.hi), sp.min, sp.max,
+           res.diverged[k]});
   }
   r.print(t);
   const DeepNormConstants c = deepnorm_constants(s.layers, s.layers);
@@ -384,21 +402,33 @@ TrainResult warmup_runs(Report& r, const IdData& data, const Settings& s) {
                     c.enc_alpha, c.enc_beta, c.dec_alpha, c.dec_beta));
   r.add_panel(Chart{fmt::format("training loss at lr {}", s.lr), "step", fmt::format("loss ({}-step average, mean of seeds)", window), false,
                     false, curves, {}, Chart::Corner::TopRight});
-  // The intervention's own panel: its statistic, seed by seed (arms 0, 1 and 4 of train_arms()).
+  // The intervention's own panel: its statistic, seed by seed.
   std::vector<double> seeds;
   for (int i = 0; i < r.seeds(); ++i) seeds.push_back(static_cast<double>(r.seed(i)));
   r.add_panel(Chart{"intervention: DeepNorm without warm-up", "seed", "held-out NLL after training", false, false,
-                    {{"Post-LN, no warm-up", seeds, res.nll[0], {}, {}, true, kPostColor},
-                     {"Post-LN, warm-up", seeds, res.nll[1], {}, {}, false, kPostColor},
-                     {"DeepNorm, no warm-up", seeds, res.nll[4], {}, {}, false, kDeepColor}},
+                    {{"Post-LN, no warm-up", seeds, res.of(Arch::PostLN, 0), {}, {}, true, kPostColor},
+                     {fmt::format("Post-LN, warm-up {}", s.warmups.back()), seeds, res.of(Arch::PostLN, s.warmups.back()), {}, {}, false, kPostColor},
+                     {"DeepNorm, no warm-up", seeds, res.of(Arch::DeepNorm, 0), {}, {}, false, kDeepColor}},
                     seeds, Chart::Corner::TopRight});
   auto& d = r.data()["warmup"];
-  for (size_t k = 0; k < train_arms().size(); ++k) d[train_arms()[k].name] = {{"test_nll", res.nll[k]}, {"diverged", res.diverged[k]}};
+  for (size_t k = 0; k < res.arms.size(); ++k) d[res.arms[k].name] = {{"test_nll", res.nll[k]}, {"diverged", res.diverged[k]}};
+  d["warmups"] = s.warmups;
   return res;
 }
 
+// The dose-response: per seed, Post-LN's held-out NLL at each warm-up length, and its slope on the
+// length (the levels add steps from 0, so the slope is on the length itself, in nats per step).
+std::vector<double> warmup_trend(Report& r, const Settings& s, const TrainResult& tr) {
+  std::vector<double> levels;
+  for (int64_t w : s.warmups) levels.push_back(static_cast<double>(w));
+  std::vector<std::vector<double>> nll(static_cast<size_t>(r.seeds()));  // [seed][level]
+  for (int64_t w : s.warmups)
+    for (int i = 0; i < r.seeds(); ++i) nll[static_cast<size_t>(i)].push_back(tr.of(Arch::PostLN, w)[static_cast<size_t>(i)]);
+  return r.dose_response({"warm-up", "warm-up steps", "held-out NLL, Post-LN", levels, nll, TrendKind::Slope, false, kPostColor});
+}
+
 // The claims, each from the numbers above (lab/claims.cpp's rows for norm).
-void check_claims(Report& r, const LayerResult& lr, const DepthResult& dr, const TrainResult& tr) {
+void check_claims(Report& r, const Settings& s, const LayerResult& lr, const DepthResult& dr, const TrainResult& tr) {
   r.paper("postln_grows", lr.ratio_dec[0],
           fmt::format("decoder last/first per seed {:.3f}; the encoder's, reported not tested: {}", fmt::join(lr.ratio_dec[0], ", "),
                       interval_text(lr.ratio_enc[0])));
@@ -408,51 +438,82 @@ void check_claims(Report& r, const LayerResult& lr, const DepthResult& dr, const
           fmt::format("last/first: decoder {}, encoder {}", interval_text(lr.ratio_dec[1]), interval_text(lr.ratio_enc[1])));
   r.paper("preln_falls_with_depth", dr.seed_slope_dec[1], fmt::format("encoder's slope: {}", interval_text(dr.seed_slope_enc[1])));
   r.paper("postln_flat_with_depth", dr.seed_slope_dec[0], fmt::format("encoder's slope: {}", interval_text(dr.seed_slope_enc[0])));
-  // Per seed, paired: the same initialisation and batches with and without warm-up.
-  std::vector<double> post_gap, pre_gap, less, deep_gain;
-  for (size_t i = 0; i < tr.nll[0].size(); ++i) {
-    post_gap.push_back(tr.nll[0][i] - tr.nll[1][i]);
-    pre_gap.push_back(tr.nll[2][i] - tr.nll[3][i]);
+  // Per seed, paired: the same initialisation and batches at every warm-up length.
+  const int64_t longest = s.warmups.back();
+  const auto trend = warmup_trend(r, s, tr);
+  r.paper("postln_warmup_trend", trend,
+          fmt::format("slope of Post-LN's test NLL on the warm-up length ({} steps), nats per step, per seed: {:.5f}", fmt::join(s.warmups, ", "),
+                      fmt::join(trend, ", ")));
+  const auto& post0 = tr.of(Arch::PostLN, 0);
+  const auto& post_w = tr.of(Arch::PostLN, longest);
+  const auto& pre0 = tr.of(Arch::PreLN, 0);
+  const auto& pre_w = tr.of(Arch::PreLN, longest);
+  const auto& deep = tr.of(Arch::DeepNorm, 0);
+  std::vector<double> post_gap, pre_gap, less, deep_gain, deep_vs_warm;
+  for (size_t i = 0; i < post0.size(); ++i) {
+    post_gap.push_back(post0[i] - post_w[i]);
+    pre_gap.push_back(pre0[i] - pre_w[i]);
     less.push_back(post_gap.back() - pre_gap.back());
-    deep_gain.push_back(tr.nll[0][i] - tr.nll[4][i]);
+    deep_gain.push_back(post0[i] - deep[i]);
+    deep_vs_warm.push_back(deep[i] - post_w[i]);
   }
-  r.paper("postln_needs_warmup", post_gap, fmt::format("test NLL without - with warm-up, Post-LN per seed: {:.3f}", fmt::join(post_gap, ", ")));
-  r.paper("preln_needs_less", less, fmt::format("Pre-LN's gap per seed: {:.3f}", fmt::join(pre_gap, ", ")));
+  r.paper("preln_needs_less", less,
+          fmt::format("test NLL without - with {} warm-up steps: Post-LN per seed {:.3f}; Pre-LN per seed {:.3f}", longest, fmt::join(post_gap, ", "),
+                      fmt::join(pre_gap, ", ")));
   r.paper("deepnorm_trains", deep_gain,
-          fmt::format("test NLL Post-LN - DeepNorm, both without warm-up, per seed: {:.3f}; DeepNorm without warm-up - Post-LN with it: {}",
-                      fmt::join(deep_gain, ", "), [&] {
-                        std::vector<double> v;
-                        for (size_t i = 0; i < tr.nll[4].size(); ++i) v.push_back(tr.nll[4][i] - tr.nll[1][i]);
-                        return interval_text(v);
-                      }()));
+          fmt::format("test NLL Post-LN - DeepNorm, both without warm-up, per seed: {:.3f}; DeepNorm without warm-up - Post-LN with {}: {}",
+                      fmt::join(deep_gain, ", "), longest, interval_text(deep_vs_warm)));
 }
 
 // --control: the placebo. A pool of Post-LN models trained without warm-up, each on its own seed:
-// the arm both training contrasts start from (against warm-up, against DeepNorm), so that each
-// contrast is read between two groups of the same arm. The gradient claims hold one arm against a
-// threshold; preln_needs_less is the difference of two contrasts.
+// the arm both training contrasts start from, so that each is read between two groups of the same
+// arm; and the trend with runs without warm-up on different seeds in every level's place (true
+// trend 0). The gradient claims hold one arm against a threshold; preln_needs_less is the difference
+// of two contrasts.
 void placebo(Report& r, const IdData& data, const Settings& s) {
-  const int n = r.placebo_pool();
+  const int levels = static_cast<int>(s.warmups.size()), n = r.trend_placebo_pool(levels);
   r.say(fmt::format("PLACEBO: {} Post-LN models trained {} steps at lr {} without warm-up, on seeds {}-{}; each training contrast "
-                    "compares two groups of them, unpaired.", n, s.steps, s.lr, r.seed(0), r.seed(n - 1)));
+                    "compares two groups of them, unpaired, and the trend reads {} of them per seed as warm-ups {}.", n, s.steps, s.lr,
+                    r.seed(0), r.seed(n - 1), levels, fmt::join(s.warmups, ", ")));
   std::vector<double> nll;
   Table t("the pool: Post-LN, no warm-up", {"seed", "held-out NLL", "diverged"});
   for (int i = 0; i < n; ++i) {
-    const OneRun run = train_once(data, s, Arch::PostLN, false, r.seed(i));
+    const OneRun run = train_once(data, s, Arch::PostLN, 0, r.seed(i));
     nll.push_back(run.nll);
     t.row({static_cast<int64_t>(r.seed(i)), run.nll, run.diverged ? "yes" : "no"});
   }
   r.print(t);
   const std::string one_arm = "one arm's gradients against a threshold, no contrast between arms";
   for (const char* id : {"postln_grows", "preln_not_growing", "preln_falls_with_depth", "postln_flat_with_depth"}) r.no_placebo(id, one_arm);
-  r.placebo("postln_needs_warmup", [&](int a, int b) { return nll[b] - nll[a]; }, "run a in the warm-up arm's place, b in the no-warm-up arm's");
-  r.no_placebo("preln_needs_less", "the difference of two arms' warm-up gaps; postln_needs_warmup's placebo is the gap's");
+  std::vector<double> levels_x;
+  for (int64_t w : s.warmups) levels_x.push_back(static_cast<double>(w));
+  r.placebo_trend("postln_warmup_trend", levels, [&](const std::vector<int>& runs) {
+    std::vector<double> y;
+    for (int j : runs) y.push_back(nll[static_cast<size_t>(j)]);
+    return trend(levels_x, y, TrendKind::Slope);
+  }, "Post-LN runs without warm-up on different seeds as the warm-up levels");
+  r.no_placebo("preln_needs_less", "the difference of two arms' warm-up gaps; postln_warmup_trend's placebo is Post-LN's response's");
   r.placebo("deepnorm_trains", [&](int a, int b) { return nll[a] - nll[b]; }, "run a in Post-LN's place, b in DeepNorm's");
+}
+
+// The warm-up levels of the dose-response (lab/report.h): 4 or more whole numbers of steps,
+// increasing, from 0 (the no-warm-up arm) to at most --steps.
+std::vector<int64_t> warmup_levels(const Report& r) {
+  const std::vector<double> levels = parse_increasing_reals(r.text("warmups"), "lab norm: --warmups");
+  GF_CHECK(levels.size() >= 4, "lab norm: --warmups needs 4 or more warm-up lengths for the dose-response, got '{}'", r.text("warmups"));
+  GF_CHECK(levels.front() == 0 && levels.back() <= static_cast<double>(r.integer("steps")),
+           "lab norm: --warmups must start at 0 (no warm-up) and end at most at --steps {}, got '{}'", r.integer("steps"), r.text("warmups"));
+  std::vector<int64_t> out;
+  for (double w : levels) {
+    GF_CHECK(w == std::floor(w), "lab norm: --warmups are whole numbers of steps, got '{}'", r.text("warmups"));
+    out.push_back(static_cast<int64_t>(w));
+  }
+  return out;
 }
 
 void run(Report& r) {
   Settings s{r.integer("d-model"), r.integer("heads"), r.integer("ff"), r.integer("layers"), r.integer("batches"), r.integer("max-tokens"),
-             parse_increasing_ints(r.text("depths"), "lab norm: --depths"), r.integer("steps"), r.integer("warmup"), r.real("lr"),
+             parse_increasing_ints(r.text("depths"), "lab norm: --depths"), r.integer("steps"), warmup_levels(r), r.real("lr"),
              r.ablation_mode()};
   GF_CHECK(s.layers >= 2, "lab norm: --layers must be at least 2, got {}", s.layers);
   const IdData data = builtin_corpus(r.integer("pairs"), 1);
@@ -467,7 +528,7 @@ void run(Report& r) {
   const LayerResult lr = layer_profile(r, data, s);
   const DepthResult dr = depth_sweep(r, data, s);
   const TrainResult tr = warmup_runs(r, data, s);
-  check_claims(r, lr, dr, tr);
+  check_claims(r, s, lr, dr, tr);
 }
 
 }  // namespace
@@ -479,7 +540,7 @@ Lab norm_lab() {
   l.reference = "Xiong et al. 2020, arXiv:2002.04745 (Theorem 1, Figure 3)";
   l.question = "Where does the gradient concentrate at initialisation with the LayerNorm after (Post-LN) or before (Pre-LN) each "
                "residual branch, how does it scale with depth, and which one needs a learning-rate warm-up?";
-  l.control = "placebo: two groups of seeds of Post-LN trained without warm-up";
+  l.control = "placebo: Post-LN trained without warm-up on different seeds, in the arms' and the warm-up levels' places";
   l.placebo = true;
   l.ablation = "Pre-LN in every arm (Post-LN's and DeepNorm's included)";
   l.default_seeds = 5;
@@ -491,9 +552,11 @@ Lab norm_lab() {
                {"batches", Option::Int, "4", "batches per seed averaged at initialisation"},
                {"max-tokens", Option::Int, "512", "tokens per batch"},
                {"depths", Option::Text, "2,4,8,16", "depths (layers per stack) of the sweep"},
-               {"steps", Option::Int, "150", "training steps of each warm-up run"},
+               {"steps", Option::Int, "90", "training steps of each warm-up run"},
                {"lr", Option::Real, "0.002", "learning rate of the warm-up runs"},
-               {"warmup", Option::Int, "60", "warm-up steps (linear, then constant)"}};
+               {"warmups", Option::Text, "0,20,40,60",
+                "warm-up lengths in steps (linear, then constant): Post-LN's dose-response levels (4 or more, increasing, from 0); Pre-LN "
+                "runs at 0 and the last"}};
   l.run = run;
   return l;
 }

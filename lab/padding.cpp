@@ -12,7 +12,12 @@
 //  2. the gradient of a batch's loss that reaches the PAD positions of the encoder's and the
 //     decoder's input (exactly 0 when masked);
 //  3. with ignore_index off (-100 instead of PAD), the share of the loss and of the gradient that PAD
-//     labels carry, for random batches against length-bucketed ones (train::bucket_by_length).
+//     labels carry, for random batches against length-bucketed ones (train::bucket_by_length);
+//  4. a dose-response (lab/report.h) on the padded length: the short sentence of part 1 alone and
+//     padded with PAD to each source length of --lengths, without the masks; the claim is the trend
+//     of the logits' difference per doubling of the length.
+// --control is a placebo (initialised models of different seeds, each padded to one length, in every
+// length's place); --ablate keeps both padding masks on in every arm.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -247,6 +252,108 @@ PadShare pad_share(nn::Seq2SeqTransformer& model, const std::vector<train::Encod
   return r;
 }
 
+// ---------------------------------------------------------------- 4. the padded length
+
+// A relative difference at float64's rounding reads "none": floored at the tolerance of the masked
+// check (masked_alone_equals_batch). With the masks the difference is exactly 0 at some lengths and
+// about 1e-16 at others (sums over more, masked, keys), which unfloored would make a trend of rounding.
+constexpr double kDiffFloor = 1e-12;
+
+// log10 of the relative difference of the logits of pair `idx` padded with PAD to `len` source
+// tokens against `alone`, the pair's logits alone, in float64, with the padding masks as
+// `model.masks` says.
+double padded_log_diff(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t idx, int64_t len, const Tensor& alone) {
+  train::Batch padded = train::collate(pairs, std::vector<size_t>{idx});  // one row: appending PAD ids pads its source
+  padded.src.resize(static_cast<size_t>(len), train::Vocab::kPad);
+  padded.src_len = len;
+  return std::log10(std::max(diff_row0(alone, run_pass(model, padded, {0}).logits).rel, kDiffFloor));
+}
+
+// The padded lengths of the dose-response: 4 or more, increasing, above the longest source the lab
+// pads (`shortest`) and within the model's positions.
+std::vector<double> length_levels(const Report& r, int64_t shortest, int64_t max_len) {
+  const std::vector<int64_t> lengths = parse_increasing_ints(r.text("lengths"), "lab padding: --lengths");
+  GF_CHECK(lengths.size() >= 4, "lab padding: --lengths needs 4 or more padded lengths for the dose-response, got '{}'", r.text("lengths"));
+  GF_CHECK(lengths.front() > shortest && lengths.back() <= max_len,
+           "lab padding: --lengths must lie above the padded sentences' longest source ({} tokens) and at most at the model's {} positions, "
+           "got '{}'", shortest, max_len, r.text("lengths"));
+  return std::vector<double>(lengths.begin(), lengths.end());
+}
+
+// The pairs by length, shortest first (source, then target): seed i pads the i-th.
+std::vector<size_t> by_length(const IdData& data) {
+  std::vector<size_t> by_len(data.train.size());
+  std::iota(by_len.begin(), by_len.end(), 0);
+  std::stable_sort(by_len.begin(), by_len.end(), [&](size_t a, size_t b) {
+    return std::pair(data.train[a].src.size(), data.train[a].tgt.size()) < std::pair(data.train[b].src.size(), data.train[b].tgt.size());
+  });
+  return by_len;
+}
+
+// The longest source among the pairs the first `n` seeds pad.
+int64_t longest_padded(const IdData& data, const std::vector<size_t>& by_len, int n) {
+  int64_t m = 0;
+  for (int i = 0; i < n; ++i) m = std::max(m, static_cast<int64_t>(data.train[by_len[static_cast<size_t>(i) % by_len.size()]].src.size()));
+  return m;
+}
+
+nn::Seq2SeqOptions lab_model(Report& r, const IdData& data);
+
+// Seed `seed`'s initialised model (float64), its i-th shortest pair padded to each length.
+std::vector<double> padded_diffs(Report& r, const IdData& data, const std::vector<size_t>& by_len, int i, uint64_t seed,
+                                 const std::vector<double>& lengths, bool masked) {
+  nn::Seq2SeqTransformer model(lab_model(r, data), seed);
+  model.to(DType::Float64);
+  model.eval();
+  model.masks.source_padding = model.masks.target_padding = masked;
+  const size_t idx = by_len[static_cast<size_t>(i) % by_len.size()];
+  const Tensor alone = run_pass(model, train::collate(data.train, std::vector<size_t>{idx}), {0}).logits;  // (1, T, V)
+  std::vector<double> out;
+  for (double len : lengths) out.push_back(padded_log_diff(model, data.train, idx, static_cast<int64_t>(len), alone));
+  return out;
+}
+
+// Section 4: per seed, the short sentence of section 1 padded to every length; the trend per seed.
+std::vector<double> padded_length_section(Report& r, const IdData& data) {
+  const std::vector<size_t> by_len = by_length(data);
+  const std::vector<double> lengths = length_levels(r, longest_padded(data, by_len, r.seeds()), 256);
+  r.section(fmt::format("4. the padded length: each seed's sentence of part 1 alone and padded with PAD to {} source tokens, {} (float64)",
+                        fmt::join(lengths, ", "), r.ablate() ? "both padding masks on (ablation)" : "no padding masks"));
+  std::vector<std::vector<double>> per_seed;
+  for (int i = 0; i < r.seeds(); ++i) per_seed.push_back(padded_diffs(r, data, by_len, i, r.seed(i), lengths, r.ablate()));
+  r.say(fmt::format("the statistic: log10 of the logits' largest |difference| / largest |value|, padded against alone (floored at {:g}: none).",
+                    kDiffFloor));
+  return r.dose_response({"padded length", "padded source length", "log10 relative logits difference, padded vs alone", lengths, per_seed,
+                          TrendKind::LogSlope, true, "#d62728"});
+}
+
+// --control: the placebo. Initialised models, each on its own seed and padding its own sentence to
+// ONE length (the middle level), in every length's place: the true trend is 0. The other paper
+// claims hold one arm against a threshold or compare two batchings of the same models.
+void placebo(Report& r, const IdData& data) {
+  const std::vector<size_t> by_len = by_length(data);
+  const int k = static_cast<int>(parse_increasing_ints(r.text("lengths"), "lab padding: --lengths").size()), m = r.trend_placebo_pool(k);
+  const std::vector<double> lengths = length_levels(r, longest_padded(data, by_len, m), 256);
+  const double mid = lengths[lengths.size() / 2];
+  r.say(fmt::format("PLACEBO: {} initialised models (seeds {}-{}), each padding its own sentence to {} source tokens only, no padding masks; the "
+                    "trend claim reads {} of them per seed as lengths {}.", m, r.seed(0), r.seed(m - 1), mid, k, fmt::join(lengths, ", ")));
+  std::vector<double> at_mid;
+  for (int j = 0; j < m; ++j) at_mid.push_back(padded_diffs(r, data, by_len, j, r.seed(j), {mid}, false).front());
+  const Spread sp = spread(at_mid);
+  r.say(fmt::format("log10 relative logits difference at {} tokens over the pool: mean {:.3f}, from {:.3f} to {:.3f}", mid, sp.mean, sp.min, sp.max));
+  r.placebo_trend("pad_change_trend", k, [&](const std::vector<int>& runs) {
+    std::vector<double> y;
+    for (int j : runs) y.push_back(at_mid[static_cast<size_t>(j)]);
+    return trend(lengths, y, TrendKind::LogSlope);
+  }, fmt::format("models of different seeds padded to {} tokens as the lengths", mid));
+  const std::string one_arm = "one arm (no masks) against a threshold, no contrast between arms";
+  r.no_placebo("unmasked_pad_changes_output", one_arm);
+  r.no_placebo("unmasked_pad_gets_gradient", one_arm);
+  const std::string batchings = "bucketed against random batches of the same models and sentences; a placebo of two random batchings is not measured";
+  r.no_placebo("bucketing_cuts_pad_loss", batchings);
+  r.no_placebo("bucketing_lowers_pad_gradient", batchings);
+}
+
 // ---------------------------------------------------------------- the lab
 
 struct MaskSetting {
@@ -274,11 +381,7 @@ nn::Seq2SeqOptions lab_model(Report& r, const IdData& data) {
 
 // Section 1 (and the batches of section 2): per seed, the i-th shortest pair alone and with the 7 longest.
 void alone_vs_batch(Report& r, const IdData& data, Results& res) {
-  std::vector<size_t> by_len(data.train.size());  // shortest first, by source then target
-  std::iota(by_len.begin(), by_len.end(), 0);
-  std::stable_sort(by_len.begin(), by_len.end(), [&](size_t a, size_t b) {
-    return std::pair(data.train[a].src.size(), data.train[a].tgt.size()) < std::pair(data.train[b].src.size(), data.train[b].tgt.size());
-  });
+  const std::vector<size_t> by_len = by_length(data);
   r.section("1. one sentence alone and as row 0 of a batch with the 7 longest (float64): largest |difference| / largest |value|");
   Table t1("alone_vs_batch", {"seed", "masks", "src/tgt len", "batch src/tgt len", "encoder out", "logits", "attention", "gradients",
                               "weight on PAD keys"});
@@ -295,9 +398,9 @@ void alone_vs_batch(Report& r, const IdData& data, Results& res) {
     some.resize(std::min<size_t>(8, some.size()));
     const train::Batch random_batch = train::collate(data.train, some);
     for (int s = 0; s < 4; ++s) {
-      // --control: both padding masks in every arm, whatever the row is named.
-      model.masks.source_padding = kSettings[s].source || r.control();
-      model.masks.target_padding = kSettings[s].target || r.control();
+      // --ablate: both padding masks in every arm, whatever the row is named.
+      model.masks.source_padding = kSettings[s].source || r.ablate();
+      model.masks.target_padding = kSettings[s].target || r.ablate();
       const Comparison c = compare(model, data.train, rows);
       Comparison& w = res.worst_by[kSettings[s].name];
       w.memory = worst(w.memory, c.memory), w.logits = worst(w.logits, c.logits), w.weights = worst(w.weights, c.weights);
@@ -410,7 +513,7 @@ void add_figure(Report& r, Results& res) {
 }
 
 // The claims (lab/claims.cpp's rows for padding).
-void check_claims(Report& r, Results& res) {
+void check_claims(Report& r, Results& res, const std::vector<double>& pad_trend) {
   auto largest = [](const Comparison& c) { return std::max({c.memory.rel, c.logits.rel, c.weights.rel, c.grads.rel}); };
   auto ev = [&](const char* name) {
     const Comparison& c = res.worst_by[name];
@@ -428,6 +531,9 @@ void check_claims(Report& r, Results& res) {
                              c.weights.rel, c.grads.rel);
   }
   r.paper("unmasked_pad_changes_output", differ, "encoder out, logits, attention, gradients: " + ev_differ);
+  r.paper("pad_change_trend", pad_trend,
+          fmt::format("slope of log10 of the logits' relative difference per doubling of the padded source length, per seed: {:.4f}",
+                      fmt::join(pad_trend, ", ")));
   r.check("target_mask_redundant", largest(res.worst_by[kSettings[2].name]), ev(kSettings[2].name));
   const PadGradient& on = res.pg[0];
   double nonzero = 0;  // seeds with a non-zero gradient at a PAD input, masks on
@@ -463,13 +569,16 @@ void run(Report& r) {
   r.say(fmt::format("built-in corpus: {} training pairs, vocabularies {} / {}; Post-LN, d_model {}, 2 heads, 2 layers, untrained "
                     "(each seed its own initialisation); {} seeds",
                     data.train.size(), data.src_vocab, data.tgt_vocab, r.integer("d-model"), r.seeds()));
-  if (r.control()) r.say("CONTROL: both padding masks on in every arm (the rows keep their names).");
+  if (r.placebo_mode()) return placebo(r, data);
+  length_levels(r, longest_padded(data, by_length(data), r.seeds()), 256);  // a bad --lengths fails before the work, not after it
+  if (r.ablate()) r.say("ABLATION: both padding masks on in every arm (the rows keep their names).");
   Results res;
   alone_vs_batch(r, data, res);
   report_pad_gradient(r, res);
   pad_share_section(r, data, res);
+  const std::vector<double> pad_trend = padded_length_section(r, data);
   add_figure(r, res);
-  check_claims(r, res);
+  check_claims(r, res, pad_trend);
 }
 
 }  // namespace
@@ -481,13 +590,17 @@ Lab padding_lab() {
   l.reference = "the course: PAD must not change what a sentence computes";
   l.question = "Does a sentence compute the same alone and padded in a batch, with and without the padding masks? How much of the "
                "loss and gradient do PAD labels carry without ignore_index, with random and with length-bucketed batches?";
-  l.control = "both padding masks in every arm";
+  l.control = "placebo: initialised models of different seeds padded to one length, in every length's place";
+  l.placebo = true;
+  l.ablation = "both padding masks in every arm";
   l.default_seeds = 5;
   l.options = {{"pairs", Option::Int, "2000", "pairs of the built-in corpus (90% train)"},
                {"d-model", Option::Int, "32", "model width (feed-forward 2x)"},
                {"max-tokens", Option::Int, "1024", "padded tokens per batch"},
                {"batches", Option::Int, "20", "batches measured per batching"},
-               {"steps", Option::Int, "200", "training steps before the second PAD-share measurement"}};
+               {"steps", Option::Int, "200", "training steps before the second PAD-share measurement"},
+               {"lengths", Option::Text, "8,16,32,64",
+                "padded source lengths of the dose-response (4 or more, increasing, above the padded sentences' own)"}};
   l.run = run;
   return l;
 }

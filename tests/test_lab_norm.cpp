@@ -149,7 +149,7 @@ TEST_CASE("attention_stack: sizes, finite ratios, collapse without skips and not
 TEST_CASE("lab norm, tiny settings: writes its JSON with its seven claims (lab/claims.cpp) and their evidence") {
   int rc = -1;
   const nlohmann::json j = run_lab("norm", {{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"layers", "2"}, {"batches", "1"},
-                                            {"depths", "1,2"}, {"steps", "3"}, {"warmup", "2"}, {"max-tokens", "256"}},
+                                            {"depths", "1,2"}, {"steps", "3"}, {"warmups", "0,1,2,3"}, {"max-tokens", "256"}},
                                    &rc);
   REQUIRE(j.at("claims").size() == claim_specs_of("norm").size());
   REQUIRE(j.at("claims").size() == 7);
@@ -164,6 +164,65 @@ TEST_CASE("lab norm, tiny settings: writes its JSON with its seven claims (lab/c
   CHECK(j.at("data").at("layers").at("Post-LN").at("decoder_mean").size() == 2);
   CHECK(j.at("data").at("depth").at("Pre-LN").at("decoder_last_mean").size() == 2);
   CHECK(j.at("tables").contains("warmup"));
+  // The dose-response on the warm-up length (lab/report.h): Post-LN's NLL per level, a plain slope.
+  REQUIRE(j.at("dose_response").size() == 1);
+  const auto& d = j.at("dose_response")[0];
+  CHECK(d.at("levels") == nlohmann::json({0.0, 1.0, 2.0, 3.0}));
+  CHECK(d.at("trend") == "slope");
+  for (const auto& c : j.at("claims"))
+    if (c.at("id") == "postln_warmup_trend") CHECK(c.at("values") == d.at("trends"));
+}
+
+TEST_CASE("lab norm: --warmups needs 4 or more whole lengths from 0, at most --steps") {
+  int rc = -1;
+  std::map<std::string, std::string> tiny{{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"layers", "2"}, {"batches", "1"},
+                                          {"depths", "1,2"}, {"steps", "3"}, {"max-tokens", "256"}};
+  for (const auto& [levels, says] : std::vector<std::pair<std::string, std::string>>{{"0,1,2", "4 or more warm-up lengths"},
+                                                                                      {"1,2,3,4", "must start at 0"},
+                                                                                      {"0,1,2,9", "at most at --steps 3"},
+                                                                                      {"0,1,1.5,3", "whole numbers of steps"},
+                                                                                      {"0,2,1,3", "must increase"}}) {
+    CAPTURE(levels);
+    tiny["warmups"] = levels;
+    CHECK_THROWS_WITH_AS(run_lab("norm", tiny, &rc), doctest::Contains(says.c_str()), std::invalid_argument);
+  }
+}
+
+TEST_CASE("lab entropy, tiny settings: the learning-rate dose-response of the least head's entropy and its levels flag") {
+  int rc = -1;
+  std::map<std::string, std::string> tiny{{"pairs", "40"}, {"symbols", "6"}, {"min-len", "3"}, {"max-len", "5"}, {"d-model", "16"},
+                                          {"heads", "2"}, {"layers", "1"}, {"ff", "32"}, {"steps", "4"}, {"every", "2"}, {"max-tokens", "128"}};
+  const nlohmann::json j = run_lab("entropy", tiny, &rc);
+  REQUIRE(j.at("claims").size() == claim_specs_of("entropy").size());
+  CHECK(rc == expected_code(j));
+  REQUIRE(j.at("dose_response").size() == 1);
+  const auto& d = j.at("dose_response")[0];
+  CHECK(d.at("levels") == nlohmann::json({0.001, 0.002, 0.005, 0.01}));
+  CHECK(d.at("trend") == "slope per doubling");
+  for (const auto& c : j.at("claims"))
+    if (c.at("id") == "entropy_collapse_trend") CHECK(c.at("values") == d.at("trends"));
+  tiny["lrs"] = "0.001,0.01,0.1";
+  CHECK_THROWS_WITH_AS(run_lab("entropy", tiny, &rc), doctest::Contains("4 or more learning rates"), std::invalid_argument);
+  tiny["lrs"] = "0,0.001,0.01,0.1";
+  CHECK_THROWS_WITH_AS(run_lab("entropy", tiny, &rc), doctest::Contains("must be above 0"), std::invalid_argument);
+}
+
+TEST_CASE("lab padding, tiny settings: the padded-length dose-response and its levels flag") {
+  int rc = -1;
+  std::map<std::string, std::string> tiny{{"pairs", "200"}, {"d-model", "16"}, {"batches", "2"}, {"steps", "2"}};
+  const nlohmann::json j = run_lab("padding", tiny, &rc);
+  REQUIRE(j.at("claims").size() == claim_specs_of("padding").size());
+  CHECK(rc == expected_code(j));
+  REQUIRE(j.at("dose_response").size() == 1);
+  const auto& d = j.at("dose_response")[0];
+  CHECK(d.at("levels") == nlohmann::json({8.0, 16.0, 32.0, 64.0}));
+  CHECK(d.at("trend") == "slope per doubling");
+  for (const auto& c : j.at("claims"))
+    if (c.at("id") == "pad_change_trend") CHECK(c.at("values") == d.at("trends"));
+  tiny["lengths"] = "8,16,32";
+  CHECK_THROWS_WITH_AS(run_lab("padding", tiny, &rc), doctest::Contains("4 or more padded lengths"), std::invalid_argument);
+  tiny["lengths"] = "2,16,32,64";
+  CHECK_THROWS_WITH_AS(run_lab("padding", tiny, &rc), doctest::Contains("must lie above"), std::invalid_argument);
 }
 
 TEST_CASE("lab depth, tiny settings: writes its JSON with its five claims (lab/claims.cpp) and their evidence") {
