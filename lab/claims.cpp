@@ -577,16 +577,16 @@ struct Effect {
 
 std::vector<Effect> effects() {
   return {
-      // ---- norm (pilot: docs/labs/norm.md's output, 5 seeds)
+      // ---- norm (pilot: docs/labs/norm.md's output at the dose-response defaults, 90 steps, 5 seeds)
       {"norm", "postln_grows", 0.25, 0.536, 5, "half the threshold's distance from no growth (a ratio of 1): a last layer 1.75x the first's"},
       {"norm", "preln_not_growing", 0.1, 0.0821, 5,
        "a last layer 10% below the first: the paper predicts equal gradients (1), so a profile within 10% of flat is the paper's own and "
        "not what this claim can tell from growth"},
       {"norm", "preln_falls_with_depth", 0.125, 0.0466, 5, "half the way from the threshold (-0.25) to Theorem 1's slope for Pre-LN (-0.5)"},
       {"norm", "postln_flat_with_depth", 0.125, 0.0695, 5, "half the way from the threshold (-0.25) to Theorem 1's slope for Post-LN (0)"},
-      {"norm", "postln_needs_warmup", 0.1, 0.287, 5, "half the threshold's distance from no gap (0 nats): a gap of 0.3 nats"},
-      {"norm", "preln_needs_less", 0.1, 0.273, 5, "a tenth of a nat, the size postln_needs_warmup asks beyond its own threshold"},
-      {"norm", "deepnorm_trains", 0.1, 0.145, 5, "half the threshold's distance from no gain (0 nats), as postln_needs_warmup"},
+      {"norm", "postln_warmup_trend", 0.00167, 0.00561, 5, "half the threshold's distance from no trend (0 nats per warm-up step)"},
+      {"norm", "preln_needs_less", 0.1, 0.329, 5, "a tenth of a nat, the size postln_needs_warmup asks beyond its own threshold"},
+      {"norm", "deepnorm_trains", 0.1, 0.329, 5, "half the threshold's distance from no gain (0 nats), as postln_needs_warmup"},
       // ---- leak (pilot: docs/labs/leak.md's output, 5 seeds)
       {"leak", "reads_answer", 0.2, 0.059, 5,
        "half the threshold's distance from chance (a row peaks at t+1 about 1/(T-1) of the time, near 0.1): a share of 0.7, clearly most "
@@ -595,6 +595,7 @@ std::vector<Effect> effects() {
       {"leak", "fr_collapses", 0.25, 0.109, 5, "half the threshold's distance from no collapse (a ratio of 1): a quarter of the masked model's accuracy"},
       // ---- padding (pilot: docs/labs/padding.md's output, 5 seeds)
       {"padding", "unmasked_pad_changes_output", 1.0, 0.0689, 5, "one decade: a relative difference of 1e-2 rather than the threshold's 1e-3"},
+      {"padding", "pad_change_trend", 0.015, 0.0444, 5, "half the threshold's distance from no trend (0 decades per doubling)"},
       {"padding", "unmasked_pad_gets_gradient", 0.09, 0.152, 5,
        "a PAD position getting a tenth of a word's gradient (0.1): within an order of magnitude of a word's, which is what 'as words do' "
        "means"},
@@ -613,12 +614,11 @@ std::vector<Effect> effects() {
       {"depth", "collapse_without_skips", 1.0, 0.0242, 5, "half the threshold's distance from no collapse (log10 ratio 0)"},
       {"depth", "skips_prevent_collapse", 0.15, 0.0087, 5, "half the threshold's distance from full collapse (0)"},
       {"depth", "qk_gradients_vanish", 0.5, 0.134, 5, "half the threshold's distance from no difference (log10 ratio 0)"},
-      // ---- entropy (pilot: docs/labs/entropy.md's output, 5 seeds)
-      {"entropy", "collapse", 0.05, 0.0353, 5,
-       "half the threshold: H / log(keys) of 0.05, about the source's 0.036 of a head at 0.99 on one of 8 keys"},
-      {"entropy", "worse_loss", 0.25, 1.16, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
-      {"entropy", "reparam_entropy", 0.1, 0.0763, 5, "half the threshold's distance from no gap (0)"},
-      {"entropy", "reparam_loss", 0.25, 1.26, 5, "half the threshold's distance from equal losses (a ratio of 1), as worse_loss"},
+      // ---- entropy (pilot: docs/labs/entropy.md's output at the dose-response defaults, 180 steps, 5 seeds)
+      {"entropy", "entropy_collapse_trend", 0.025, 0.0241, 5, "half the threshold's distance from no trend (0 per doubling of the rate)"},
+      {"entropy", "worse_loss", 0.25, 0.655, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
+      {"entropy", "reparam_entropy", 0.1, 0.124, 5, "half the threshold's distance from no gap (0)"},
+      {"entropy", "reparam_loss", 0.25, 0.487, 5, "half the threshold's distance from equal losses (a ratio of 1), as worse_loss"},
       // ---- attribution (pilot: docs/labs/attribution.md's output, 3 seeds)
       {"attribution", "attention_agrees", 0.1, 0.0186, 3, "half the threshold's distance from no agreement (rho 0)"},
       {"attribution", "methods_agree_gxi", 0.05, 0.0224, 3,
