@@ -5,13 +5,10 @@
 // are learnt by the trainer's code once and loaded back by the next lab. Also the errors for a
 // missing folder and a missing file.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +16,8 @@
 #include "lab/claims.h"
 #include "nn_test_util.h"
 #include "korean/corpus_ko.h"
+#include "temp_dir.h"
+#include "train/data/parallel_text.h"
 
 using namespace gf;
 using gf::testing::error_of;
@@ -26,19 +25,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("gradflow_test_lab_data_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // 540 training, 30 validation and 30 test pairs: DIR/{train,valid,test}.{en,ko}.
 fs::path make_corpus(const fs::path& dir) {
@@ -61,7 +47,7 @@ json run_on_data(const std::string& name, const fs::path& data, const fs::path& 
   args.insert(args.end(), tiny.begin(), tiny.end());
   const int rc = run_lab(args);
   CHECK((rc == 0 || rc == 3 || rc == 4));  // a verdict (tiny models need not agree with the papers)
-  const json j = json::parse(read(out / (name + ".json")));
+  const json j = json::parse(train::read_file_bytes(out / (name + ".json"), "test_lab_data"));
   CHECK(fs::exists(out / (name + ".svg")));
   const json& rd = j.at("data").at("real_data");
   CHECK(rd.at("data") == data.string());
@@ -93,7 +79,8 @@ json run_on_data(const std::string& name, const fs::path& data, const fs::path& 
 }  // namespace
 
 TEST_CASE("smoothing, crossattn and attribution run their claims on a parallel corpus given with --data") {
-  const fs::path root = fresh_dir("labs");
+  const test::TempDir tmp("gf_test_lab_data");
+  const fs::path& root = tmp.path;
   const fs::path data = make_corpus(root / "corpus"), cache = root / "cache";
 
   SUBCASE("all three, sharing the subword models") {
@@ -137,11 +124,11 @@ TEST_CASE("smoothing, crossattn and attribution run their claims on a parallel c
       if (e.path().filename().string().rfind("data-corpus-en-ko-sw700-", 0) == 0) model_kept = model_kept || fs::exists(e.path() / "spm.model");
     CHECK(model_kept);
   }
-  fs::remove_all(root);
 }
 
 TEST_CASE("--data names what is missing: the folder, or a file of the training split") {
-  const fs::path root = fresh_dir("errors");
+  const test::TempDir tmp("gf_test_lab_data");
+  const fs::path& root = tmp.path;
   const std::string out = (root / "out").string(), missing = (root / "no-such-folder").string();
   GF_CHECK_CONTAINS(error_of([&] { run_lab({"smoothing", "--out", out, "--data", missing}); }),
                     "lab smoothing: --data '" + missing + "' does not exist");
@@ -151,5 +138,4 @@ TEST_CASE("--data names what is missing: the folder, or a file of the training s
                     "missing " + (data / "train.ko").string());
   GF_CHECK_CONTAINS(error_of([&] { run_lab({"attribution", "--out", out, "--data", data.string(), "--src", "en", "--tgt", "de"}); }),
                     "missing " + (data / "train.de").string());
-  fs::remove_all(root);
 }
