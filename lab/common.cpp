@@ -209,6 +209,15 @@ double sign_test_p(int64_t wins, int64_t n) {
 
 // ---------------------------------------------------------------- data
 
+std::vector<Option> task_options(const std::string& note) {
+  return {{"task", Option::Text, "reverse", note + "synthetic task: copy, reverse or sort"},
+          {"symbols", Option::Int, "10", note + "symbols in the task's alphabet"},
+          {"min-len", Option::Int, "4", note + "shortest sequence"},
+          {"max-len", Option::Int, "8", note + "longest sequence"},
+          {"train", Option::Int, "2000", note + "training sequences"},
+          {"eval", Option::Int, "200", note + "held-out sequences"}};
+}
+
 IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,
                       uint64_t seed) {
   GF_CHECK(kind == "copy" || kind == "reverse" || kind == "sort", "synthetic_task: kind must be copy, reverse or sort, got '{}'", kind);

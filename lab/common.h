@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lab/lab.h"
 #include "nn/seq2seq.h"
 #include "train/data/batching.h"
 #include "train/plot/svg_chart.h"
@@ -71,6 +72,11 @@ struct IdData {
 // source sorted ascending. The same seed gives the same data; test sequences differ from train ones.
 IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,
                       uint64_t seed);
+
+// The synthetic task's options, one source for the defaults the labs that train on it share:
+// --task reverse, --symbols 10, --min-len 4, --max-len 8, --train 2000, --eval 200. `note` comes
+// before each help text ("(3) " in a lab of numbered parts). A lab appends its own options after.
+std::vector<Option> task_options(const std::string& note = "");
 
 // The built-in English -> Korean corpus (korean/corpus_ko.h) of `total` pairs as ids, vocabularies
 // built on its training split; test is its test split.

@@ -385,19 +385,14 @@ Lab crossattn_lab() {
                "layers; and what does the encoder learn from it -- what is left of translation when the trained encoder is put back to its start?";
   l.control = "the memory detached in training (the same forward; no gradient reaches the encoder)";
   l.default_seeds = 5;
-  l.options = {{"task", Option::Text, "reverse", "synthetic task: copy, reverse or sort"},
-               {"symbols", Option::Int, "10", "symbols in the task's alphabet"},
-               {"min-len", Option::Int, "4", "shortest sequence"},
-               {"max-len", Option::Int, "8", "longest sequence"},
-               {"train", Option::Int, "2000", "training sequences"},
-               {"eval", Option::Int, "200", "held-out sequences"},
-               {"d-model", Option::Int, "32", "model width (FFN 4x)"},
-               {"heads", Option::Int, "4", "attention heads"},
-               {"layers", Option::Int, "3", "encoder and decoder layers each"},
-               {"steps", Option::Int, "400", "training steps"},
-               {"lr", Option::Real, "0.002", "Adam learning rate (10% linear warm-up)"},
-               {"max-tokens", Option::Int, "1024", "padded tokens per batch"},
-               {"probe-every", Option::Int, "10", "steps between reads of the per-layer gradients"}};
+  l.options = task_options();
+  l.options.insert(l.options.end(), {{"d-model", Option::Int, "32", "model width (FFN 4x)"},
+                                     {"heads", Option::Int, "4", "attention heads"},
+                                     {"layers", Option::Int, "3", "encoder and decoder layers each"},
+                                     {"steps", Option::Int, "400", "training steps"},
+                                     {"lr", Option::Real, "0.002", "Adam learning rate (10% linear warm-up)"},
+                                     {"max-tokens", Option::Int, "1024", "padded tokens per batch"},
+                                     {"probe-every", Option::Int, "10", "steps between reads of the per-layer gradients"}});
   add_real_data_options(l.options);  // --data: a real translation task in place of the synthetic one (lab/real_data.h)
   l.run = run;
   return l;

@@ -563,22 +563,17 @@ Lab gqa_lab() {
   l.control = "placebo: runs of one group size, each on its own seed and checkpoint, in every group size's place";
   l.placebo = true;
   l.default_seeds = 5;
-  l.options = {{"task", Option::Text, "reverse", "synthetic task: copy, reverse or sort"},
-               {"symbols", Option::Int, "10", "symbols in the task's alphabet"},
-               {"min-len", Option::Int, "4", "shortest sequence"},
-               {"max-len", Option::Int, "8", "longest sequence"},
-               {"train", Option::Int, "2000", "training sequences"},
-               {"eval", Option::Int, "200", "held-out sequences"},
-               {"d-model", Option::Int, "32", "model width (FFN 4x)"},
-               {"heads", Option::Int, "8", "query heads"},
-               {"groups", Option::Text, "1,2,4,8", "the arms: query heads per key/value head G (4 or more, increasing, from 1,2 to --heads)"},
-               {"layers", Option::Int, "2", "encoder and decoder layers each"},
-               {"steps", Option::Int, "400", "training steps of the multi-head checkpoint"},
-               {"uptrain", Option::Int, "100", "steps of every arm after the conversion"},
-               {"uptrain-lr", Option::Real, "0.0005", "Adam learning rate after the conversion (a fresh optimizer, whose first steps are large)"},
-               {"scratch", Option::Switch, "", "train every arm from scratch for steps + uptrain steps instead"},
-               {"lr", Option::Real, "0.002", "Adam learning rate (10% linear warm-up)"},
-               {"max-tokens", Option::Int, "1024", "padded tokens per batch"}};
+  l.options = task_options();
+  l.options.insert(l.options.end(), {{"d-model", Option::Int, "32", "model width (FFN 4x)"},
+                                     {"heads", Option::Int, "8", "query heads"},
+                                     {"groups", Option::Text, "1,2,4,8", "the arms: query heads per key/value head G (4 or more, increasing, from 1,2 to --heads)"},
+                                     {"layers", Option::Int, "2", "encoder and decoder layers each"},
+                                     {"steps", Option::Int, "400", "training steps of the multi-head checkpoint"},
+                                     {"uptrain", Option::Int, "100", "steps of every arm after the conversion"},
+                                     {"uptrain-lr", Option::Real, "0.0005", "Adam learning rate after the conversion (a fresh optimizer, whose first steps are large)"},
+                                     {"scratch", Option::Switch, "", "train every arm from scratch for steps + uptrain steps instead"},
+                                     {"lr", Option::Real, "0.002", "Adam learning rate (10% linear warm-up)"},
+                                     {"max-tokens", Option::Int, "1024", "padded tokens per batch"}});
   l.run = run;
   return l;
 }

@@ -349,20 +349,15 @@ Lab leak_lab() {
   l.control = "placebo: two groups of seeds of the masked model";
   l.placebo = true;
   l.default_seeds = 5;
-  l.options = {{"task", Option::Text, "reverse", "synthetic task: copy, reverse or sort"},
-               {"symbols", Option::Int, "10", "symbols in the task's alphabet"},
-               {"min-len", Option::Int, "4", "shortest sequence"},
-               {"max-len", Option::Int, "8", "longest sequence"},
-               {"train", Option::Int, "2000", "training sequences"},
-               {"eval", Option::Int, "200", "held-out sequences evaluated"},
-               {"jacobian-sentences", Option::Int, "8", "held-out sequences of the longest length whose Jacobian is taken"},
-               {"d-model", Option::Int, "32", "model width (feed-forward 4x)"},
-               {"heads", Option::Int, "2", "attention heads"},
-               {"layers", Option::Int, "2", "encoder and decoder layers each"},
-               {"steps", Option::Int, "400", "training steps per arm"},
-               {"eval-every", Option::Int, "50", "steps between accuracy probes on 50 held-out sequences"},
-               {"lr", Option::Real, "0.002", "Adam learning rate (10% linear warm-up)"},
-               {"max-tokens", Option::Int, "1024", "padded tokens per batch"}};
+  l.options = task_options();
+  l.options.insert(l.options.end(), {{"jacobian-sentences", Option::Int, "8", "held-out sequences of the longest length whose Jacobian is taken"},
+                                     {"d-model", Option::Int, "32", "model width (feed-forward 4x)"},
+                                     {"heads", Option::Int, "2", "attention heads"},
+                                     {"layers", Option::Int, "2", "encoder and decoder layers each"},
+                                     {"steps", Option::Int, "400", "training steps per arm"},
+                                     {"eval-every", Option::Int, "50", "steps between accuracy probes on 50 held-out sequences"},
+                                     {"lr", Option::Real, "0.002", "Adam learning rate (10% linear warm-up)"},
+                                     {"max-tokens", Option::Int, "1024", "padded tokens per batch"}});
   l.run = run;
   return l;
 }

@@ -437,19 +437,15 @@ Lab scale_lab() {
                {"keys", Option::Int, "32", "(1) keys per sequence"},
                {"pairs", Option::Int, "2000", "(2) built-in corpus pairs"},
                {"sentences", Option::Int, "32", "(2) sentences of one length read per d_k and seed"},
-               {"dks", Option::Text, "16,32,64,128,256,512", "(2) the d_k levels of the dose-response (4 or more, increasing)"},
-               {"task", Option::Text, "reverse", "(3) synthetic task: copy, reverse or sort"},
-               {"symbols", Option::Int, "10", "(3) symbols in the task's alphabet"},
-               {"min-len", Option::Int, "4", "(3) shortest sequence"},
-               {"max-len", Option::Int, "8", "(3) longest sequence"},
-               {"train", Option::Int, "2000", "(3) training sequences"},
-               {"eval", Option::Int, "200", "(3) held-out sequences"},
-               {"train-d-model", Option::Int, "128", "(3) model width (feed-forward 4x)"},
-               {"train-heads", Option::Int, "1", "(3) heads (d_k = width / heads)"},
-               {"train-layers", Option::Int, "2", "(3) encoder and decoder layers each"},
-               {"steps", Option::Int, "200", "(3) training steps per arm"},
-               {"lr", Option::Real, "0.001", "(3) Adam learning rate (10% linear warm-up)"},
-               {"max-tokens", Option::Int, "1024", "(3) padded tokens per batch"}};
+               {"dks", Option::Text, "16,32,64,128,256,512", "(2) the d_k levels of the dose-response (4 or more, increasing)"}};
+  const std::vector<Option> task = task_options("(3) ");
+  l.options.insert(l.options.end(), task.begin(), task.end());
+  l.options.insert(l.options.end(), {{"train-d-model", Option::Int, "128", "(3) model width (feed-forward 4x)"},
+                                     {"train-heads", Option::Int, "1", "(3) heads (d_k = width / heads)"},
+                                     {"train-layers", Option::Int, "2", "(3) encoder and decoder layers each"},
+                                     {"steps", Option::Int, "200", "(3) training steps per arm"},
+                                     {"lr", Option::Real, "0.001", "(3) Adam learning rate (10% linear warm-up)"},
+                                     {"max-tokens", Option::Int, "1024", "(3) padded tokens per batch"}});
   l.run = run;
   return l;
 }

@@ -8,7 +8,7 @@ namespace gf::nn {
 
 namespace {
 
-std::deque<ActivationKind>& kinds() {
+std::deque<ActivationKind>& mutable_activation_kinds() {
   static std::deque<ActivationKind> kinds = {
       // ReLU and dropout fused: only the hidden output is kept, not relu's output and a mask.
       {"relu", "max(0, x), the Transformer paper's", relu, relu_dropout},
@@ -19,9 +19,9 @@ std::deque<ActivationKind>& kinds() {
 
 }  // namespace
 
-const std::deque<ActivationKind>& activation_kinds() { return kinds(); }
+const std::deque<ActivationKind>& activation_kinds() { return mutable_activation_kinds(); }
 
-void register_activation(ActivationKind kind) { registry_add(kinds(), std::move(kind), "activation"); }
+void register_activation(ActivationKind kind) { registry_add(mutable_activation_kinds(), std::move(kind), "activation"); }
 
 const ActivationKind& find_activation(const std::string& name) { return registry_find(activation_kinds(), name, "activation"); }
 

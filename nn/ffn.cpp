@@ -41,7 +41,7 @@ Variable FFN::forward(const Variable& x) const { return feed_forward(x, *linear1
 
 namespace {
 
-std::deque<FeedForwardKind>& kinds() {
+std::deque<FeedForwardKind>& mutable_feedforward_kinds() {
   static std::deque<FeedForwardKind> kinds = {
       {"standard", "linear2(dropout(activation(linear1(x)))), nn.TransformerEncoderLayer's; --activation applies", nullptr},
   };
@@ -50,15 +50,15 @@ std::deque<FeedForwardKind>& kinds() {
 
 }  // namespace
 
-const std::deque<FeedForwardKind>& feedforward_kinds() { return kinds(); }
+const std::deque<FeedForwardKind>& feedforward_kinds() { return mutable_feedforward_kinds(); }
 
-const FeedForwardKind& find_feedforward(const std::string& name) { return registry_find(kinds(), name, "feedforward"); }
+const FeedForwardKind& find_feedforward(const std::string& name) { return registry_find(mutable_feedforward_kinds(), name, "feedforward"); }
 
-std::string feedforward_names() { return registry_names(kinds()); }
+std::string feedforward_names() { return registry_names(mutable_feedforward_kinds()); }
 
 void register_feedforward(FeedForwardKind kind) {
   GF_CHECK(kind.make != nullptr, "register feedforward: '{}' has no factory (make)", kind.name ? kind.name : "");
-  registry_add(kinds(), std::move(kind), "feedforward");
+  registry_add(mutable_feedforward_kinds(), std::move(kind), "feedforward");
 }
 
 }  // namespace gf::nn

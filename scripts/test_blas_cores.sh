@@ -10,8 +10,12 @@
 # OpenBLAS's own kernel, in the test command's Release run (the full check's time budget).
 #   bash scripts/test_blas_cores.sh              # every kernel this CPU runs, -L quick
 #   bash scripts/test_blas_cores.sh -R test_decode   # other arguments go to ctest instead of -L quick
+#   bash scripts/test_blas_cores.sh --others     # all but the kernel this environment gives (the
+#                                                # full check's: its test command just ran under it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+others=0
+if [ "${1:-}" = --others ]; then others=1; shift; fi
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-L quick)
 [ -x build/gradflow ] || { echo "test_blas_cores: build/gradflow is missing: run bash scripts/setup.sh first" >&2; exit 1; }
@@ -24,8 +28,13 @@ has avx512f && has avx512bw && has avx512dq && has avx512vl && cores+=(SkylakeX)
 has avx512f && has avx512_bf16 && cores+=(Cooperlake)
 [ ${#cores[@]} -gt 0 ] || { echo "test_blas_cores: this CPU runs none of Haswell, SkylakeX, Cooperlake; nothing to do"; exit 0; }
 
+own=$(build/gradflow info | sed -n 's/^openblas core: \([A-Za-z]*\).*/\1/p')
 failed=()
 for core in "${cores[@]}"; do
+  if [ "$others" = 1 ] && [ "$core" = "$own" ]; then
+    echo "test_blas_cores: $core is this environment's own kernel, which the test command's ctest run covered"
+    continue
+  fi
   start=$SECONDS
   in_use=$(OPENBLAS_CORETYPE=$core build/gradflow info | sed -n 's/^openblas core: \([A-Za-z]*\).*/\1/p')
   if [ "$in_use" != "$core" ]; then

@@ -23,7 +23,9 @@
 #include "tensor/io/safetensors.h"
 #include "train/run/run_config.h"
 #include "train/data/vocab.h"
+#include "temp_dir.h"
 #include "tiny_run.h"
+#include "train/data/parallel_text.h"
 
 using namespace gf;
 using namespace gf::testing;
@@ -41,19 +43,6 @@ std::unique_ptr<nn::Seq2SeqTransformer> tiny_model(uint64_t seed = 5) {
 
 const std::vector<int64_t> kSrc = {4, 6, 5, 4, 6};  // (S = 5)
 const std::vector<int64_t> kOut = {7, 5, 8, 3};      // (T = 4), ends with <eos>
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("gradflow_test_lab_trained_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -206,7 +195,8 @@ TEST_CASE("attribution_maps rejects an output without <eos>") {
 }
 
 TEST_CASE("a model trained for a lab is cached and loaded back with the same weights and test pairs") {
-  const fs::path cache = fresh_dir("cache");
+  const test::TempDir cache_tmp("gradflow_test_lab_trained_cache");
+  const fs::path cache = cache_tmp.path;
   const lab::Lab& attribution = lab::find_lab("attribution");
   std::map<std::string, std::string> settings{{"out", (cache / "out").string()}, {"seeds", "1"}, {"seed", "1"}};
   for (const auto& o : attribution.options) settings[o.name] = o.default_value.empty() && o.kind == lab::Option::Switch ? "0" : o.default_value;
@@ -233,11 +223,11 @@ TEST_CASE("a model trained for a lab is cached and loaded back with the same wei
   for (const auto& [name, t] : wa) CHECK(max_abs_diff(t, wb.at(name)) == 0.0);
   CHECK(lab::cache_key(r, 0) != lab::cache_key(r, 1));  // each seed its own model
   std::fclose(sink);
-  fs::remove_all(cache);
 }
 
 TEST_CASE("gradflow attention --grad adds the gradient x input panel to the SVG") {
-  const fs::path dir = fresh_dir("attention");
+  const test::TempDir dir_tmp("gradflow_test_lab_trained_attention");
+  const fs::path dir = dir_tmp.path;
   fs::create_directories(dir);
   // A run folder Translator::load reads: config, vocabularies and weights of an untrained model.
   const train::RunConfig c = gf::test::tiny_run();
@@ -258,12 +248,11 @@ TEST_CASE("gradflow attention --grad adds the gradient x input panel to the SVG"
   };
   REQUIRE(run(plain) == 0);
   REQUIRE(run(with_grad) == 0);
-  const std::string a = read(svg), g = read(svg_grad);
+  const std::string a = train::read_file_bytes(svg, "test"), g = train::read_file_bytes(svg_grad, "test");
   CHECK(a.find("gradient x input") == std::string::npos);
   CHECK(g.find("gradient x input") != std::string::npos);
   CHECK(g.find("average of all layers and heads") != std::string::npos);
   CHECK(g.size() > a.size());
-  fs::remove_all(dir);
 }
 
 namespace {
@@ -279,13 +268,14 @@ nlohmann::json run_tiny_lab(const std::string& name, const fs::path& out, std::v
   for (auto& a : args) argv.push_back(a.data());
   const int rc = app::cmd_lab(static_cast<int>(argv.size()), argv.data());
   CHECK((rc == 0 || rc == 3));  // the claims were computed (a 4-step model need not agree)
-  return nlohmann::json::parse(read(out / (name + ".json")));
+  return nlohmann::json::parse(train::read_file_bytes(out / (name + ".json"), "test"));
 }
 
 }  // namespace
 
 TEST_CASE("the attribution lab runs end to end on a tiny model: one number per sentence and pair of maps") {
-  const fs::path out = fresh_dir("attribution_lab");
+  const test::TempDir out_tmp("gradflow_test_lab_trained_attribution_lab");
+  const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "4", "--permutations", "2"});
   const auto& seed = j.at("data").at("seeds").at("1");
   for (const char* pair : {"att-gxi", "att-loo", "att-ig", "gxi-loo", "gxi-ig", "loo-ig"}) {
@@ -297,11 +287,11 @@ TEST_CASE("the attribution lab runs end to end on a tiny model: one number per s
     for (const auto& tv : seed.at(cf)) CHECK((tv.get<double>() >= 0 && tv.get<double>() <= 1));
   CHECK(j.at("claims").size() == 7);
   CHECK(fs::exists(out / "attribution.svg"));
-  fs::remove_all(out);
 }
 
 TEST_CASE("the attribution lab's control: uniform cross-attention agrees with nothing and permuting it changes nothing") {
-  const fs::path out = fresh_dir("attribution_control");
+  const test::TempDir out_tmp("gradflow_test_lab_trained_attribution_control");
+  const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "2", "--permutations", "2", "--control"});
   CHECK(j.at("control") == true);
   const auto& seed = j.at("data").at("seeds").at("1");
@@ -309,11 +299,11 @@ TEST_CASE("the attribution lab's control: uniform cross-attention agrees with no
     for (const auto& rho : seed.at("per_sentence_spearman").at(pair)) CHECK(rho.get<double>() == 0.0);
   for (const char* cf : {"per_sentence_permuted_tv", "per_sentence_uniform_tv"})
     for (const auto& tv : seed.at(cf)) CHECK(tv.get<double>() < 1e-6);
-  fs::remove_all(out);
 }
 
 TEST_CASE("the exposure lab runs end to end on tiny models: every level, every sentence counted once per position and forced step") {
-  const fs::path out = fresh_dir("exposure_lab");
+  const test::TempDir out_tmp("gradflow_test_lab_trained_exposure_lab");
+  const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("exposure", out, {"--min-support", "2", "--valid-every", "2", "--ss-rates", "0,10,25,50"});
   const auto& data = j.at("data");
   // Teacher forcing, then scheduled sampling at k = 100 / rate: 10, 4, 2.
@@ -335,33 +325,33 @@ TEST_CASE("the exposure lab runs end to end on tiny models: every level, every s
     CHECK(d.at("trends").size() == 2);
   }
   CHECK(fs::exists(out / "exposure.svg"));
-  fs::remove_all(out);
 }
 
 TEST_CASE("the exposure lab feeds a token other than the reference's at step k; its control is a placebo over teacher-forced models") {
   const std::vector<std::string> tiny{"--min-support", "2", "--valid-every", "2", "--ss-rates", "0,10,25,50"};
-  const fs::path out = fresh_dir("exposure_forced");
+  const test::TempDir out_tmp("gradflow_test_lab_trained_exposure_forced");
+  const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("exposure", out, tiny);
   const auto& e = j.at("data").at("example");
   const size_t k = e.at("forced_step").get<size_t>();
   REQUIRE(e.at("forced").size() > k);
   CHECK(e.at("forced").at(k) != e.at("reference").at(k));
-  fs::remove_all(out);
   std::vector<std::string> control = tiny;
   control.push_back("--control");
-  const fs::path pl = fresh_dir("exposure_placebo");
+  const test::TempDir pl_tmp("gradflow_test_lab_trained_exposure_placebo");
+  const fs::path pl = pl_tmp.path;
   const nlohmann::json p = run_tiny_lab("exposure", pl, control);
   CHECK(p.at("control") == true);
   std::map<std::string, int> splits;
   for (const auto& c : p.at("placebo").at("claims")) splits[c.at("id").get<std::string>()] = c.at("splits").get<int>();
   CHECK(splits == std::map<std::string, int>{{"gap_grows", 0}, {"derails", 0}, {"ss_gap_trend", 100}, {"ss_derailment_trend", 100}});
-  fs::remove_all(pl);
 }
 
 TEST_CASE("the exposure lab refuses --ss-rates that are fewer than 4, not increasing, or do not start at teacher forcing") {
   const lab::Lab l = lab::exposure_lab();
+  const test::TempDir out("gradflow_test_lab_trained_exposure_rates");
   auto error_with = [&](const std::string& rates) {
-    std::map<std::string, std::string> all{{"out", fresh_dir("exposure_rates").string()}, {"seeds", "2"}, {"seed", "1"}};
+    std::map<std::string, std::string> all{{"out", out.file("out")}, {"seeds", "2"}, {"seed", "1"}};
     for (const auto& o : l.options) all[o.name] = o.default_value.empty() ? "0" : o.default_value;
     all["model"] = "";
     all["ss-rates"] = rates;
