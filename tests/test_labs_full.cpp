@@ -9,8 +9,9 @@
 // a claim whose interval sits near its threshold can land on the other side of it on another
 // machine. The test therefore accepts the *neighbouring* outcome (unsettled for a recorded
 // supported or contradicted claim, or the nearer decided one for a recorded unsettled claim) when the
-// deciding interval's end lies within half of its own half-width of the threshold. A flip between
-// supported and contradicted always fails. It takes minutes, not seconds (the labs' own timing is in
+// deciding interval's end lies within half of its own half-width of the threshold, and unsettled
+// for a recorded decided claim that the run calls "unsettled by design" (fewer seeds than its
+// design's n*, lab/report.h). A flip between supported and contradicted always fails. It takes minutes, not seconds (the labs' own timing is in
 // docs/labs.md, measured alone, not here). The CI settings are the lab's defaults, or fewer seeds,
 // steps or sweep points; under the sanitizers' short budget (GRADFLOW_TEST_SHORT, tests/test_budget.h)
 // `short_args` is added to cut them further. A lab is one line at the end of this file.
@@ -109,6 +110,12 @@ Clearance clearance(const json& c) {
 bool outcome_accepted(const json& c, const std::string& recorded) {
   const std::string seen = c.at("outcome").get<std::string>();
   if (seen == recorded) return true;
+  // A claim its lab cannot settle at these seeds by its own design (design.by_design: unsettled with
+  // fewer seeds than the design's n*) was decided by chance where it was recorded, and another
+  // kernel's summation order may leave it unsettled: exposure's ss_derailment_trend at 3 seeds needs
+  // 11 by its pilot, and under OpenBLAS's Cooperlake kernel its per-seed slopes were -0.047, -0.093,
+  // +0.017. Unsettled is accepted there; the opposite decision still fails.
+  if (seen == "unsettled" && recorded != "unsettled" && c.contains("design") && c.at("design").value("by_design", false)) return true;
   const Clearance k = clearance(c);
   if (!std::isfinite(k.margin)) return false;
   if (recorded == "supported" && seen == "unsettled") return k.supported >= -k.margin;
@@ -268,7 +275,8 @@ TEST_CASE("lab attribution") {
 }
 // exposure, 3 seeds (its budget) at 4 levels of scheduled sampling's speed: "derails" and the
 // derailment's trend are supported (the trend's deciding interval ends at -0.036 against -0.02 with
-// OpenBLAS's Haswell kernel, -0.025 with SkylakeX: within the margin, so unsettled is accepted); the
+// OpenBLAS's Haswell kernel, -0.025 with SkylakeX; with Cooperlake it came out unsettled by design,
+// which outcome_accepted allows); the
 // gap's growth (0.050 against 0.05) and the gap's trend are unsettled (docs/labs/exposure.md).
 TEST_CASE("lab exposure") {
   const std::string cache = fresh_cache("exposure");
