@@ -11,8 +11,8 @@
 // supported or contradicted claim, or the nearer decided one for a recorded unsettled claim) when the
 // deciding interval's end lies within half of its own half-width of the threshold, and unsettled
 // for a recorded decided claim that the run calls "unsettled by design" (fewer seeds than its
-// design's n*, lab/report.h). A flip between supported and contradicted always fails. It takes minutes, not seconds (the labs' own timing is in
-// docs/labs.md, measured alone, not here). The CI settings are the lab's defaults, or fewer seeds,
+// design's n*, lab/report.h). A flip between supported and contradicted always fails. It takes
+// minutes, not seconds (the labs' own timing is in docs/labs.md, measured alone, not here). The CI settings are the lab's defaults, or fewer seeds,
 // steps or sweep points; under the sanitizers' short budget (GRADFLOW_TEST_SHORT, tests/test_budget.h)
 // `short_args` is added to cut them further. A lab is one line at the end of this file.
 #include <doctest/doctest.h>
