@@ -2,11 +2,13 @@
 // runs one, `gradflow lab NAME --control` its negative control, `gradflow lab NAME --claims` prints
 // its rows of the claims table, `gradflow lab all` runs every lab and then every control.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 
+#include "app/child_jobs.h"
 #include "app/command_flags.h"
 #include "app/commands.h"
 #include "app/flags.h"
@@ -17,6 +19,7 @@
 #include "tensor/check.h"
 #include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
+#include "train/run/checkpoint.h"
 
 namespace gf::app {
 namespace {
@@ -105,6 +108,9 @@ Flags lab_all_flags() {
   f.add_string("out", "runs/lab", "parent folder");
   f.add_bool("claims", "print every lab's claims and exit");
   f.add_bool("html", "also write DIR/index.html and each lab's page, DIR/NAME/NAME.html (docs/report.md)");
+  f.add_int("jobs", 0, "labs run at once, each a process of its own with threads / jobs threads, its output in DIR/NAME/lab.log "
+                       "(0: one per core; 1: one after the other in this process)");
+  f.add_string("only", "", "comma-separated labs to run (default: all)");
   return f;
 }
 
@@ -160,6 +166,85 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
   return r;
 }
 
+// One run of `lab all`: a lab, its control or its ablation.
+struct AllJob {
+  const lab::Lab* lab = nullptr;
+  const char* kind = "";  // "", "control" or "ablate"
+  std::string out;        // its output folder
+  int after = -1;         // a control waits for its lab: exposure's and attribution's load the lab's models
+};
+
+// The runs of `lab all`: every lab (of --only), then every control and ablation.
+std::vector<AllJob> all_jobs(const Flags& f) {
+  std::vector<const lab::Lab*> chosen;
+  std::string only = f.str("only");
+  for (size_t at = 0; !only.empty() && at <= only.size();) {
+    const size_t comma = std::min(only.find(',', at), only.size());
+    const std::string name = only.substr(at, comma - at);
+    try {
+      chosen.push_back(&lab::find_lab(name));
+    } catch (const std::invalid_argument& e) {
+      GF_FAIL_AS(UsageError, "lab all --only: {}", e.what());
+    }
+    at = comma + 1;
+  }
+  if (only.empty())
+    for (const auto& l : lab::labs()) chosen.push_back(&l);
+  std::vector<AllJob> jobs;
+  for (const lab::Lab* l : chosen) jobs.push_back({l, "", (std::filesystem::path(f.str("out")) / l->name).string()});
+  const size_t labs = jobs.size();
+  for (size_t i = 0; i < labs; ++i) {
+    if (!jobs[i].lab->control.empty()) jobs.push_back({jobs[i].lab, "control", jobs[i].out + "-control", static_cast<int>(i)});
+    if (!jobs[i].lab->ablation.empty()) jobs.push_back({jobs[i].lab, "ablate", jobs[i].out + "-ablate", static_cast<int>(i)});
+  }
+  return jobs;
+}
+
+// Runs the jobs one after the other in this process.
+std::vector<Outcome> run_in_process(const std::vector<AllJob>& jobs) {
+  std::vector<Outcome> out;
+  for (const AllJob& j : jobs) {
+    const bool control = std::string(j.kind) == "control", ablate = std::string(j.kind) == "ablate";
+    char* none[] = {nullptr};
+    try {  // one lab's error is reported and counted, and the others still run
+      out.push_back(run_lab(*j.lab, 0, none, j.out, control, ablate));
+    } catch (const std::exception& e) {
+      fmt::print("gradflow lab {}{}{}: error: {}\n", j.lab->name, *j.kind ? " --" : "", j.kind, e.what());
+      out.push_back({1, 0, "error", false});
+    }
+    fmt::print("\n");
+  }
+  return out;
+}
+
+// Runs the jobs as child processes, `parallel` at once, each printed whole when it ends. A child's
+// exit code is its outcome: a lab's 0, 3 or 4; a control's 0 when it did its job, else 3; 1 an error.
+std::vector<Outcome> run_as_children(const std::vector<AllJob>& jobs, int parallel, bool html) {
+  const int threads = std::max(1, max_threads() / parallel);
+  std::vector<ChildJob> children;
+  for (const AllJob& j : jobs) {
+    std::filesystem::create_directories(j.out);
+    ChildJob c{{"lab", j.lab->name, "--out", j.out, "--threads", std::to_string(threads)}, (std::filesystem::path(j.out) / "lab.log").string(), j.after};
+    if (*j.kind) c.args.push_back(std::string("--") + j.kind);
+    if (html) c.args.push_back("--html");
+    children.push_back(std::move(c));
+  }
+  fmt::print("lab all: {} runs, {} at once, {} thread{} each; each run's output is printed when it ends\n\n", jobs.size(), parallel,
+             threads, threads == 1 ? "" : "s");
+  std::fflush(stdout);
+  const auto results = run_child_jobs(children, parallel, [&](size_t i, const ChildResult& r) {
+    fmt::print("==== gradflow {} ({:.1f} s, exit {})\n{}\n", fmt::join(children[i].args, " "), r.seconds, r.code,
+               train::read_text_file(children[i].log));
+    std::fflush(stdout);
+  });
+  std::vector<Outcome> out;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const int code = results[i].code == 0 || results[i].code == 3 || results[i].code == 4 ? results[i].code : 1;
+    out.push_back({code, results[i].seconds, "", *jobs[i].kind && code == 0});
+  }
+  return out;
+}
+
 // `gradflow lab all`: every lab, then every control, and a summary. Exit 0 when every paper claim
 // is supported and no control supports a target; 3 when a claim is contradicted, a check fails, a
 // lab errs or a control supports a target; 4 otherwise (something unsettled).
@@ -170,29 +255,22 @@ int run_all(int argc, char** argv) {
     for (const auto& l : lab::labs()) print_claims(l), fmt::print("\n");
     return 0;
   }
+  GF_CHECK_AS(UsageError, f.integer("jobs") >= 0, "lab all: --jobs must be 0 (one per core) or more, got {}", f.integer("jobs"));
+  const std::vector<AllJob> jobs = all_jobs(f);
+  const int parallel = f.integer("jobs") > 0 ? static_cast<int>(f.integer("jobs")) : max_threads();
+  const std::vector<Outcome> outcomes = parallel == 1 ? run_in_process(jobs) : run_as_children(jobs, parallel, f.on("html"));
   struct Row {
     std::string name;
     Outcome lab, control, ablation;
     bool has_control = false, has_ablation = false;
   };
   std::vector<Row> rows;
-  // One lab's error is reported and counted, and the others still run.
-  auto guarded = [&](const lab::Lab& l, bool control, bool ablate) {
-    char* none[] = {nullptr};
-    try {  // a control into NAME-control, an ablation into NAME-ablate
-      return run_lab(l, 0, none, (std::filesystem::path(f.str("out")) / l.name).string(), control, ablate);
-    } catch (const std::exception& e) {
-      fmt::print("gradflow lab {}{}: error: {}\n", l.name, control ? " --control" : ablate ? " --ablate" : "", e.what());
-      return Outcome{1, 0, "error", false};
-    }
-  };
-  for (const auto& l : lab::labs()) {
-    rows.push_back({l.name, guarded(l, false, false), {}, {}, !l.control.empty(), !l.ablation.empty()});
-    fmt::print("\n");
-  }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].has_control) rows[i].control = guarded(lab::labs()[i], true, false), fmt::print("\n");
-    if (rows[i].has_ablation) rows[i].ablation = guarded(lab::labs()[i], false, true), fmt::print("\n");
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const std::string kind = jobs[i].kind;
+    if (kind.empty()) rows.push_back({jobs[i].lab->name, outcomes[i], {}, {}, false, false});
+    Row& r = rows[static_cast<size_t>(kind.empty() ? rows.size() - 1 : jobs[i].after)];
+    if (kind == "control") r.control = outcomes[i], r.has_control = true;
+    if (kind == "ablate") r.ablation = outcomes[i], r.has_ablation = true;
   }
   int code = 0;
   double total = 0;
@@ -206,11 +284,13 @@ int run_all(int argc, char** argv) {
     else if (lab_code == 4 && code == 0) code = 4;
     total += r.lab.seconds + r.control.seconds + r.ablation.seconds;
     const char* lab_word = r.lab.code == 1 ? "ERROR" : r.lab.code == 0 ? "supports all" : r.lab.code == 3 ? "CONTRADICTS" : "unsettled";
+    const bool any_control = r.has_control || r.has_ablation;
+    const bool control_error = (r.has_control && r.control.code == 1) || (r.has_ablation && r.ablation.code == 1);
     fmt::print("  {:<12}  {:<12}  {:>8.1f}  {:<12}  {:>8}\n", r.name, lab_word, r.lab.seconds,
-               !r.has_control ? "(none)" : r.control.code == 1 ? "ERROR" : control_ok ? "no target" : "TARGET HOLDS",
-               r.has_control ? fmt::format("{:.1f}", r.control.seconds + r.ablation.seconds) : "-");
+               !any_control ? "(none)" : control_error ? "ERROR" : control_ok ? "no target" : "TARGET HOLDS",
+               any_control ? fmt::format("{:.1f}", r.control.seconds + r.ablation.seconds) : "-");
   }
-  fmt::print("  total {:.1f} s; {}\n", total,
+  fmt::print("  total {:.1f} s of runs{}; {}\n", total, parallel > 1 ? fmt::format(", {} at once", parallel) : "",
              code == 0 ? "every lab's claims supported and no control supports a target"
                        : code == 4 ? "some claims unsettled; none contradicted, and no control supports a target"
                                    : "a claim contradicted, a check failed, or a control supports a target");

@@ -48,7 +48,9 @@ Run run_gradflow_lab(const std::string& name, const std::string& args, const std
   const fs::path out = fs::temp_directory_path() / ("gradflow_lab_full_" + tag);
   fs::remove_all(out);
   const fs::path log = out.string() + ".log";
-  const std::string cmd = std::string(GRADFLOW_BINARY_DIR) + "/gradflow lab " + name + " --out " + out.string() + " " + args +
+  // One thread: `ctest -j2` runs two labs at once on CI's two cores, and the labs' small models run
+  // as fast or faster on one thread than on two (docs/labs.md, "Time").
+  const std::string cmd = std::string(GRADFLOW_BINARY_DIR) + "/gradflow lab " + name + " --threads 1 --out " + out.string() + " " + args +
                           (kind.empty() ? "" : " --" + kind) + " > " + log.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   Run r;
@@ -298,3 +300,50 @@ TEST_CASE("lab smoothing") { lab_and_control("smoothing", "", "--seeds 3", {{"lo
 TEST_CASE("lab crossattn") { lab_and_control("crossattn", "", "--seeds 3 --steps 300 --eval 100", {}); }
 // precision rounds with the scalar bfloat16 of tensor/dtype.h, so it runs on any CPU.
 TEST_CASE("lab precision") { lab_and_control("precision", "", "--seeds 3 --steps 200", {}); }
+
+// `lab all` runs its labs as child processes, two at once, a control only after its lab (exposure's
+// and attribution's load the lab's models); each run's output is printed whole as it ends, and the
+// summary counts what the children's exit codes say. --jobs 1 runs them in this process instead.
+TEST_CASE("lab all") {
+  const fs::path out = fs::temp_directory_path() / ("gradflow_lab_all_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  auto run = [&](const std::string& args) {
+    const fs::path log = out.string() + ".log";
+    const int status = std::system((std::string(GRADFLOW_BINARY_DIR) + "/gradflow lab all --out " + out.string() + " " + args + " > " +
+                                    log.string() + " 2>&1")
+                                       .c_str());
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    fs::remove(log);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str());
+  };
+  const auto [code, log] = run("--only nan,padding,graph --jobs 2");
+  CAPTURE(log);
+  CHECK(code == 0);
+  CHECK(log.find("lab all: 5 runs, 2 at once, ") != std::string::npos);
+  const std::string started = "==== gradflow lab padding --out ";
+  const size_t lab_end = log.find(started + (out / "padding").string() + " --threads 1 ("),
+               control_end = log.find(started + (out / "padding-control").string() + " --threads 1 --control (");
+  REQUIRE(lab_end != std::string::npos);
+  REQUIRE(control_end != std::string::npos);
+  CHECK(control_end > lab_end);  // each run is printed as it ends: the control ended after its lab
+  for (const char* dir : {"nan", "graph", "padding", "padding-control", "padding-ablate"}) {
+    CAPTURE(dir);
+    CHECK(fs::exists(out / dir / "lab.log"));
+  }
+  std::ifstream jf(out / "padding-control" / "padding.json");
+  CHECK(json::parse(jf).at("control") == true);
+  CHECK(log.find("padding       supports all") != std::string::npos);
+  CHECK(log.find("no target") != std::string::npos);
+
+  const auto [one_code, one_log] = run("--only nan,graph --jobs 1");
+  CHECK(one_code == 0);
+  CHECK(one_log.find("lab all: ") == std::string::npos);  // in this process: no children
+  CHECK(one_log.find("graph         supports all") != std::string::npos);
+
+  const auto [bad_code, bad_log] = run("--only nan,nope");
+  CHECK(bad_code == 2);
+  CHECK(bad_log.find("nope") != std::string::npos);
+  fs::remove_all(out);
+}
