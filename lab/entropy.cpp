@@ -19,17 +19,20 @@
 // are per seed, with an interval across seeds; the collapse claim is the trend of the least head's
 // entropy per doubling of the rate. --control is a placebo (plain models at the high rate, each on
 // its own seed, in the arms' and the levels' places); --ablate runs every rate at the safe rate:
-// the paper's collapse and the rescue must then vanish.
+// the paper's collapse and the rescue must then vanish. With --data DIR (lab/real_data.h) every run
+// trains on that real translation task instead (the same data for every seed).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "autograd/grad_mode.h"
 #include "lab/common.h"
 #include "lab/labs.h"
+#include "lab/real_data.h"
 #include "lab/report.h"
 #include "nn/linear.h"
 #include "nn/multihead_attention.h"
@@ -177,7 +180,14 @@ Run train_one(const IdData& data, const Setting& s, double lr, Arm arm, uint64_t
   return r;
 }
 
-IdData make_data(const Report& r, uint64_t seed) {
+// Seed `seed`'s task: the one --task draws for it, or --data's real task (the same for every seed;
+// the probe batch and the held-out pairs are its first 64 test pairs).
+IdData make_data(const Report& r, const RealData* real, uint64_t seed) {
+  if (real) {
+    IdData d = real->ids;
+    if (d.test.size() > 64) d.test.resize(64);
+    return d;
+  }
   const std::string task = r.text("task");
   if (task == "corpus") return builtin_corpus(r.integer("pairs"), seed);
   return synthetic_task(task, r.integer("symbols"), r.integer("min-len"), r.integer("max-len"), r.integer("pairs"), 64, seed);
@@ -392,7 +402,7 @@ std::vector<double> lr_levels(const Report& r) {
 // --control: the placebo. A pool of plain models at the high rate, each on its own seed: every
 // contrast between two groups of them (one group in each arm's place), and the trend with runs of
 // the high rate on different seeds in every rate's place (true trend 0).
-void placebo(Report& r, Setting& s, const std::vector<double>& lrs) {
+void placebo(Report& r, Setting& s, const std::vector<double>& lrs, const RealData* real) {
   const double high = lrs.back();
   const int levels = static_cast<int>(lrs.size()), n = r.trend_placebo_pool(levels);
   r.say(fmt::format("PLACEBO: {} plain models at lr {:g}, seeds {}-{}; each contrast compares two groups of them, unpaired, and the trend "
@@ -400,7 +410,7 @@ void placebo(Report& r, Setting& s, const std::vector<double>& lrs) {
   std::vector<Run> pool;
   Table t("the pool: plain, high rate", {"seed", "final loss", "least head H at end"});
   for (int i = 0; i < n; ++i) {
-    const IdData data = make_data(r, r.seed(i));
+    const IdData data = make_data(r, real, r.seed(i));
     s.arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), r.on("pre-ln"));
     pool.push_back(train_one(data, s, high, kPlain, r.seed(i)));
     t.row({static_cast<int64_t>(r.seed(i)), pool.back().final_loss, pool.back().least_head_end});
@@ -430,7 +440,10 @@ void run(Report& r) {
   GF_CHECK(r.text("reparam") == "all" || r.text("reparam") == "qk", "lab entropy: --reparam is all or qk, got '{}'", r.text("reparam"));
   s.reparam_all = r.text("reparam") == "all";
   GF_CHECK(s.every >= 1 && s.base.steps >= s.every, "lab entropy: need 1 <= --every <= --steps, got {} and {}", s.every, s.base.steps);
-  if (r.placebo_mode()) return placebo(r, s, g.lrs);
+  std::optional<RealData> real;
+  if (uses_real_data(r)) real = real_data(r);
+  const RealData* rd = real ? &*real : nullptr;
+  if (r.placebo_mode()) return placebo(r, s, g.lrs, rd);
   if (r.ablate())
     r.say(fmt::format("every rate of --lrs and σReparam's run at the safe rate lr {:g}; the plain runs are one per seed (the same seed, data "
                       "and rate give the same numbers), so the trend is 0 by construction: its placebo (--control) is its real control",
@@ -438,13 +451,13 @@ void run(Report& r) {
   g.plain.resize(g.lrs.size());
   double init_diff = 0;
   for (int i = 0; i < r.seeds(); ++i) {
-    const IdData data = make_data(r, r.seed(i));
+    const IdData data = make_data(r, rd, r.seed(i));
     s.arch = small_model(data, r.integer("d-model"), r.integer("heads"), r.integer("layers"), r.integer("ff"), r.on("pre-ln"));
     if (i == 0)
-      r.say(fmt::format("task {} (drawn by each seed): {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), {}, "
+      r.say(fmt::format("task {}: {} training pairs; {} model d_model {}, {} heads, {}+{} layers, ff {}; Adam (0.9, 0.98), {}, "
                         "clip {}; {} steps of <= {} tokens; entropy on 64 held-out pairs at step 0 and every {} steps; plain at lr {}; σReparam "
                         "at lr {:g} on {}",
-                        r.text("task"), data.train.size(), r.on("pre-ln") ? "Pre-LN" : "Post-LN", s.arch.layer.d_model, s.arch.layer.nhead,
+                        rd ? "the real one above (the same for every seed)" : r.text("task") + " (drawn by each seed)", data.train.size(), r.on("pre-ln") ? "Pre-LN" : "Post-LN", s.arch.layer.d_model, s.arch.layer.nhead,
                         s.arch.num_layers, s.arch.num_layers, s.arch.layer.dim_feedforward,
                         s.base.warmup > 0 ? fmt::format("{} warm-up steps", s.base.warmup) : "no warm-up",
                         s.base.clip > 0 ? fmt::format("{}", s.base.clip) : "off", s.base.steps, s.base.max_tokens, s.every,
@@ -496,6 +509,7 @@ Lab entropy_lab() {
                {"steps", Option::Int, "180", "steps per run"},
                {"max-tokens", Option::Int, "1024", "tokens per batch"},
                {"every", Option::Int, "10", "steps between entropy measurements"}};
+  add_real_data_options(l.options);  // --data: a real translation task in place of --task (lab/real_data.h)
   l.run = run;
   return l;
 }

@@ -21,6 +21,8 @@
 //    continuation's error rate against the reference, and the total variation distance between
 //    their cross-attention rows (mean over layers and heads).
 // The scheduled-sampling claims are the trends of the late-half gap and of the derailment on 100/k.
+// With --data DIR (lab/real_data.h) the translators are trained on that task instead (Multi30k's
+// German -> English, say), each seed its own weights and batch order on the same data.
 // --control: the placebo, teacher-forced models of different seeds in the levels' places.
 #include <fmt/format.h>
 
@@ -32,6 +34,7 @@
 #include "autograd/grad_mode.h"
 #include "lab/common.h"
 #include "lab/labs.h"
+#include "lab/real_data.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
 #include "tensor/check.h"
@@ -681,6 +684,7 @@ Lab exposure_lab() {
   l.options.push_back({"offsets", Option::Int, "8", "steps after the forced token to follow"});
   l.options.push_back({"min-support", Option::Int, "40", "positions shown need this many sentences in every model"});
   l.options.push_back({"show", Option::Int, "0", "from which test sentence the figure's example is searched (0-based)"});
+  add_real_data_options(l.options);  // --data: the translators trained on a real task (lab/real_data.h)
   l.run = run;
   return l;
 }

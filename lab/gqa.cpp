@@ -18,6 +18,9 @@
 // gradient is their sum (an exact check), and its size against one part's measures how the group's
 // query heads pull it (sqrt(G) when their parts are uncorrelated, G when they all agree). --scratch
 // trains every arm from scratch instead.
+// With --data DIR (lab/real_data.h) the task is that real translation task (the same data for every
+// seed; the seed draws the weights and the batch order), and each arm's greedy BLEU on the validation
+// split is reported beside its accuracy, as Ainslie et al. report BLEU on WMT (reported, not claimed).
 // --control: the placebo. Runs of ONE group size (the middle level), each on its own seed with its
 // own checkpoint, put in the levels' places: the quality trend's true value is then 0.
 #include "lab/gqa.h"
@@ -26,10 +29,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "lab/common.h"
 #include "lab/kvcache.h"
 #include "lab/labs.h"
+#include "lab/real_data.h"
 #include "lab/report.h"
 #include "tensor/check.h"
 #include "train/decode/decode.h"
@@ -204,7 +209,14 @@ struct Settings {
   double lr, uptrain_lr;
   bool scratch;
   std::vector<int64_t> groups, kv;  // the arms: group sizes G (--groups), and heads / G key/value heads
+  const RealData* real = nullptr;   // --data: the real task in place of the synthetic one (lab/real_data.h)
 };
+
+// Seed `seed`'s task: the synthetic one it draws, or the real one (the same for every seed).
+IdData task_data(const Settings& s, uint64_t seed) {
+  if (s.real) return s.real->ids;
+  return synthetic_task(s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, seed);
+}
 
 struct Arm {
   int64_t kv = 0, kv_built = 0;  // the arm's key/value heads, and what was built (the same)
@@ -215,6 +227,7 @@ struct Arm {
   Accuracy fr;
   SharedHeadGrads init, trained;  // at a fresh initialisation; at the end
   int64_t bytes_per_token = 0, formula = 0, cross_bytes = 0;
+  double bleu = NAN;  // --data: greedy BLEU on the first --eval validation pairs
 };
 
 const char* kArmColors[] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#9467bd", "#8c564b"};
@@ -270,6 +283,7 @@ Arm train_arm(const Settings& s, const IdData& data, int64_t kv, bool quality_on
   a.tf = teacher_forced(*model, data.test);
   if (quality_only) return a;
   a.fr = free_running_accuracy(*model, data.test);
+  if (s.real) a.bleu = greedy_bleu(*model, *s.real, s.real->ids.valid, s.real->valid_refs, static_cast<size_t>(s.n_eval)).score;
   a.trained = shared_head_grads(*float64_copy(*model), first);
   // The cache as decoding allocates it (DecodeStats) against the formula.
   std::vector<size_t> some;
@@ -325,6 +339,19 @@ void report(Report& r, const Settings& s, const Runs& runs) {
            with_interval(per_seed(runs, k, [](const Arm& a) { return a.fr.exact; })), k ? with_interval(gap, "{:+.3f}") : std::string("-")});
   }
   r.print(q);
+  if (s.real) {
+    Table b("bleu", {"arm", fmt::format("greedy BLEU, first {} validation pairs", std::min<size_t>(static_cast<size_t>(s.n_eval), s.real->ids.valid.size())),
+                     "BLEU - multi-head's"});
+    for (size_t k = 0; k < s.kv.size(); ++k) {
+      std::vector<double> gap;
+      for (const auto& seed : runs) gap.push_back(seed[k].bleu - seed[0].bleu);
+      b.row({arm_name(s, s.kv[k]), with_interval(per_seed(runs, k, [](const Arm& a) { return a.bleu; }), "{:.2f}"),
+             k ? with_interval(gap, "{:+.2f}") : std::string("-")});
+    }
+    r.print(b);
+    r.say("Token accuracy is position by position against the reference, a strict measure for real sentences; BLEU (sacreBLEU 13a) is reported, "
+          "not claimed.");
+  }
   int64_t stopped = 0;
   for (const auto& seed : runs)
     for (const auto& a : seed) stopped += a.fit.diverged;
@@ -455,7 +482,7 @@ void check_claims(Report& r, const Settings& s, const Runs& runs, const std::vec
 // One run of the placebo: seed i's own checkpoint, converted to G and uptrained (or trained from
 // scratch), scored by held-out teacher-forced accuracy, as the lab scores each arm.
 double placebo_accuracy(const Settings& s, int64_t G, uint64_t seed) {
-  const IdData data = synthetic_task(s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, seed);
+  const IdData data = task_data(s, seed);
   FitResult pre;
   const auto start = s.scratch ? nullptr : checkpoint(s, data, seed, &pre);
   return train_arm(s, data, s.heads / G, /*quality_only=*/true, seed, start.get()).tf.accuracy;
@@ -506,8 +533,16 @@ void run(Report& r) {
   GF_CHECK(s.heads >= 1 && s.d_model % s.heads == 0, "lab gqa: --heads must divide --d-model, got {} for {}", s.heads, s.d_model);
   s.groups = parse_groups(r.text("groups"), s.heads);
   for (int64_t G : s.groups) s.kv.push_back(s.heads / G);
-  r.say(fmt::format("task {} over {} symbols, lengths {}-{}, {} training and {} held-out sequences; Post-LN, d_model {}, {} query heads, {}+{} layers;",
-                    s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, s.d_model, s.heads, s.layers, s.layers));
+  std::optional<RealData> real;
+  if (uses_real_data(r)) {
+    real = real_data(r), s.real = &*real;
+    if (real->ids.test.size() > static_cast<size_t>(s.n_eval)) real->ids.test.resize(static_cast<size_t>(s.n_eval));
+    r.say(fmt::format("the real task above: {} held-out test pairs; Post-LN, d_model {}, {} query heads, {}+{} layers;", real->ids.test.size(),
+                      s.d_model, s.heads, s.layers, s.layers));
+  } else {
+    r.say(fmt::format("task {} over {} symbols, lengths {}-{}, {} training and {} held-out sequences; Post-LN, d_model {}, {} query heads, {}+{} layers;",
+                      s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, s.d_model, s.heads, s.layers, s.layers));
+  }
   if (s.scratch)
     r.say(fmt::format("Every arm trained from scratch for {} steps of Adam at lr {} (10% warm-up), {} tokens a batch, the same batches.",
                       s.steps + s.uptrain, s.lr, s.max_tokens));
@@ -518,7 +553,7 @@ void run(Report& r) {
   if (r.placebo_mode()) return placebo(r, s);
   Runs runs;
   for (int i = 0; i < r.seeds(); ++i) {
-    const IdData data = synthetic_task(s.task, s.symbols, s.min_len, s.max_len, s.n_train, s.n_eval, r.seed(i));
+    const IdData data = task_data(s, r.seed(i));
     runs.push_back({});
     FitResult pre;
     const auto start = s.scratch ? nullptr : checkpoint(s, data, r.seed(i), &pre);
@@ -547,6 +582,9 @@ void run(Report& r) {
                            {"trained_ratio", a.trained.ratio},
                            {"trained_cosine", a.trained.cosine},
                            {"bytes_per_token", a.bytes_per_token}});
+  if (real)
+    for (size_t i = 0; i < runs.size(); ++i)
+      for (size_t k = 0; k < runs[i].size(); ++k) d["runs"][i * runs[i].size() + k]["bleu_valid"] = runs[i][k].bleu;
   check_claims(r, s, runs, trend_per_seed);
 }
 
@@ -574,6 +612,7 @@ Lab gqa_lab() {
                                      {"scratch", Option::Switch, "", "train every arm from scratch for steps + uptrain steps instead"},
                                      {"lr", Option::Real, "0.002", "Adam learning rate (10% linear warm-up)"},
                                      {"max-tokens", Option::Int, "1024", "padded tokens per batch"}});
+  add_real_data_options(l.options);  // --data: a real translation task in place of the synthetic one (lab/real_data.h)
   l.run = run;
   return l;
 }

@@ -11,7 +11,8 @@
 // corpus, for several initialisations and batches; the last layer's gradient against depth; and
 // short training runs at a high learning rate: Post-LN at every warm-up length of --warmups (a
 // dose-response, lab/report.h, whose trend is the warm-up claim), Pre-LN without and with the
-// longest warm-up, and DeepNorm without.
+// longest warm-up, and DeepNorm without. With --data DIR (lab/real_data.h) every part runs on that
+// real translation task instead of the built-in corpus.
 #include "lab/norm.h"
 
 #include <fmt/format.h>
@@ -20,11 +21,13 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
 #include "lab/common.h"
 #include "lab/labs.h"
+#include "lab/real_data.h"
 #include "lab/report.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/cross_entropy.h"
@@ -516,10 +519,13 @@ void run(Report& r) {
              parse_increasing_ints(r.text("depths"), "lab norm: --depths"), r.integer("steps"), warmup_levels(r), r.real("lr"),
              r.ablation_mode()};
   GF_CHECK(s.layers >= 2, "lab norm: --layers must be at least 2, got {}", s.layers);
-  const IdData data = builtin_corpus(r.integer("pairs"), 1);
+  std::optional<RealData> real;
+  if (uses_real_data(r)) real = real_data(r);
+  const IdData data = real ? real->ids : builtin_corpus(r.integer("pairs"), 1);
   if (r.placebo_mode()) return placebo(r, data, s);
-  r.say(fmt::format("built-in English -> Korean corpus: {} training pairs, vocabularies {} / {}; d_model {}, {} heads, FFN {}, no dropout",
-                    data.train.size(), data.src_vocab, data.tgt_vocab, s.d_model, s.heads, s.ff));
+  r.say(fmt::format("{}: {} training pairs, vocabularies {} / {}; d_model {}, {} heads, FFN {}, no dropout",
+                    real ? "the real task above" : "built-in English -> Korean corpus", data.train.size(), data.src_vocab, data.tgt_vocab,
+                    s.d_model, s.heads, s.ff));
   r.say("gradients: teacher-forced cross-entropy (mean per target token, PAD ignored) of one batch at initialisation,");
   r.say(fmt::format("averaged over the first {} batches ({} tokens at most) of each seed's order; the seed also draws the weights.",
                     s.batches, s.max_tokens));
@@ -557,6 +563,7 @@ Lab norm_lab() {
                {"warmups", Option::Text, "0,20,40,60",
                 "warm-up lengths in steps (linear, then constant): Post-LN's dose-response levels (4 or more, increasing, from 0); Pre-LN "
                 "runs at 0 and the last"}};
+  add_real_data_options(l.options);  // --data: a real translation task in place of the built-in corpus (lab/real_data.h)
   l.run = run;
   return l;
 }

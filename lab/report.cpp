@@ -805,7 +805,7 @@ int Report::finish() {
 
   fmt::print(out_, "\nwrote");
   for (const auto& f : files_) fmt::print(out_, " {}", f);
-  fmt::print(out_, "\nran in {:.1f} s on {} threads\n{}\n", seconds, max_threads(), line);
+  fmt::print(out_, "\nran in {:.1f} s on {} thread{}\n{}\n", seconds, max_threads(), max_threads() == 1 ? "" : "s", line);
   std::fflush(out_);
   return code;
 }
