@@ -380,6 +380,7 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
   Generator sampler(o.seed * 0x9E3779B97F4A7C15ULL + 11);  // scheduled sampling's coins and draws
   std::map<std::string, Tensor> best;
   double bar = INFINITY, lowest = INFINITY;  // the last real improvement's NLL; the lowest NLL
+  double highest = -INFINITY;               // the highest free-running accuracy (select_free_running)
   int64_t since_bar = 0;
   for (int64_t step = 1; step <= o.steps; ++step) {
     const size_t k = static_cast<size_t>(step - 1) % plan.size();
@@ -405,12 +406,16 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
     if (o.until.valid && step % o.until.every == 0) {
       model.eval();
       const double nll = teacher_forced(model, *o.until.valid).nll;
+      const double fr = o.until.select_free_running ? free_running_accuracy(model, *o.until.valid, o.until.select_limit).tokens : NAN;
       model.train();
       r.valid_steps.push_back(step);
       r.valid_nll.push_back(nll);
+      if (o.until.select_free_running) r.valid_free_running.push_back(fr);
       if (nll < bar * (1 - o.until.min_improvement)) bar = nll, since_bar = 0;  // a real improvement
       else ++since_bar;
-      if (nll < lowest) lowest = nll, best = snapshot(model), r.best_step = step;  // kept even when the gain is small
+      const bool better = o.until.select_free_running ? fr > highest : nll < lowest;  // kept even when the gain is small
+      lowest = std::min(lowest, nll), highest = o.until.select_free_running ? std::max(highest, fr) : highest;
+      if (better) best = snapshot(model), r.best_step = step;
       if (since_bar >= o.until.patience) {
         r.converged = true;
         break;

@@ -100,12 +100,17 @@ std::vector<nn::MultiheadAttention*> attention_modules(const nn::Module& model);
 // `every` steps the teacher-forced NLL per token on `valid` is measured (eval mode, no graph);
 // training stops after `patience` measurements in a row that do not beat the best by a factor
 // (1 - min_improvement), or at FitOptions::steps, and the weights of the best measurement are
-// restored.
+// restored: the lowest NLL, or with `select_free_running` the highest free-running (greedy) token
+// accuracy on the first `select_limit` held-out pairs. Teacher-forced NLL never sees the model's own
+// prefix, so it scores a model trained on its own predictions (scheduled sampling) by the wrong test;
+// free-running accuracy is the score a translator is used by.
 struct Convergence {
   const std::vector<train::EncodedPair>* valid = nullptr;  // null: no early stop, train for `steps`
   int64_t every = 50;
   int64_t patience = 4;
   double min_improvement = 0.01;
+  bool select_free_running = false;
+  size_t select_limit = 200;
 };
 
 // Scheduled sampling (Bengio et al. 2015, arXiv:1506.03099): each decoder input after <bos> whose
@@ -144,6 +149,7 @@ struct FitResult {
   // With FitOptions::until: the held-out NLL at each measurement, and which one was kept.
   std::vector<int64_t> valid_steps;
   std::vector<double> valid_nll;
+  std::vector<double> valid_free_running;  // with Convergence::select_free_running: the token accuracy at each measurement
   int64_t best_step = -1;      // the step whose weights the model has at the end (-1: the last)
   bool converged = false;      // stopped by the rule, not by the step limit
   std::vector<double> sampled_share;  // scheduled sampling: share of labelled inputs replaced, per step

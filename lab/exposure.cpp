@@ -9,8 +9,9 @@
 //
 // Here, on small English -> Korean translators (one set per seed, each on a corpus drawn by its
 // seed; lab/trained_model.h), each trained until its held-out loss stops improving (a stated rule,
-// the same for every arm), at each level of the dose-response --ss-rates: the speed 100/k of
-// scheduled sampling's decay (lab/common.h), 0 for teacher forcing:
+// the same for every arm) and kept at its best free-running (greedy) accuracy on held-out pairs
+// (--select), at each level of the dose-response --ss-rates: the speed 100/k of scheduled
+// sampling's decay (lab/common.h), 0 for teacher forcing:
 // 1. per target position, the accuracy of the next token teacher-forced (true prefix) against
 //    free-running (greedy, the model's own prefix, compared position by position with the
 //    reference);
@@ -41,6 +42,7 @@
 #include "tensor/kernels/random.h"
 #include "train/run/batch_loss.h"
 #include "train/decode/decode.h"
+#include "train/eval/bleu.h"
 
 namespace gf::lab {
 namespace {
@@ -51,9 +53,30 @@ using train::Vocab;
 
 double ratio(int64_t a, int64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : NAN; }
 
+// BLEU by position: each reference's tokens (<eos> left out) cut into thirds of its own length, and
+// each hypothesis's tokens at the same positions (a free-running output's tokens past the
+// reference's end in the last third). Corpus BLEU per third (token ids as words, no tokeniser) for
+// the teacher-forced predictions (true prefix) and the free-running output.
+constexpr int kThirds = 3;
+struct ThirdsText {
+  std::array<std::vector<std::string>, kThirds> tf, fr, ref;  // per third, one segment per sentence whose third is not empty
+};
+
+size_t third_of(size_t j, size_t len) { return std::min<size_t>(kThirds - 1, j * kThirds / len); }
+
+void add_thirds(ThirdsText& t, const std::vector<int64_t>& ref, const std::vector<int64_t>& tf, const std::vector<int64_t>& fr) {
+  std::array<std::string, kThirds> r, a, b;
+  auto put = [](std::string& s, int64_t id) { s += (s.empty() ? "" : " ") + std::to_string(id); };
+  for (size_t j = 0; j < ref.size(); ++j) put(r[third_of(j, ref.size())], ref[j]), put(a[third_of(j, ref.size())], tf[j]);
+  for (size_t j = 0; j < fr.size(); ++j) put(b[third_of(j, ref.size())], fr[j]);
+  for (int k = 0; k < kThirds; ++k)
+    if (!r[k].empty()) t.ref[k].push_back(r[k]), t.tf[k].push_back(a[k]), t.fr[k].push_back(b[k]);
+}
+
 struct PositionCounts {
   std::vector<int64_t> total, tf_right, fr_right;  // per target position (the <eos> position included)
   int64_t sentences = 0, exact = 0;                // free-running translations equal to the reference
+  std::array<double, kThirds> tf_bleu{}, fr_bleu{};  // BLEU per third of the sentence (ThirdsText)
   void grow(size_t n) {
     if (total.size() < n) total.resize(n), tf_right.resize(n), fr_right.resize(n);
   }
@@ -63,6 +86,7 @@ struct PositionCounts {
 PositionCounts per_position(const nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPair>& pairs, size_t n) {
   NoGradGuard ng;
   PositionCounts c;
+  ThirdsText thirds;
   train::DecodeOptions greedy;
   for (size_t start = 0; start < n; start += 64) {
     std::vector<size_t> part;
@@ -78,13 +102,22 @@ PositionCounts per_position(const nn::Seq2SeqTransformer& model, const std::vect
       hyp.push_back(Vocab::kEos);  // translate_batch drops it; a run that never stopped then ends wrong here
       c.grow(ref.size());
       c.sentences += 1, c.exact += hyp == ref;
+      std::vector<int64_t> tf(ref.size());
       for (size_t j = 0; j < ref.size(); ++j) {
         const double* row = logits.data<double>() + (static_cast<int64_t>(r) * T + static_cast<int64_t>(j)) * V;
+        tf[j] = std::max_element(row, row + V) - row;
         c.total[j] += 1;
-        c.tf_right[j] += std::max_element(row, row + V) - row == ref[j];
+        c.tf_right[j] += tf[j] == ref[j];
         c.fr_right[j] += j < hyp.size() && hyp[j] == ref[j];
       }
+      if (pairs[part[r]].tgt.empty()) continue;  // no real token to cut into thirds
+      const std::vector<int64_t>& words = pairs[part[r]].tgt;  // the reference without <eos>, which BLEU leaves out
+      add_thirds(thirds, words, std::vector<int64_t>(tf.begin(), tf.begin() + std::ssize(words)), hyps[r]);
     }
+  }
+  for (int k = 0; k < kThirds; ++k) {
+    c.tf_bleu[k] = thirds.ref[k].empty() ? NAN : corpus_bleu(thirds.tf[k], thirds.ref[k], "none").score;
+    c.fr_bleu[k] = thirds.ref[k].empty() ? NAN : corpus_bleu(thirds.fr[k], thirds.ref[k], "none").score;
   }
   return c;
 }
@@ -331,6 +364,27 @@ struct PositionSeries {
   std::vector<std::vector<Spread>> tf, fr, gap;  // per level, per position: over the seeds
 };
 
+// The gap in BLEU, by third of the sentence (PositionCounts::tf_bleu, fr_bleu): reported, not claimed.
+void bleu_thirds_table(Report& r, const Results& res, const std::vector<double>& rates) {
+  r.section("corpus BLEU by third of each reference (token ids as words; <eos> left out): teacher-forced predictions vs free-running output; "
+            "means over seeds");
+  std::vector<std::string> cols{"third"};
+  for (double rate : rates) cols.insert(cols.end(), {level_name(rate) + ": teacher-forced", "free-running", "gap"});
+  Table t("bleu by third", cols);
+  const char* names[kThirds] = {"first", "middle", "last"};
+  for (int k = 0; k < kThirds; ++k) {
+    std::vector<Cell> row{std::string(names[k])};
+    for (const auto& level : res) {
+      std::vector<double> tf, fr;
+      for (const auto& s : level) tf.push_back(s.pos.tf_bleu[k]), fr.push_back(s.pos.fr_bleu[k]);
+      row.insert(row.end(), {spread(tf).mean, spread(fr).mean, spread(tf).mean - spread(fr).mean});
+    }
+    t.row(row);
+  }
+  r.print(t);
+  r.say("Exposure bias reads as a gap that widens from the first third to the last; BLEU here is reported, not claimed.");
+}
+
 PositionSeries position_section(Report& r, const Results& res, const std::vector<double>& rates, size_t P, int64_t min_support) {
   PositionSeries ps;
   ps.tf.resize(res.size()), ps.fr.resize(res.size()), ps.gap.resize(res.size());
@@ -362,6 +416,7 @@ PositionSeries position_section(Report& r, const Results& res, const std::vector
   }
   r.print(t);
   r.say("sentences: summed over the seeds' test sets. Position j is the j-th target token (a sentence's last one is <eos>).");
+  bleu_thirds_table(r, res, rates);
   return ps;
 }
 
@@ -425,6 +480,7 @@ nlohmann::json example_json(const Example& e, const TrainedModel& m) {
 
 nlohmann::json model_json(const TrainedModel& m) {
   return {{"steps", m.steps}, {"best_step", m.best_step}, {"converged", m.converged}, {"valid_steps", m.valid_steps}, {"valid_nll", m.valid_nll},
+          {"valid_free_running", m.valid_free_running},
           {"train_seconds", m.train_seconds}};
 }
 
@@ -446,6 +502,7 @@ void save_numbers(Report& r, const Results& res, const std::vector<double>& rate
                           {"tv_same_token_n", x.tv_same_n}, {"sentences", x.sentences}, {"reference_tokens_after_k", x.suffix_tokens},
                           {"edits_clean", x.edits_clean}, {"edits_forced", x.edits_forced}, {"recovered_clean", x.exact_clean},
                           {"recovered_forced", x.exact_forced}}},
+              {"bleu_by_third", {{"teacher_forced", s.pos.tf_bleu}, {"free_running", s.pos.fr_bleu}}},
               {"token_accuracy_teacher_forced", s.tf_accuracy}, {"token_accuracy_free_running", s.fr_tokens}, {"exact_free_running", s.fr_exact}};
     }
   js["example"] = example_json(res[kTeacher][0].example, models[kTeacher][0]);
@@ -578,6 +635,8 @@ Recipe recipe_of(const Report& r, double rate) {
   rc.until.every = r.integer("valid-every");
   rc.until.patience = r.integer("patience");
   rc.until.min_improvement = r.real("min-improvement");
+  GF_CHECK(r.text("select") == "free-running" || r.text("select") == "nll", "lab exposure: --select is free-running or nll, got '{}'", r.text("select"));
+  rc.until.select_free_running = r.text("select") == "free-running";
   if (rate > 0) rc.sampling.k = 100 / rate;
   return rc;
 }
@@ -636,10 +695,12 @@ void run(Report& r) {
   const std::vector<double> rates = ss_rates(r);
   std::vector<std::string> ks;
   for (double rate : rates) ks.push_back(rate == 0 ? "teacher forcing" : fmt::format("{:g}", 100 / rate));
-  r.say(fmt::format("training: until the held-out NLL has not improved by {:g}% for {} measurements {} steps apart (at most --train-steps {}); "
-                    "scheduled sampling: true token with probability k / (k + exp(step / k)), at 100/k = {} (k = {})",
-                    100 * r.real("min-improvement"), r.integer("patience"), r.integer("valid-every"), r.integer("train-steps"), fmt::join(rates, ", "),
-                    fmt::join(ks, ", ")));
+  r.say(fmt::format("training: until the held-out NLL has not improved by {:g}% for {} measurements {} steps apart (at most --train-steps {}), "
+                    "keeping the weights of the measurement with {}; scheduled sampling: true token with probability k / (k + exp(step / k)), "
+                    "at 100/k = {} (k = {})",
+                    100 * r.real("min-improvement"), r.integer("patience"), r.integer("valid-every"), r.integer("train-steps"),
+                    r.text("select") == "nll" ? "the lowest NLL (--select nll)" : "the highest free-running token accuracy on 200 held-out pairs",
+                    fmt::join(rates, ", "), fmt::join(ks, ", ")));
   if (r.placebo_mode()) return placebo(r, rates, D, min_support);
   Results res(rates.size());
   Models models(rates.size());
@@ -677,6 +738,9 @@ Lab exposure_lab() {
   l.options.push_back({"valid-every", Option::Int, "50", "convergence: steps between held-out measurements"});
   l.options.push_back({"patience", Option::Int, "2", "convergence: measurements without a real improvement before stopping"});
   l.options.push_back({"min-improvement", Option::Real, "0.05", "convergence: a real improvement lowers the best held-out NLL by this share"});
+  l.options.push_back({"select", Option::Text, "free-running",
+                       "which held-out measurement's weights each model keeps: free-running (the highest greedy token accuracy on the first "
+                       "200 validation pairs) or nll (the lowest teacher-forced NLL, which never sees the model's own prefix)"});
   l.options.push_back({"ss-rates", Option::Text, "0,0.25,0.5,1",
                        "the dose-response's levels: the speed 100/k of scheduled sampling's decay k / (k + exp(step / k)), 0 for teacher "
                        "forcing (4 or more, increasing, from 0; 0.5 is k 200)"});

@@ -106,7 +106,8 @@ void save_cache(const std::string& dir, const train::RunConfig& c, const IdData&
   data.tgt_words.save(fs::path(dir) / "vocab.tgt.txt");
   save_safetensors((fs::path(dir) / "best.safetensors").string(), model.state_dict());
   nlohmann::json j = {{"losses", m.losses},       {"train_seconds", seconds}, {"valid_steps", m.valid_steps},
-                      {"valid_nll", m.valid_nll}, {"best_step", m.best_step}, {"converged", m.converged}};
+                      {"valid_nll", m.valid_nll}, {"valid_free_running", m.valid_free_running}, {"best_step", m.best_step},
+                      {"converged", m.converged}};
   write_file_atomic((fs::path(dir) / "lab.json").string(), j.dump() + "\n");
   write_file_atomic((fs::path(dir) / "config.json").string(), c.to_json());  // last: its presence means complete
 }
@@ -138,7 +139,8 @@ std::string cache_key(const Report& r, int seed_index, const Recipe& recipe) {
                                 r.integer("layers"), r.integer("train-steps"), r.real("lr"), r.integer("warmup"), r.seed(seed_index),
                                 r.seed(seed_index));
   if (recipe.converge)
-    key += fmt::format("-conv{}x{}-{}", recipe.until.every, recipe.until.patience, recipe.until.min_improvement);
+    key += fmt::format("-conv{}x{}-{}{}", recipe.until.every, recipe.until.patience, recipe.until.min_improvement,
+                       recipe.until.select_free_running ? fmt::format("-fr{}", recipe.until.select_limit) : "");
   if (recipe.sampling.k > 0) key += fmt::format("-ss{}", recipe.sampling.k);
   return key;
 }
@@ -164,6 +166,7 @@ TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
     m.steps = static_cast<int64_t>(losses.size());
     m.valid_steps = j.value("valid_steps", std::vector<int64_t>{});
     m.valid_nll = j.value("valid_nll", std::vector<double>{});
+    m.valid_free_running = j.value("valid_free_running", std::vector<double>{});
     m.best_step = j.value("best_step", int64_t{-1});
     m.converged = j.value("converged", false);
     if (rd) m.test = rd->ids.test;  // the pairs the lab's length cap keeps, as when it was trained
@@ -189,7 +192,8 @@ TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
   m.model->eval();
   m.losses = fr.losses;
   m.steps = static_cast<int64_t>(fr.losses.size());
-  m.valid_steps = fr.valid_steps, m.valid_nll = fr.valid_nll, m.best_step = fr.best_step, m.converged = fr.converged;
+  m.valid_steps = fr.valid_steps, m.valid_nll = fr.valid_nll, m.valid_free_running = fr.valid_free_running;
+  m.best_step = fr.best_step, m.converged = fr.converged;
   GF_CHECK_AS(std::runtime_error, !fr.diverged, "trained model: training diverged at step {} (lower --lr)", fr.diverged_at);
   if (!dir.empty()) save_cache(dir, c, data, *m.model, m, m.train_seconds, rd);
   const std::string how = recipe.converge ? fmt::format(" (until converged: {}, kept step {})", m.converged ? "stopped by the rule" : "stopped at the limit",

@@ -35,6 +35,7 @@ struct TrainedModel {
   // whose weights were kept, and whether the rule (not the step limit) ended training.
   std::vector<int64_t> valid_steps;
   std::vector<double> valid_nll;
+  std::vector<double> valid_free_running;  // Convergence::select_free_running: the score that chose best_step
   int64_t best_step = -1;
   bool converged = false;
 };

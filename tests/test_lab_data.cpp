@@ -138,6 +138,13 @@ TEST_CASE("gqa and exposure run their claims on a parallel corpus given with --d
   const json e = run_on_data("exposure", data, cache, root / "exposure",
                              {"--train-steps", "30", "--warmup", "2", "--valid-every", "10", "--patience", "1", "--sentences", "30", "--min-support", "5"});
   CHECK(e.at("log").dump().find("subword models and vocabularies loaded from") != std::string::npos);  // learnt by gqa
+  // BLEU by third of the sentence, teacher-forced and free-running (reported beside the accuracies).
+  const json& thirds = e.at("data").at("teacher_forcing").at("1").at("bleu_by_third");
+  for (const char* side : {"teacher_forced", "free_running"}) {
+    CAPTURE(side);
+    REQUIRE(thirds.at(side).size() == 3);
+    for (const auto& b : thirds.at(side)) CHECK((b.get<double>() >= 0 && b.get<double>() <= 100));
+  }
 }
 
 TEST_CASE("entropy and norm run their claims on a parallel corpus given with --data") {

@@ -82,3 +82,31 @@ TEST_CASE("fit until converged: stops by the rule, keeps the best measurement's 
   o.until.patience = 0;
   CHECK_THROWS_AS(fit(model, d.train, o), std::invalid_argument);
 }
+
+TEST_CASE("fit until converged, selecting by free-running accuracy: the same stop, the weights of the best greedy score") {
+  const IdData d = synthetic_task("copy", 6, 2, 5, 300, 40, 7);
+  nn::Seq2SeqTransformer by_nll(small_model(d, 32, 2, 1, 64, true), 4), by_fr(small_model(d, 32, 2, 1, 64, true), 4);
+  FitOptions o;
+  o.steps = 2000;
+  o.lr = 3e-3;
+  o.max_tokens = 256;
+  o.until.valid = &d.test;
+  o.until.every = 10;
+  o.until.patience = 3;
+  o.until.min_improvement = 0.05;
+  const FitResult a = fit(by_nll, d.train, o);
+  o.until.select_free_running = true;
+  o.until.select_limit = 30;
+  const FitResult r = fit(by_fr, d.train, o);
+  CHECK(a.valid_free_running.empty());
+  // Selection does not change training or the stop: the same steps and held-out NLLs.
+  CHECK(r.losses == a.losses);
+  CHECK(r.valid_nll == a.valid_nll);
+  REQUIRE(r.valid_free_running.size() == r.valid_nll.size());
+  size_t best = 0;  // the first of the highest
+  for (size_t i = 1; i < r.valid_free_running.size(); ++i)
+    if (r.valid_free_running[i] > r.valid_free_running[best]) best = i;
+  CHECK(r.best_step == r.valid_steps[best]);
+  by_fr.eval();
+  CHECK(free_running_accuracy(by_fr, d.test, 30).tokens == r.valid_free_running[best]);
+}
