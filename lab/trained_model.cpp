@@ -177,15 +177,9 @@ TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
   IdData data = rd ? rd->ids : builtin_corpus(c.corpus_size, c.corpus_seed);
   TrainedModel m;
   m.model = std::make_shared<nn::Seq2SeqTransformer>(c.model_options(data.src_vocab, data.tgt_vocab), c.seed);
-  FitOptions fo;
-  fo.steps = c.steps;
-  fo.lr = c.lr;
-  fo.warmup = c.warmup;
-  fo.clip = c.clip;
-  fo.max_tokens = c.max_tokens;
-  fo.seed = c.seed;
-  if (recipe.converge) fo.until = recipe.until, fo.until.valid = &data.valid;
-  fo.sampling = recipe.sampling;
+  FitOptions fo{.steps = c.steps, .lr = c.lr, .warmup = c.warmup, .clip = c.clip, .max_tokens = c.max_tokens, .seed = c.seed,
+                .until = recipe.until, .sampling = recipe.sampling};
+  fo.until.valid = recipe.converge ? &data.valid : nullptr;  // Recipe::converge decides, not until.valid
   const double t0 = now_seconds();
   FitResult fr = fit(*m.model, data.train, fo);
   m.train_seconds = now_seconds() - t0;
