@@ -427,6 +427,32 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
   return r;
 }
 
+double spectral_norm(const Tensor& w_in, int iterations) {
+  const Tensor w = w_in.to(DType::Float64).contiguous();
+  const int64_t R = w.size(0), C = w.size(1);
+  const double* p = w.data<double>();
+  std::vector<double> u(static_cast<size_t>(C), 1.0), v(static_cast<size_t>(R));
+  double s = 0;
+  for (int it = 0; it < iterations; ++it) {
+    double nv = 0, nu = 0;
+    for (int64_t i = 0; i < R; ++i) {
+      v[i] = 0;
+      for (int64_t j = 0; j < C; ++j) v[i] += p[i * C + j] * u[j];
+      nv += v[i] * v[i];
+    }
+    if (nv == 0) return 0;
+    for (double& x : v) x /= std::sqrt(nv);
+    for (int64_t j = 0; j < C; ++j) {
+      u[j] = 0;
+      for (int64_t i = 0; i < R; ++i) u[j] += p[i * C + j] * v[i];
+      nu += u[j] * u[j];
+    }
+    s = std::sqrt(nu);  // |W^T v| with |v| = 1: converges to the largest singular value
+    for (double& x : u) x /= s;
+  }
+  return s;
+}
+
 // ---------------------------------------------------------------- evaluation
 
 std::vector<std::vector<int64_t>> greedy_recompute(const nn::Seq2SeqTransformer& model, const train::Batch& batch, int64_t max_len) {

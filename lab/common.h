@@ -94,6 +94,11 @@ nn::Seq2SeqOptions small_model(const IdData& data, int64_t d_model, int64_t head
 // to flip a switch on all of them (naive_softmax, score_scale) or observe their weights.
 std::vector<nn::MultiheadAttention*> attention_modules(const nn::Module& model);
 
+// The spectral norm (largest singular value) of a matrix w (rows, cols), by `iterations` steps of
+// power iteration in double from a vector of ones: a statistic, not training (σReparam's own
+// estimate takes one step per forward, nn/linear.h).
+double spectral_norm(const Tensor& w, int iterations = 100);
+
 // ---------------------------------------------------------------- training
 
 // Training until the held-out loss stops improving, instead of for a fixed number of steps: every

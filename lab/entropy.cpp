@@ -79,32 +79,6 @@ std::vector<double> probe_heads(nn::Seq2SeqTransformer& model, train::EntropyPro
   return out;
 }
 
-// The spectral norm of w (rows, cols), by power iteration to convergence (a statistic, not training).
-double spectral_norm(const Tensor& w_in) {
-  const Tensor w = w_in.to(DType::Float64).contiguous();
-  const int64_t R = w.size(0), C = w.size(1);
-  const double* p = w.data<double>();
-  std::vector<double> u(static_cast<size_t>(C), 1.0), v(static_cast<size_t>(R));
-  double s = 0;
-  for (int it = 0; it < 100; ++it) {
-    double nv = 0, nu = 0;
-    for (int64_t i = 0; i < R; ++i) {
-      v[i] = 0;
-      for (int64_t j = 0; j < C; ++j) v[i] += p[i * C + j] * u[j];
-      nv += v[i] * v[i];
-    }
-    if (nv == 0) return 0;
-    for (double& x : v) x /= std::sqrt(nv);
-    for (int64_t j = 0; j < C; ++j) {
-      u[j] = 0;
-      for (int64_t i = 0; i < R; ++i) u[j] += p[i * C + j] * v[i];
-      nu += u[j] * u[j];
-    }
-    s = std::sqrt(nu);  // |W^T v| with |v| = 1: converges to the largest singular value
-    for (double& x : u) x /= s;
-  }
-  return s;
-}
 
 // max over the model's attentions of σ(W_q) σ(W_k), of the weights the forward uses: it bounds
 // |q . k| per unit of |x|^2 and so, by the paper's Theorem, how low a head's entropy can go.

@@ -11,6 +11,7 @@
 #include "autograd/ops/arith.h"
 #include "autograd/ops/reduce.h"
 #include "gradcheck_util.h"
+#include "lab/common.h"
 #include "nn/linear.h"
 #include "nn/masks.h"
 #include "nn/multihead_attention.h"
@@ -30,29 +31,7 @@ std::shared_ptr<MultiheadAttention> make(int64_t d, int64_t h, uint64_t seed, in
 }
 
 // The largest singular value of w (rows, cols), by many power-iteration steps in double.
-double top_singular(const Tensor& w_in) {
-  const Tensor w = w_in.to(DType::Float64).contiguous();
-  const int64_t R = w.size(0), C = w.size(1);
-  std::vector<double> u(static_cast<size_t>(C), 1.0), v(static_cast<size_t>(R));
-  double s = 0;
-  for (int it = 0; it < 2000; ++it) {
-    double nv = 0, nu = 0;
-    for (int64_t i = 0; i < R; ++i) {
-      v[i] = 0;
-      for (int64_t j = 0; j < C; ++j) v[i] += w.data<double>()[i * C + j] * u[j];
-      nv += v[i] * v[i];
-    }
-    for (double& x : v) x /= std::sqrt(nv);
-    for (int64_t j = 0; j < C; ++j) {
-      u[j] = 0;
-      for (int64_t i = 0; i < R; ++i) u[j] += w.data<double>()[i * C + j] * v[i];
-      nu += u[j] * u[j];
-    }
-    s = std::sqrt(nu);
-    for (double& x : u) x /= s;
-  }
-  return s;
-}
+double top_singular(const Tensor& w) { return lab::spectral_norm(w, 2000); }
 
 }  // namespace
 
