@@ -413,8 +413,10 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
       if (o.until.select_free_running) r.valid_free_running.push_back(fr);
       if (nll < bar * (1 - o.until.min_improvement)) bar = nll, since_bar = 0;  // a real improvement
       else ++since_bar;
-      const bool better = o.until.select_free_running ? fr > highest : nll < lowest;  // kept even when the gain is small
-      lowest = std::min(lowest, nll), highest = o.until.select_free_running ? std::max(highest, fr) : highest;
+      // The kept measurement: the best so far by the chosen score, even when the gain is small.
+      const bool better = o.until.select_free_running ? fr > highest : nll < lowest;
+      lowest = std::min(lowest, nll);
+      if (o.until.select_free_running) highest = std::max(highest, fr);
       if (better) best = snapshot(model), r.best_step = step;
       if (since_bar >= o.until.patience) {
         r.converged = true;
