@@ -182,7 +182,8 @@ std::vector<AllJob> all_jobs(const Flags& f) {
     const size_t comma = std::min(only.find(',', at), only.size());
     const std::string name = only.substr(at, comma - at);
     try {
-      chosen.push_back(&lab::find_lab(name));
+      const lab::Lab* l = &lab::find_lab(name);
+      if (std::find(chosen.begin(), chosen.end(), l) == chosen.end()) chosen.push_back(l);  // a name given twice runs once
     } catch (const std::invalid_argument& e) {
       GF_FAIL_AS(UsageError, "lab all --only: {}", e.what());
     }

@@ -335,8 +335,11 @@ TEST_CASE("lab all") {
   CHECK(log.find("padding       supports all") != std::string::npos);
   CHECK(log.find("no target") != std::string::npos);
 
-  const auto [one_code, one_log] = run("--only nan,graph --jobs 1");
+  const auto [one_code, one_log] = run("--only nan,graph,nan --jobs 1");  // a name given twice runs once
   CHECK(one_code == 0);
+  size_t nan_runs = 0;
+  for (size_t at = one_log.find("lab nan: "); at != std::string::npos; at = one_log.find("lab nan: ", at + 1)) ++nan_runs;
+  CHECK(nan_runs == 1);
   CHECK(one_log.find("lab all: ") == std::string::npos);  // in this process: no children
   CHECK(one_log.find("graph         supports all") != std::string::npos);
 
