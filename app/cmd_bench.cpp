@@ -253,7 +253,8 @@ double bf16_peak_gflops() {
 // real search instead: each sentence ends by the default stopping rule (BeamStop::Heuristic) or at
 // its own source length + 20; with random weights <eos> is rare, so nearly every sentence runs to
 // its limit under either rule.
-Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, int64_t beam, Setup& s) {
+Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t decode_batch, bool use_cache, int64_t beam,
+                  std::optional<DType> kv_cache, Setup& s) {
   constexpr int64_t kExtra = 20;
   const std::filesystem::path file = std::filesystem::path(c.data) / (test + "." + c.src);
   std::vector<train::Tokens> sources;
@@ -263,12 +264,14 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   GF_CHECK_AS(std::runtime_error, !sources.empty(), "bench: {} has no sentences", file.string());
   nn::Seq2SeqTransformer& model = *s.model;
   model.eval();
-  nn::lay_out_for_decoding(model);  // as Translator::load does
+  // As Translator::load does for translate and eval: under bf16 the weights are kept in bf16 alone.
+  nn::lay_out_for_decoding(model, kernels::precision() == Precision::BFloat16 ? DType::BFloat16 : DType::Float32);
   train::DecodeOptions opt;
   opt.max_extra = kExtra;
   opt.stop_at_eos = beam > 1;  // beam search needs <eos>; random weights almost never pick it, so it runs to the limit too
   opt.beam = beam;
   opt.use_cache = use_cache;
+  opt.kv_cache = kv_cache;
   int64_t sentences = 0, tokens = 0, steps = 0;
   train::DecodeStats stats;
   const uint64_t flops0 = kernels::gemm_flops();
@@ -298,6 +301,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["test"] = test;
   info["decode_batch"] = decode_batch;
   info["kv_cache"] = use_cache;
+  info["kv_cache_dtype"] = use_cache ? dtype_name(kv_cache.value_or(kernels::bf16_products(DType::Float32) ? DType::BFloat16 : DType::Float32)) : "none";
   info["beam"] = beam;
   // What a sentence's decoding runs to, so that greedy and beam figures are read for what they are.
   info["stops"] = beam > 1 ? "beam search: a sentence stops by the default (heuristic) rule or at its own source length + 20 tokens; "
@@ -341,6 +345,7 @@ Flags bench_flags() {
   f.add_bool("profile", "train: time and bytes by op, forward and backward, per step (stderr table, and \"profile\" in the JSON)");
   f.add_int("beam", 1, "decode: beam size (1: greedy, fixed length as the reference; K > 1: beam search, each sentence to <eos> by the default stopping rule or its own source length + 20)");
   f.add_bool("no-cache", "decode: recompute the whole prefix every step, as the reference does (default: KV cache)");
+  add_kv_cache_flag(f);
   add_max_line_bytes_flag(f);
   return f;
 }
@@ -366,6 +371,7 @@ void check_bench_flags(const Flags& f) {
   for (const char* flag : {"threads", "steps", "decode-batch", "beam"})
     GF_CHECK_AS(UsageError, f.integer(flag) >= 1, "bench: --{} must be at least 1, got {}", flag, f.integer(flag));
   (void)max_line_bytes(f);
+  (void)kv_cache_dtype(f);
   (void)bench_config(f);
 }
 
@@ -380,7 +386,7 @@ int cmd_bench(int argc, char** argv) {
   apply_precision(c.precision, "bench", stderr);  // stdout holds the JSON line alone
 
   Setup s = make_setup(c, max_line_bytes(f));
-  Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), f.integer("beam"), s);
+  Json out = mode == "train" ? bench_train(c, f.integer("steps"), f.on("profile"), s) : bench_decode(c, f.str("test"), f.integer("decode-batch"), !f.on("no-cache"), f.integer("beam"), kv_cache_dtype(f), s);
   fmt::print("{}\n", out.dump());
   return 0;
 }

@@ -39,6 +39,7 @@ void add_decode_flags(Flags& f) {
                "(slower, may find a higher score)");
   f.add_int("batch-size", 64, "sentences decoded together");
   f.add_int("threads", 0, "threads (default: the hardware's)");
+  add_kv_cache_flag(f);
   add_precision_flag(f, " (whatever the run trained in: a bf16 run's weights are float32, and decode in either)");
 }
 
@@ -49,6 +50,7 @@ void check_decode_flags(const Flags& f) {
   GF_CHECK_AS(UsageError, f.integer("beam") >= 1, "{}: --beam must be at least 1, got {}", f.command(), f.integer("beam"));
   GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
   check_precision_flag(f);
+  (void)kv_cache_dtype(f);
 }
 
 train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) {
@@ -57,6 +59,7 @@ train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) 
   o.beam = f.integer("beam");
   o.length_penalty = f.real("length-penalty");
   o.beam_stop = f.str("beam-stop") == "exact" ? train::BeamStop::Exact : train::BeamStop::Heuristic;
+  o.kv_cache = kv_cache_dtype(f);
   return o;
 }
 
@@ -163,6 +166,10 @@ void compare_precision(const train::Translator& t, const train::TestScore& s, co
              corpus_bleu(hyps, s.references, tok).format());
 }
 
+// What a decoding-only process keeps its linear weights in: bfloat16 under bf16 products (half the
+// bytes, and no float32 copy beside the bf16 one), else float32.
+DType decoding_weights(Precision p) { return p == Precision::BFloat16 ? DType::BFloat16 : DType::Float32; }
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -200,9 +207,9 @@ int cmd_translate(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   check_translate_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  apply_precision(f.str("precision"), "translate", stderr);  // stdout holds the translations alone
+  const ResolvedPrecision p = apply_precision(f.str("precision"), "translate", stderr);  // stdout holds the translations alone
   Input input(f.str("input"), max_line_bytes(f));
-  train::Translator t = train::Translator::load(f.str("model"));
+  train::Translator t = train::Translator::load(f.str("model"), decoding_weights(p.precision));
   const train::DecodeOptions options = decode_options(f, t);
   // Line by line as the input arrives: each group of lines that have arrived (up to 16 batches,
   // which translate() sorts by length and decodes batch by batch) is translated and written, and
@@ -227,7 +234,7 @@ int cmd_translate(int argc, char** argv) {
       fmt::print(stderr,
                  "KV cache: 2 (K and V) x {} layers x {} kv heads x {} head dim x {} bytes = {} bytes per token "
                  "(self-attention; {} heads share {} K/V heads); {}; peak {:.2f} MiB allocated for a batch\n",
-                 t.config.layers, l.key_value_heads(), l.d_model / l.nhead, 4, stats.self_bytes_per_token, l.nhead, l.key_value_heads(),
+                 t.config.layers, l.key_value_heads(), l.d_model / l.nhead, stats.self_bytes_per_token / (2 * t.config.layers * l.key_value_heads() * (l.d_model / l.nhead)), stats.self_bytes_per_token, l.nhead, l.key_value_heads(),
                  t.config.arch == "decoder-only" ? std::string("decoder-only: the prompt's source tokens are cached at the same cost")
                                                  : fmt::format("{} bytes per source token (cross-attention, projected once)", stats.cross_bytes_per_src_token),
                  static_cast<double>(stats.cache_bytes_peak) / (1 << 20));
@@ -267,9 +274,10 @@ int cmd_eval(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   check_eval_flags(f);
   if (f.integer("threads") > 0) set_num_threads(static_cast<int>(f.integer("threads")));
-  apply_precision(f.str("precision"), "eval", stdout);
+  const ResolvedPrecision p = apply_precision(f.str("precision"), "eval", stdout);
   const std::string tok_flag = f.str("tokenize");
-  train::Translator t = train::Translator::load(f.str("model"));
+  // --compare-precision decodes again in the other precision, which needs the float32 weights.
+  train::Translator t = train::Translator::load(f.str("model"), f.str("compare-precision").empty() ? decoding_weights(p.precision) : DType::Float32);
   train::RunConfig c = t.config;
   if (!f.str("data").empty()) c.data = f.str("data");
   if (!f.str("split").empty()) c.test_split = f.str("split");

@@ -71,6 +71,20 @@ void add_precision_flag(Flags& f, const std::string& more) {
 
 void check_precision_flag(const Flags& f) { check_precision_value(f.str("precision"), f.command()); }
 
+void add_kv_cache_flag(Flags& f) {
+  f.add_string("kv-cache", "auto",
+               "decoding's KV cache: fp32; bf16: keys and values stored in bfloat16, half the bytes per token, rounded once as they are "
+               "stored (the attention's sums stay float32); auto: bf16 when the products run in bf16, else fp32 (docs/precision.md)");
+}
+
+std::optional<DType> kv_cache_dtype(const Flags& f) {
+  const std::string v = f.str("kv-cache");
+  GF_CHECK_AS(UsageError, v == "auto" || v == "fp32" || v == "bf16", "{}: --kv-cache must be auto, fp32 or bf16, got '{}'", f.command(), v);
+  if (v == "bf16") return DType::BFloat16;
+  if (v == "fp32") return DType::Float32;
+  return std::nullopt;
+}
+
 ResolvedPrecision apply_precision(const std::string& value, const std::string& command, std::FILE* line_to) {
   const ResolvedPrecision r = resolve_precision(value, command);
   kernels::set_precision(r.precision);

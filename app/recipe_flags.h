@@ -3,6 +3,7 @@
 // script names them (--d-model --heads --layers --ff --dropout --label-smoothing --lr --warmup
 // --max-tokens ...).
 #include <cstdio>
+#include <optional>
 
 #include "app/flags.h"
 #include "app/precision_choice.h"
@@ -36,6 +37,10 @@ void read_recipe_flags(const Flags& f, train::RunConfig& c);
 void add_precision_flag(Flags& f, const std::string& more = "");
 void check_precision_flag(const Flags& f);
 ResolvedPrecision apply_precision(const std::string& value, const std::string& command, std::FILE* line_to);
+// --kv-cache auto|fp32|bf16 (translate, eval, bench decode): the decoding KV cache's dtype.
+// kv_cache_dtype: UsageError for another value; unset for auto (train::DecodeOptions::kv_cache).
+void add_kv_cache_flag(Flags& f);
+std::optional<DType> kv_cache_dtype(const Flags& f);
 // --max-line-bytes N (translate, eval, train, bleu): the longest input line accepted, default
 // train::kMaxLineBytes; max_line_bytes() reads it, UsageError below 1.
 void add_max_line_bytes_flag(Flags& f);

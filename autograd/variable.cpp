@@ -59,6 +59,13 @@ void Variable::set_data(const Tensor& t) {
   impl_->data = t;
 }
 
+void Variable::set_data_any_dtype(const Tensor& t) {
+  GF_CHECK(t.shape() == impl_->data.shape() && is_leaf(), "Variable::set_data_any_dtype: {} {} for a {} leaf of shape {}",
+           dtype_name(t.dtype()), shape_str(t.shape()), is_leaf() ? "" : "non-", shape_str(impl_->data.shape()));
+  impl_->data = t;
+  impl_->grad = Tensor();  // of the old dtype
+}
+
 Variable& Variable::requires_grad_(bool on) {
   GF_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad; this one of shape {} is the output of {}",
            shape_str(shape()), impl_->grad_fn->name());

@@ -28,6 +28,9 @@ class Variable {
   const Tensor& data() const;
   // Replaces the data in place (optimizers, loading weights); shape and dtype must not change.
   void set_data(const Tensor& t);
+  // As set_data, for a leaf, but t may be of another dtype: nn::lay_out_for_decoding keeps a
+  // decoding-only model's weights in bfloat16. The gradient held (of the old dtype) is dropped.
+  void set_data_any_dtype(const Tensor& t);
   const Shape& shape() const { return data().shape(); }
   int64_t size(int64_t dim) const { return data().size(dim); }
   int ndim() const { return data().ndim(); }

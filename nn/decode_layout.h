@@ -16,7 +16,12 @@ namespace gf::nn {
 // module still loads, saves and runs forward as before. A weight shared with an Embedding (tied)
 // is left as it is, as embedding lookups read its rows. For models that only decode from now on:
 // an optimizer built earlier keeps the old storage.
-void lay_out_for_decoding(Module& root);
+// weights = BFloat16 (a model decoded with bf16 products, --precision bf16): those weights are
+// also rounded to bfloat16, once, and kept only so: half their bytes, and no float32 copy beside
+// the bf16 one that each product would otherwise round the weight into. linear() then needs bf16
+// products and no gradient (it says so otherwise). A σReparam weight, computed at each call, a
+// tied one and a float64 one stay as they are.
+void lay_out_for_decoding(Module& root, DType weights = DType::Float32);
 
 // Whether `w` (2-D) is stored column-major, as lay_out_for_decoding leaves it.
 bool is_column_major(const Tensor& w);

@@ -57,9 +57,10 @@ Variable DecoderOnlyTransformer::hidden_states(const Tensor& ids) const {
   return transformer->forward(embed(ids), pad, causal);  // (B, T, D), after the final norm
 }
 
-std::vector<KVCache> DecoderOnlyTransformer::start_cache(int64_t batch, int64_t capacity) const {
+std::vector<KVCache> DecoderOnlyTransformer::start_cache(int64_t batch, int64_t capacity, std::optional<DType> dtype) const {
   std::vector<KVCache> caches;
-  for (const auto& layer : *transformer->layers) caches.push_back(layer->self_attn->start_cache(batch, capacity, emb->weight.dtype()));
+  const DType d = dtype.value_or(emb->weight.dtype());
+  for (const auto& layer : *transformer->layers) caches.push_back(layer->self_attn->start_cache(batch, capacity, d));
   return caches;
 }
 

@@ -6,6 +6,7 @@
 // nn.TransformerEncoder(..., norm=...) with a causal mask: emb.weight, pos.pe,
 // transformer.layers.N.*, transformer.norm.*, out.*.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "nn/embedding.h"
@@ -39,7 +40,8 @@ class DecoderOnlyTransformer : public Module {
   // Incremental decoding (no graph): one cache per layer for `batch` rows and `capacity` positions;
   // forward_cached runs ids (B, t) at the positions after those cached (no PAD among them) and
   // returns their logits (B, t, vocab), or with last_only the last position's (B, 1, vocab).
-  std::vector<KVCache> start_cache(int64_t batch, int64_t capacity) const;
+  // dtype: the cache's (the weights' by default; bfloat16 under float32 halves its bytes).
+  std::vector<KVCache> start_cache(int64_t batch, int64_t capacity, std::optional<DType> dtype = std::nullopt) const;
   Variable forward_cached(const Tensor& ids, std::vector<KVCache>& caches, bool last_only = false) const;
 
   Variable embed(const Tensor& ids, int64_t offset = 0) const;  // (B, T) -> (B, T, D)

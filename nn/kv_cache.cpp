@@ -28,7 +28,7 @@ Tensor gather_positions(const Tensor& src, int64_t n, int64_t len, At at) {
   const int64_t KV = src.size(1), cap = src.size(2), dk = src.size(3), row = KV * cap * dk;
   Tensor dst = Tensor::empty({n, KV, cap, dk}, src.dtype());  // (n, KV, capacity, d_k)
   GF_CHECK(src.is_contiguous(), "KVCache: the cache {} must be contiguous", shape_str(src.shape()));
-  dispatch_float(src.dtype(), "KVCache::select_rows", [&]<class T>() {
+  dispatch_all(src.dtype(), [&]<class T>() {  // float32, float64 or a bf16 cache
     const T* s = src.data<T>();
     T* d = dst.data<T>();
     parallel_for(n * KV, row_grain(len * dk), [&](int64_t lo, int64_t hi) {
@@ -105,7 +105,8 @@ AttentionResult MultiheadAttention::forward_cached(const Variable& x, KVCache& c
   cache.length = past + t;
   // One new position needs no mask: only the past is in the cache.
   if (t == 1 && !need_weights) return {attend_one(q, cache.k, cache.v, cache.length, {}, Tensor(), cache.position_rows), Variable()};  // (B, 1, D)
-  Variable k(cache.k.narrow(2, 0, cache.length)), v(cache.v.narrow(2, 0, cache.length));  // (B, KV, past+t, d_k)
+  // attend() takes keys and values in q's dtype: a bf16 cache is widened here (exactly).
+  Variable k(cache.k.narrow(2, 0, cache.length).to(x.dtype())), v(cache.v.narrow(2, 0, cache.length).to(x.dtype()));  // (B, KV, past+t, d_k)
   Tensor causal;
   if (t > 1) {
     causal = Tensor::zeros({t, past + t}, DType::Bool);  // (t, past+t): new position i sees keys <= past + i

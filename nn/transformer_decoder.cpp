@@ -95,12 +95,13 @@ DecoderLayerOutput TransformerDecoderLayer::forward(const Variable& tgt, const V
   return r;
 }
 
-void TransformerDecoderLayer::start_cache(DecoderLayerCache& cache, const Variable& memory, int64_t capacity) const {
+void TransformerDecoderLayer::start_cache(DecoderLayerCache& cache, const Variable& memory, int64_t capacity, std::optional<DType> dtype) const {
   NoGradGuard ng;
+  const DType d = dtype.value_or(memory.dtype());
   auto [k, v] = multihead_attn->project_kv(memory);  // (B, H, S, d_k) each
-  cache.cross_k = k.data();
-  cache.cross_v = v.data();
-  cache.self = self_attn->start_cache(memory.size(0), capacity, memory.dtype());
+  cache.cross_k = k.data().to(d);
+  cache.cross_v = v.data().to(d);
+  cache.self = self_attn->start_cache(memory.size(0), capacity, d);
 }
 
 DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, DecoderLayerCache& cache, const Tensor& memory_kpm,
@@ -115,7 +116,7 @@ DecoderLayerOutput TransformerDecoderLayer::forward_step(const Variable& x, Deco
   auto cross_block = [&](const Variable& h) {
     Variable q = multihead_attn->project_q(h);  // (B, H, 1, d_k)
     if (!need_weights) return multihead_attn->attend_one(q, cache.cross_k, cache.cross_v, cache.cross_k.size(2), cache.cross_rows, memory_kpm);  // (B, 1, D)
-    Variable ck(cross_of_rows(cache.cross_k, cache.cross_rows)), cv(cross_of_rows(cache.cross_v, cache.cross_rows));  // (B, KV, S, d_k)
+    Variable ck(cross_of_rows(cache.cross_k, cache.cross_rows).to(h.dtype())), cv(cross_of_rows(cache.cross_v, cache.cross_rows).to(h.dtype()));  // (B, KV, S, d_k)
     AttentionResult a = multihead_attn->attend(q, ck, cv, memory_kpm, Tensor(), need_weights);
     r.cross_weights = a.weights;
     return a.output;
@@ -145,9 +146,9 @@ DecoderOutput TransformerDecoder::forward(const Variable& tgt, const Variable& m
   return r;
 }
 
-std::vector<DecoderLayerCache> TransformerDecoder::start_cache(const Variable& memory, int64_t capacity) const {
+std::vector<DecoderLayerCache> TransformerDecoder::start_cache(const Variable& memory, int64_t capacity, std::optional<DType> dtype) const {
   std::vector<DecoderLayerCache> caches(layers->size());
-  for (size_t i = 0; i < layers->size(); ++i) (*layers)[i].start_cache(caches[i], memory, capacity);
+  for (size_t i = 0; i < layers->size(); ++i) (*layers)[i].start_cache(caches[i], memory, capacity, dtype);
   return caches;
 }
 

@@ -4,6 +4,7 @@
 // only, then the FFN), the stack with its final LayerNorm, and incremental decoding with a KV
 // cache: self-attention K/V grow by one position a step, cross-attention K/V are projected once.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "nn/transformer_encoder.h"
@@ -38,7 +39,8 @@ class TransformerDecoderLayer : public FeedForwardLayer {
                              bool need_weights = false) const;
 
   // Incremental decoding (no graph): projects the source into the cache.
-  void start_cache(DecoderLayerCache& cache, const Variable& memory, int64_t capacity) const;
+  // dtype: the cache's (memory's by default; bfloat16 under float32 halves its bytes).
+  void start_cache(DecoderLayerCache& cache, const Variable& memory, int64_t capacity, std::optional<DType> dtype = std::nullopt) const;
   // x (B, 1, D): the newest position; appends its K/V to the cache. Returns (B, 1, D).
   DecoderLayerOutput forward_step(const Variable& x, DecoderLayerCache& cache, const Tensor& memory_key_padding_mask,
                                   bool need_weights = false) const;
@@ -70,7 +72,7 @@ class TransformerDecoder : public Module {
   DecoderOutput forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask = Tensor(),
                         const Tensor& tgt_key_padding_mask = Tensor(), const Tensor& memory_key_padding_mask = Tensor(),
                         bool need_weights = false) const;
-  std::vector<DecoderLayerCache> start_cache(const Variable& memory, int64_t capacity) const;
+  std::vector<DecoderLayerCache> start_cache(const Variable& memory, int64_t capacity, std::optional<DType> dtype = std::nullopt) const;
   DecoderOutput forward_step(const Variable& x, std::vector<DecoderLayerCache>& caches, const Tensor& memory_key_padding_mask,
                              bool need_weights = false) const;
 

@@ -152,6 +152,35 @@ TEST_CASE("attend_one never reads keys and values blocked at the end of a row") 
   CHECK(max_abs_diff(kernels::attend_one(q, kn, vn, cfg), want) == 0.0);
 }
 
+// A bf16 cache (--kv-cache bf16) holds values that float32 holds exactly, and the kernel widens each
+// one before the same float32 sums: the output must equal, bit for bit, the float32 kernel's on the
+// widened cache, whatever the rows, positions and masks; and the reference reads it alike.
+TEST_CASE("attend_one over a bfloat16 cache: bit-identical to float32 over the same values") {
+  const int64_t R = 6, H = 4, cap = 24;
+  for (int64_t dk : {3, 64, 70})
+    for (int64_t KV : {4, 1})
+      for (int64_t len : {1, 17}) {
+        CAPTURE(dk);
+        CAPTURE(KV);
+        CAPTURE(len);
+        const uint64_t seed = static_cast<uint64_t>(7000 + dk * 100 + KV * 10 + len);
+        const auto [q, k32, v32] = random_inputs({R, H, 1, dk}, {R, KV, cap, dk}, seed, DType::Float32);
+        const Tensor k = k32.to(DType::BFloat16), v = v32.to(DType::BFloat16);  // (R, KV, cap, d_k) bf16 cache
+        const Tensor kw = k.to(DType::Float32), vw = v.to(DType::Float32);      // the same values in float32
+        std::vector<int64_t> positions(static_cast<size_t>(R * cap));
+        for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>((i * 5 + 1) % R);
+        for (int rows_kind = 0; rows_kind < 2; ++rows_kind)
+          for (const Tensor& mask : {Tensor(), bool_mask(R, len, seed), float_mask(R, len, seed, DType::Float32)}) {
+            kernels::AttendOneConfig cfg;
+            cfg.len = len, cfg.scale = 1.0 / std::sqrt(static_cast<double>(dk)), cfg.mask = mask;
+            if (rows_kind == 1) cfg.position_rows = positions;
+            const Tensor got = kernels::attend_one(q, k, v, cfg);  // (R, 1, H*d_k)
+            CHECK(max_abs_diff(got, kernels::attend_one(q, kw, vw, cfg)) == 0.0);
+            CHECK(max_abs_diff(got, kernels::attend_one_reference(q, k, v, cfg)) < tolerance(DType::Float32));
+          }
+      }
+}
+
 TEST_CASE("attend_one refuses what it cannot read, naming the shapes") {
   Tensor q = randn({2, 4, 1, 3}, 41, 1.0, DType::Float32);
   Tensor k = randn({3, 2, 5, 3}, 42, 1.0, DType::Float32);
@@ -167,6 +196,10 @@ TEST_CASE("attend_one refuses what it cannot read, naming the shapes") {
   cfg.len = 5;
   Tensor k3 = randn({2, 3, 5, 3}, 43, 1.0, DType::Float32);  // 3 key/value heads do not divide 4
   GF_CHECK_CONTAINS(error_of([&] { kernels::attend_one(q, k3, k3, cfg); }), "with KV dividing H");
+  const Tensor kb = k.narrow(0, 0, 2).to(DType::BFloat16);  // (2, 2, 5, 3)
+  GF_CHECK_CONTAINS(error_of([&] { kernels::attend_one(q.to(DType::Float64), kb, kb, cfg); }),
+                    "keys and values must be in q's dtype, or bfloat16 under a float32 q (a bf16 KV cache); got q float64, k bfloat16");
+  GF_CHECK_CONTAINS(error_of([&] { kernels::attend_one(q, kb, k.narrow(0, 0, 2), cfg); }), "attend_one");
   cfg.mask = Tensor::zeros({2, 5}, DType::Int64);
   GF_CHECK_CONTAINS(error_of([&] { kernels::attend_one(q, k.narrow(0, 0, 2), k.narrow(0, 0, 2), cfg); }),
                     "the mask must be bool or floating, got int64");

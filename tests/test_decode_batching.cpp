@@ -11,7 +11,9 @@
 #include "autograd/grad_mode.h"
 #include "nn/decode_layout.h"
 #include "nn/seq2seq.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/random.h"
+#include "autograd/ops/matmul.h"
 #include "tensor/parallel.h"
 #include "train/decode/decode.h"
 #include "nn_test_util.h"
@@ -92,6 +94,49 @@ TEST_CASE("fixed-length greedy decoding in groups: every row runs the whole batc
   for (const auto& hyp : out) CHECK(hyp.size() == 10u);
 }
 
+// DecodeOptions::kv_cache = bfloat16 (--kv-cache bf16): half the cache bytes per token, and on a
+// random model (flat distributions, so near ties) most outputs as with the float32 cache.
+TEST_CASE("a bfloat16 KV cache: half the bytes per token, greedy and beam; outputs mostly as with float32's") {
+  NoGradGuard ng;
+  nn::Seq2SeqTransformer m(small_options(), 5);
+  m.eval();
+  const Tensor src = sources();
+  for (int64_t beam : {1, 3}) {
+    CAPTURE(beam);
+    train::DecodeOptions o;
+    o.beam = beam, o.max_extra = 4;
+    train::DecodeStats st32, st16;
+    const auto f32 = train::translate_batch(m, src, o, &st32);
+    o.kv_cache = DType::BFloat16;
+    const auto b16 = train::translate_batch(m, src, o, &st16);
+    CHECK(st32.self_bytes_per_token == 2 * 2 * 16 * 4);  // K and V x 2 layers x d_model 16 x 4 bytes
+    CHECK(st16.self_bytes_per_token * 2 == st32.self_bytes_per_token);
+    CHECK(st16.cross_bytes_per_src_token * 2 == st32.cross_bytes_per_src_token);
+    CHECK(st16.cache_bytes_peak * 2 == st32.cache_bytes_peak);
+    REQUIRE(b16.size() == f32.size());
+    int64_t same = 0;
+    for (size_t i = 0; i < f32.size(); ++i) same += b16[i] == f32[i];
+    CHECK(same >= 60);  // of 70
+    // Unset (--kv-cache auto): the cache follows the products, bfloat16 under bf16.
+    o.kv_cache.reset();
+    train::DecodeStats auto32, auto16;
+    train::translate_batch(m, src, o, &auto32);
+    {
+      const kernels::PrecisionScope bf16(Precision::BFloat16);
+      train::translate_batch(m, src, o, &auto16);
+    }
+    CHECK(auto32.self_bytes_per_token == st32.self_bytes_per_token);
+    CHECK(auto16.self_bytes_per_token == st16.self_bytes_per_token);
+    o.kv_cache = DType::Float32;  // fp32 stays fp32 under bf16 products
+    train::DecodeStats fixed32;
+    {
+      const kernels::PrecisionScope bf16(Precision::BFloat16);
+      train::translate_batch(m, src, o, &fixed32);
+    }
+    CHECK(fixed32.self_bytes_per_token == st32.self_bytes_per_token);
+  }
+}
+
 TEST_CASE("lay_out_for_decoding: linear weights column-major with the same values; embeddings and tied weights as they were") {
   NoGradGuard ng;
   for (bool tie : {false, true}) {
@@ -145,4 +190,48 @@ TEST_CASE("lay_out_for_decoding: the same logits to rounding, and in float64 the
         CHECK(train::translate_batch(laid, sources(), o) == train::translate_batch(plain, sources(), o));
       }
     }
+}
+
+// Under --precision bf16, translate and eval keep the linear weights in bfloat16 alone
+// (lay_out_for_decoding(..., BFloat16)): each product used to round the float32 weight to the same
+// bfloat16 bits (kernels::bf16_weight), so the translations are the same, bit for bit, with half
+// the weights' bytes; embeddings and a tied output weight stay float32.
+TEST_CASE("lay_out_for_decoding in bfloat16: the same translations under bf16 products; tied and embedding weights float32") {
+  NoGradGuard ng;
+  const kernels::PrecisionScope bf16(Precision::BFloat16);
+  for (bool tie : {false, true}) {
+    CAPTURE(tie);
+    nn::Seq2SeqTransformer kept32(small_options(tie), 5), kept16(small_options(tie), 5);
+    kept32.eval(), kept16.eval();
+    nn::lay_out_for_decoding(kept32);
+    nn::lay_out_for_decoding(kept16, DType::BFloat16);
+    int64_t bf16_weights = 0;
+    for (const auto& [name, t] : kept16.state_dict()) {
+      CAPTURE(name);
+      const bool embedding = name.find("emb.") != std::string::npos || (tie && name == "out.weight");
+      const bool linear = t.ndim() == 2 && !embedding && name.size() > 6 && name.substr(name.size() - 6) == "weight";
+      CHECK((t.dtype() == DType::BFloat16) == linear);
+      if (linear) CHECK(nn::is_column_major(t));
+      bf16_weights += linear;
+    }
+    CHECK(bf16_weights == 2 * 4 + 2 * 6 + (tie ? 0 : 1));
+    for (int64_t beam : {1, 3}) {
+      train::DecodeOptions o;
+      o.beam = beam, o.max_extra = 4;
+      CHECK(train::translate_batch(kept16, sources(), o) == train::translate_batch(kept32, sources(), o));
+    }
+  }
+}
+
+TEST_CASE("a bfloat16 weight refuses float32 products and training, naming itself") {
+  nn::Seq2SeqTransformer m(small_options(), 5);
+  nn::lay_out_for_decoding(m, DType::BFloat16);
+  const Variable x(Tensor::ones({2, 16}));  // (2, d_model)
+  const Variable w = (*m.transformer->encoder->layers)[0].linear1->weight;  // (32, 16) bfloat16
+  REQUIRE(w.dtype() == DType::BFloat16);
+  CHECK_FALSE(w.requires_grad());
+  CHECK_THROWS_WITH(linear(x, w, Variable()), doctest::Contains("the weight (32, 16) is stored in bfloat16"));
+  CHECK_THROWS_WITH(linear(x, w, Variable()), doctest::Contains("got float32 input, fp32 products"));
+  const kernels::PrecisionScope bf16(Precision::BFloat16);
+  CHECK(linear(x, w, Variable()).shape() == Shape{2, 32});
 }

@@ -401,6 +401,37 @@ TEST_CASE("incremental decoding: forward_step with a KV cache equals the full ca
   }
 }
 
+// --kv-cache bf16: keys and values rounded once to bfloat16 as they are stored (relative error at
+// most 2^-9), so a step's output moves by about that much, on the one-query kernel (attend_one)
+// and on the path that asks for the weights (the cache widened for attend); the cache is half the bytes.
+TEST_CASE("incremental decoding with a bfloat16 KV cache: half the bytes, outputs within bfloat16 rounding") {
+  const int64_t B = 2, T = 5, S = 4, D = 8;
+  Generator gen(84);
+  nn::TransformerDecoder dec(layer_options(D, 2, 16, false, "relu"), 2, true, gen);
+  randomise(dec, 85);
+  Tensor tgt = randn({B, T, D}, 86, 1.0, DType::Float32);     // (2, 5, 8)
+  Variable memory(randn({B, S, D}, 87, 1.0, DType::Float32));  // (2, 4, 8)
+  Tensor src_pad = Tensor::of({0, 0, 0, 0, 0, 0, 1, 1}, {B, S}, DType::Bool);
+  nn::DecoderOutput full = dec.forward(Variable(tgt), memory, nn::make_causal_mask(T), Tensor(), src_pad, false);
+  for (bool need_weights : {false, true}) {
+    CAPTURE(need_weights);
+    std::vector<nn::DecoderLayerCache> caches = dec.start_cache(memory, T, DType::BFloat16);
+    CHECK(caches[0].self.k.dtype() == DType::BFloat16);
+    CHECK(caches[0].cross_k.dtype() == DType::BFloat16);
+    CHECK(caches[0].bytes() == 2 * (2 * B * 2 * T * 4 + 2 * B * 2 * S * 4));  // half of the float32 cache's
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      nn::DecoderOutput step = dec.forward_step(Variable(rows(tgt, 1, t, 1)), caches, src_pad, need_weights);  // (2, 1, 8)
+      CHECK(step.output.dtype() == DType::Float32);
+      worst = std::max(worst, max_abs_diff(step.output.data(), rows(full.output.data(), 1, t, 1)));
+    }
+    // Outputs of order 1 after the final LayerNorm: float32's cache gives < 1e-5 (above), bf16's
+    // rounding about 1e-2 at most on this model.
+    CHECK(worst > 1e-6);  // the cache did round
+    CHECK(worst < 3e-2);
+  }
+}
+
 TEST_CASE("incremental decoding through the translator: embed_tgt with an offset + forward_step + project") {
   for (bool norm_first : {false, true}) {
     nn::Seq2SeqTransformer model(tiny_options(2, norm_first, 0.3), 90);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "autograd/function.h"
+#include "autograd/grad_mode.h"
 #include "tensor/kernels/bf16.h"
 #include "tensor/kernels/binary.h"
 #include "tensor/kernels/cross_entropy.h"
@@ -71,9 +72,13 @@ void check_linear_cross_entropy(const Variable& h, const Variable& weight, const
   GF_CHECK(h.ndim() == 2 && weight.ndim() == 2 && h.size(1) == weight.size(1) && target.ndim() == 1 && target.size(0) == h.size(0),
            "linear_cross_entropy: h {}, weight {} and target {}: expected h (N, D), weight (V, D) and target (N,)", shape_str(h.shape()),
            shape_str(weight.shape()), shape_str(target.shape()));
-  GF_CHECK(h.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == h.dtype()),
-           "linear_cross_entropy: h {} {} and weight {} {} (and bias) must share a dtype", dtype_name(h.dtype()), shape_str(h.shape()),
-           dtype_name(weight.dtype()), shape_str(weight.shape()));
+  // A weight kept in bfloat16 (nn::lay_out_for_decoding, for bf16 decoding and scoring) is read by
+  // bf16 products only, with no gradient for it.
+  const bool kept_bf16 = weight.dtype() == DType::BFloat16 && kernels::bf16_products(h.dtype()) &&
+                         !(GradMode::enabled() && weight.requires_grad());
+  GF_CHECK((h.dtype() == weight.dtype() || kept_bf16) && (!bias.defined() || bias.dtype() == h.dtype()),
+           "linear_cross_entropy: h {} {} and weight {} {} (and bias) must share a dtype (a bfloat16 weight: under bf16 products, "
+           "without its gradient)", dtype_name(h.dtype()), shape_str(h.shape()), dtype_name(weight.dtype()), shape_str(weight.shape()));
   GF_CHECK(!bias.defined() || bias.shape() == Shape{weight.size(0)}, "linear_cross_entropy: bias {} does not match weight {}",
            shape_str(bias.shape()), shape_str(weight.shape()));
 }

@@ -3,6 +3,7 @@
 #include "autograd/ops/matmul.h"
 
 #include "autograd/function.h"
+#include "autograd/grad_mode.h"
 #include "tensor/kernels/bf16.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
@@ -67,8 +68,14 @@ struct LinearBackward : Node {
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
   Tensor xc = x.data().contiguous();  // (..., in): at most one copy, shared with backward
-  const bool bf16 = kernels::bf16_products(x.dtype()) && weight.dtype() == DType::Float32;
-  if (bf16) check_same_dtype(x.data(), weight.data(), "linear");
+  const bool bf16 = kernels::bf16_products(x.dtype()) && (weight.dtype() == DType::Float32 || weight.dtype() == DType::BFloat16);
+  // A weight kept in bfloat16 (nn::lay_out_for_decoding for bf16 decoding) is only read by bf16
+  // products, and has no float32 values to train.
+  if (weight.dtype() == DType::BFloat16)
+    GF_CHECK(bf16 && !(GradMode::enabled() && weight.requires_grad()),
+             "linear: the weight {} is stored in bfloat16 (a model laid out for bf16 decoding); it needs --precision bf16 products on "
+             "float32 input (got {} input, {} products) and no gradient", shape_str(weight.shape()), dtype_name(x.dtype()),
+             precision_name(kernels::precision()));
   const Tensor w = bf16 ? kernels::bf16_weight(weight.data()) : weight.data();  // (out, in)
   const Tensor b = bias.defined() ? bias.data() : Tensor();                       // (out)
   Tensor out = bf16 ? kernels::linear_bf16(kernels::to_bf16(xc), w, b) : kernels::linear(xc, w, b);  // (..., out)

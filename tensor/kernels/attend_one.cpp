@@ -18,8 +18,10 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, const AttendO
                q.size(1) % k.size(1) == 0 && cfg.len >= 0 && cfg.len <= k.size(2),
            "attend_one: q {} must be (R, H, 1, d_k) and k {}, v {} (Bk, KV, >= {}, d_k) with KV dividing H", shape_str(q.shape()),
            shape_str(k.shape()), shape_str(v.shape()), cfg.len);
-  check_same_dtype(q, k, "attend_one");
-  check_same_dtype(q, v, "attend_one");
+  check_same_dtype(k, v, "attend_one");
+  GF_CHECK(k.dtype() == q.dtype() || (k.dtype() == DType::BFloat16 && q.dtype() == DType::Float32),
+           "attend_one: keys and values must be in q's dtype, or bfloat16 under a float32 q (a bf16 KV cache); got q {}, k {}",
+           dtype_name(q.dtype()), dtype_name(k.dtype()));
   const int64_t R = q.size(0), Bk = k.size(0), cap = k.size(2);
   const auto n_kv = static_cast<int64_t>(cfg.kv_rows.size()), n_pos = static_cast<int64_t>(cfg.position_rows.size());
   GF_CHECK(n_pos > 0 ? n_pos == R * cap && n_kv == 0 : n_kv == 0 ? Bk == R : n_kv == R,
@@ -63,15 +65,22 @@ inline void prefetch(const void* p) {
 #endif
 }
 
+// A cache element in the arithmetic's type T: itself, or a bfloat16 widened exactly (a shift).
+template <class T, class K>
+inline T widen(K x) {
+  return static_cast<T>(x);
+}
+
 // sum_j a[j] * b[j] for n a multiple of 16 or not: 16 partial sums combined in a fixed order, so
-// the compiler vectorises it without reassociating (no -ffast-math) and every run sums alike.
-template <class T>
-T dot(const T* a, const T* b, int64_t n) {
+// the compiler vectorises it without reassociating (no -ffast-math) and every run sums alike. b
+// may be a bfloat16 cache: each element is widened exactly, so the sums are those of T.
+template <class T, class K>
+T dot(const T* a, const K* b, int64_t n) {
   T acc[16] = {};
   const int64_t full = n - n % 16;
   for (int64_t j = 0; j < full; j += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * b[j + l];
-  for (int64_t j = full; j < n; ++j) acc[j - full] += a[j] * b[j];  // lane j % 16
+    for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * widen<T>(b[j + l]);
+  for (int64_t j = full; j < n; ++j) acc[j - full] += a[j] * widen<T>(b[j]);  // lane j % 16
   for (int w = 8; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
   return acc[0];
@@ -103,15 +112,15 @@ void attend_row(const T* q, Key key, Value value, int64_t len, int64_t dk, const
     T acc[DK] = {};  // (d_k): a local array, not out, which the compiler must store at every position
     for (int64_t s = 0; s < len; ++s) {
       const T w = scores[s] / total;
-      const T* vs = value(s);
-      for (int j = 0; j < DK; ++j) acc[j] += w * vs[j];
+      const auto* vs = value(s);
+      for (int j = 0; j < DK; ++j) acc[j] += w * widen<T>(vs[j]);
     }
     std::copy(acc, acc + DK, out);
   } else {
     for (int64_t s = 0; s < len; ++s) {
       const T w = scores[s] / total;
-      const T* vs = value(s);
-      for (int64_t j = 0; j < dk; ++j) out[j] += w * vs[j];
+      const auto* vs = value(s);
+      for (int64_t j = 0; j < dk; ++j) out[j] += w * widen<T>(vs[j]);
     }
   }
 }
@@ -129,8 +138,9 @@ std::vector<int64_t> keys_to_read(const Tensor& mask, int64_t R, int64_t len) { 
   return keys;
 }
 
-template <class T>
-void attend_rows(const T* qp, const T* kp, const T* vp, const Tensor& mask, const std::vector<int64_t>& keys, const CacheIndex& ix,
+// K: the cache's element type (T, or bfloat16 under a float32 T).
+template <class T, class K>
+void attend_rows(const T* qp, const K* kp, const K* vp, const Tensor& mask, const std::vector<int64_t>& keys, const CacheIndex& ix,
                  int64_t R, T scale, int64_t len, T* op) {
   const int64_t H = ix.H, dk = ix.dk;
   // Where item i's (= row * H + head) position s starts in k and v: at(s), cheap in the hot loop.
@@ -146,7 +156,7 @@ void attend_rows(const T* qp, const T* kp, const T* vp, const Tensor& mask, cons
   // item i + 1's positions, if it has more, after it.
   auto prefetch_position = [&](const auto& at, int64_t s) {
     const int64_t offset = at(s);
-    for (int64_t j = 0; j < dk; j += 64 / static_cast<int64_t>(sizeof(T))) {
+    for (int64_t j = 0; j < dk; j += 64 / static_cast<int64_t>(sizeof(K))) {
       prefetch(kp + offset + j);
       prefetch(vp + offset + j);
     }
@@ -195,7 +205,11 @@ Tensor attend_one(const Tensor& q_in, const Tensor& k, const Tensor& v, const At
   const std::vector<int64_t> keys = keys_to_read(mask, R, cfg.len);  // (R)
   const CacheIndex ix = index_of(q, k, cfg);
   dispatch_float(q.dtype(), "attend_one", [&]<class T>() {
-    attend_rows<T>(q.data<T>(), k.data<T>(), v.data<T>(), mask, keys, ix, R, static_cast<T>(cfg.scale), cfg.len, out.data<T>());
+    const T scale = static_cast<T>(cfg.scale);
+    if (k.dtype() == DType::BFloat16)
+      attend_rows<T>(q.data<T>(), k.data<bfloat16>(), v.data<bfloat16>(), mask, keys, ix, R, scale, cfg.len, out.data<T>());
+    else
+      attend_rows<T>(q.data<T>(), k.data<T>(), v.data<T>(), mask, keys, ix, R, scale, cfg.len, out.data<T>());
   });
   return out;
 }
@@ -207,8 +221,11 @@ Tensor attend_one_reference(const Tensor& q_in, const Tensor& k, const Tensor& v
   Tensor out = Tensor::empty({R, 1, H * dk}, q.dtype());  // (R, 1, H*d_k)
   Tensor mask = dense_mask(cfg.mask, DType::Float64);     // (R, len) or undefined
   const CacheIndex ix = index_of(q, k, cfg);
+  // A bfloat16 cache read as the float32 values it holds exactly.
+  const Tensor kd = k.to(DType::Float64), vd = v.to(DType::Float64);  // (Bk, KV, capacity, d_k)
   dispatch_float(q.dtype(), "attend_one_reference", [&]<class T>() {
-    const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
+    const T* qp = q.data<T>();
+    const double *kp = kd.data<double>(), *vp = vd.data<double>();
     std::vector<double> scores(static_cast<size_t>(len));
     for (int64_t r = 0; r < R; ++r)
       for (int64_t h = 0; h < H; ++h) {

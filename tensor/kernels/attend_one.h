@@ -30,7 +30,8 @@ struct AttendOneConfig {
   std::span<const int64_t> position_rows;
 };
 
-// The kernel: float32 or float64; rows in parallel.
+// The kernel: float32 or float64; rows in parallel. Under a float32 q, k and v may be bfloat16 (a
+// bf16 KV cache, half the bytes): each element is widened exactly, and the sums are float32's.
 Tensor attend_one(const Tensor& q, const Tensor& k, const Tensor& v, const AttendOneConfig& cfg);
 
 // The plain reference it is tested against: for each (row, head) in turn, the scores and the

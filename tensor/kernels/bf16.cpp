@@ -393,6 +393,7 @@ Bf16WeightCache::~Bf16WeightCache() {
 }
 
 Tensor bf16_weight(const Tensor& w) {
+  if (w.dtype() == DType::BFloat16) return w;  // kept in bf16 already (nn::lay_out_for_decoding)
   {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
     if (g_cache_scopes == 0) return to_bf16(w);

@@ -139,6 +139,7 @@ class Bf16WeightCache {
   Bf16WeightCache(const Bf16WeightCache&) = delete;
   Bf16WeightCache& operator=(const Bf16WeightCache&) = delete;
 };
+// A weight already in bfloat16 is returned as it is.
 Tensor bf16_weight(const Tensor& w);
 
 }  // namespace gf::kernels

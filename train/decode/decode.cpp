@@ -64,6 +64,13 @@ class StepModel {
 // `steps` output positions. Beam search grows a sentence's rows with select_rows.
 using MakeSteps = std::function<std::unique_ptr<StepModel>(const Tensor& src, int64_t steps)>;
 
+// DecodeOptions::kv_cache, resolved for a model of dtype `model`: as given, else bfloat16 under
+// bf16 products (the keys and values come from bf16 products already), else the model's.
+DType cache_dtype(const DecodeOptions& opt, DType model) {
+  if (opt.kv_cache) return *opt.kv_cache;
+  return kernels::bf16_products(model) ? DType::BFloat16 : model;
+}
+
 std::vector<int64_t> identity_rows(int64_t n) {
   std::vector<int64_t> rows(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) rows[i] = i;
@@ -78,7 +85,7 @@ class EncoderDecoderSteps : public StepModel {
       : model_(model), opt_(opt), source_of_(identity_rows(src.size(0))) {
     row_pad_ = nn::make_pad_mask(src, opt.pad);  // (B, S): one row per source at first
     memory_ = model.encode(src, row_pad_);       // (B, S, D)
-    if (opt.use_cache) caches_ = model.transformer->decoder->start_cache(memory_, capacity);
+    if (opt.use_cache) caches_ = model.transformer->decoder->start_cache(memory_, capacity, cache_dtype(opt, memory_.dtype()));
   }
 
   Tensor next_scores(const Tensor& prefix) override {
@@ -132,7 +139,7 @@ class DecoderOnlySteps : public StepModel {
   // Each row holds its own prompt in its cache.
   DecoderOnlySteps(const nn::DecoderOnlyTransformer& model, const Tensor& src, const DecodeOptions& opt, int64_t steps)
       : model_(model), opt_(opt), src_(src) {
-    if (opt.use_cache) caches_ = model.start_cache(src_.size(0), src_.size(1) + steps);
+    if (opt.use_cache) caches_ = model.start_cache(src_.size(0), src_.size(1) + steps, cache_dtype(opt, model.emb->weight.dtype()));
   }
 
   Tensor next_scores(const Tensor& prefix) override {

@@ -6,6 +6,7 @@
 // <eos> or at the source length + max_extra tokens.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "nn/decoder_only.h"
@@ -28,6 +29,10 @@ struct DecodeOptions {
   BeamStop beam_stop = BeamStop::Heuristic;
   int64_t max_extra = 50;       // tokens past the source length
   bool use_cache = true;        // false recomputes the whole prefix every step (for tests)
+  // The KV cache's dtype. Unset: bfloat16 while the products run in bfloat16 (--precision bf16),
+  // else the model's. bfloat16 under a float32 model halves the cache's bytes (keys and values
+  // rounded once as they are stored, the attention's sums still float32).
+  std::optional<DType> kv_cache;
   // false (greedy only): every row runs for exactly (longest source in the batch + max_extra)
   // steps and keeps every token it picks, <eos> and what follows included, as the PyTorch
   // reference's fixed-length decoding benchmark does.

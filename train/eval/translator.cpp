@@ -55,9 +55,27 @@ void check_checkpoint_fits(const Translator& t, const std::string& cfg, const st
               t.tgt_vocab.size(), expected);
 }
 
+// t.weights_file into t.net; errors name the file (a run folder holds several) and, in a run
+// folder, the latest checkpoint to use instead of a broken one.
+void load_weights(Translator& t, const std::string& cfg, const std::string& run_dir) {
+  SafetensorsFile f;
+  try {
+    f = load_safetensors(t.weights_file);
+  } catch (const std::exception& e) {
+    const std::string instead = latest_instead(run_dir);
+    if (instead.empty()) throw;
+    GF_FAIL_AS(std::runtime_error, "{}{}", e.what(), instead);
+  }
+  try {
+    t.net->module().load_state_dict(f.tensors, true);
+  } catch (const std::exception& e) {
+    GF_FAIL_AS(std::runtime_error, "'{}' does not fit the model of {}: {}", t.weights_file, cfg, e.what());
+  }
+}
+
 }  // namespace
 
-Translator Translator::load(const std::string& path) {
+Translator Translator::load(const std::string& path, DType weights) {
   fs::path p(path);
   GF_CHECK_AS(std::runtime_error, fs::exists(p), "--model '{}' does not exist", path);
   std::string dir = fs::is_directory(p) ? p.string() : p.parent_path().string();
@@ -83,21 +101,9 @@ Translator Translator::load(const std::string& path) {
   check_checkpoint_fits(t, cfg, fs::is_directory(p) ? dir : "");
   check_decoding_memory(t.config, t.src_vocab.size(), t.tgt_vocab.size(), cfg);
   t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
-  SafetensorsFile f;
-  try {
-    f = load_safetensors(t.weights_file);
-  } catch (const std::exception& e) {
-    const std::string instead = latest_instead(fs::is_directory(p) ? dir : "");
-    if (instead.empty()) throw;
-    GF_FAIL_AS(std::runtime_error, "{}{}", e.what(), instead);
-  }
-  try {
-    t.net->module().load_state_dict(f.tensors, true);
-  } catch (const std::exception& e) {  // name the file: a run folder holds several
-    GF_FAIL_AS(std::runtime_error, "'{}' does not fit the model of {}: {}", t.weights_file, cfg, e.what());
-  }
+  load_weights(t, cfg, fs::is_directory(p) ? dir : "");  // the file's tensors are freed before the weights are laid out
   t.net->module().eval();
-  nn::lay_out_for_decoding(t.net->module());  // this model only translates and scores
+  nn::lay_out_for_decoding(t.net->module(), weights);  // this model only translates and scores
   return t;
 }
 

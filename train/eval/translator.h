@@ -28,7 +28,10 @@ struct Translator {
 
   // path: a run folder (its best.safetensors, else the latest checkpoint) or one of its
   // .safetensors weight files. Errors name the missing or malformed file.
-  static Translator load(const std::string& path);
+  // weights: the dtype the linear weights are kept in (nn::lay_out_for_decoding); BFloat16 for a
+  // process that decodes with bf16 products only (translate and eval under --precision bf16), which
+  // then holds half the bytes of weights and no float32 copy beside the bf16 one.
+  static Translator load(const std::string& path, DType weights = DType::Float32);
 
   // Sentences in, translations out (same order): whitespace-tokenised text, or raw text for a run
   // with subwords (its translations are detokenised raw text). Sentences are batched by length,
