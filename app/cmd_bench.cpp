@@ -301,7 +301,7 @@ Json bench_decode(const train::RunConfig& c, const std::string& test, int64_t de
   info["test"] = test;
   info["decode_batch"] = decode_batch;
   info["kv_cache"] = use_cache;
-  info["kv_cache_dtype"] = use_cache ? dtype_name(kv_cache.value_or(kernels::bf16_products(DType::Float32) ? DType::BFloat16 : DType::Float32)) : "none";
+  info["kv_cache_dtype"] = use_cache ? dtype_name(train::cache_dtype(opt, DType::Float32)) : "none";
   info["beam"] = beam;
   // What a sentence's decoding runs to, so that greedy and beam figures are read for what they are.
   info["stops"] = beam > 1 ? "beam search: a sentence stops by the default (heuristic) rule or at its own source length + 20 tokens; "

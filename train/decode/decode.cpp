@@ -64,13 +64,6 @@ class StepModel {
 // `steps` output positions. Beam search grows a sentence's rows with select_rows.
 using MakeSteps = std::function<std::unique_ptr<StepModel>(const Tensor& src, int64_t steps)>;
 
-// DecodeOptions::kv_cache, resolved for a model of dtype `model`: as given, else bfloat16 under
-// bf16 products (the keys and values come from bf16 products already), else the model's.
-DType cache_dtype(const DecodeOptions& opt, DType model) {
-  if (opt.kv_cache) return *opt.kv_cache;
-  return kernels::bf16_products(model) ? DType::BFloat16 : model;
-}
-
 std::vector<int64_t> identity_rows(int64_t n) {
   std::vector<int64_t> rows(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) rows[i] = i;
@@ -517,6 +510,11 @@ struct DecodingScope {
 };
 
 }  // namespace
+
+DType cache_dtype(const DecodeOptions& opt, DType model) {
+  if (opt.kv_cache) return *opt.kv_cache;
+  return kernels::bf16_products(model) ? DType::BFloat16 : model;  // the keys and values come from bf16 products already
+}
 
 std::vector<std::vector<int64_t>> translate_batch(const nn::Seq2SeqTransformer& model, const Tensor& src, const DecodeOptions& opt,
                                                   DecodeStats* stats) {

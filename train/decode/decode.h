@@ -40,6 +40,10 @@ struct DecodeOptions {
   int64_t bos = 2, eos = 3, pad = 0;  // decoder-only: bos is the <sep> that ends the prompt
 };
 
+// DecodeOptions::kv_cache resolved for a model of dtype `model`: as given, else bfloat16 under
+// bf16 products, else the model's.
+DType cache_dtype(const DecodeOptions& opt, DType model);
+
 struct DecodeStats {
   int64_t steps = 0;
   int64_t cache_bytes_peak = 0;          // KV cache allocated at its largest (self + cross, all layers)
