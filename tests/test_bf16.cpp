@@ -407,35 +407,40 @@ TEST_CASE("linear_cross_entropy under bf16 equals linear + cross_entropy under b
   });
 }
 
+// Several tiles (D from row_sums_of_p_dp), then the default blocks: one tile per head, where the
+// backward makes D inside its tile.
 TEST_CASE("fused attention under bf16: within the bfloat16 rounding of float64, far outside float32's, on each path") {
-  on_each_path([&](Bf16Path) {
-    const int64_t B = 2, L = 19, S = 23, H = 2, dk = 16;
-    const Tensor q0 = tensor_of(random_floats(B * L * H * dk, 41), {B, L, H * dk}), k0 = tensor_of(random_floats(B * S * H * dk, 42), {B, S, H * dk}),
-                 v0 = tensor_of(random_floats(B * S * H * dk, 43), {B, S, H * dk}), g0 = tensor_of(random_floats(B * L * H * dk, 44), {B, L, H * dk});
-    FusedAttentionOptions o;
-    o.heads = o.kv_heads = H;
-    o.scale = 1.0 / std::sqrt(double(dk));
-    o.block_q = 8, o.block_k = 7;  // several tiles, none dividing the lengths
-    auto run = [&](DType dtype, bool bf16) {
-      std::optional<kernels::PrecisionScope> scope;
-      if (bf16) scope.emplace(Precision::BFloat16);
-      Variable q(q0.to(dtype), true), k(k0.to(dtype), true), v(v0.to(dtype), true);
-      Variable out = fused_attention(q, k, v, o);
-      sum(out * Variable(g0.to(dtype))).backward();
-      return std::vector<Tensor>{out.data(), q.grad(), k.grad(), v.grad()};
-    };
-    const std::vector<Tensor> exact = run(DType::Float64, false), f32 = run(DType::Float32, false), b16 = run(DType::Float32, true);
-    for (size_t i = 0; i < exact.size(); ++i) {
-      double err32 = 0, err16 = 0, scale = max_abs(exact[i]);
-      for (int64_t j = 0; j < exact[i].numel(); ++j) {
-        err32 = std::max(err32, std::abs(f32[i].flat_get(j) - exact[i].flat_get(j)));
-        err16 = std::max(err16, std::abs(b16[i].flat_get(j) - exact[i].flat_get(j)));
+  for (const int64_t block : {7, 0}) {
+    on_each_path([&](Bf16Path) {
+      INFO("blocks ", block == 0 ? "default (one tile)" : "8 x 7");
+      const int64_t B = 2, L = 19, S = 23, H = 2, dk = 16;
+      const Tensor q0 = tensor_of(random_floats(B * L * H * dk, 41), {B, L, H * dk}), k0 = tensor_of(random_floats(B * S * H * dk, 42), {B, S, H * dk}),
+                   v0 = tensor_of(random_floats(B * S * H * dk, 43), {B, S, H * dk}), g0 = tensor_of(random_floats(B * L * H * dk, 44), {B, L, H * dk});
+      FusedAttentionOptions o;
+      o.heads = o.kv_heads = H;
+      o.scale = 1.0 / std::sqrt(double(dk));
+      if (block != 0) o.block_q = 8, o.block_k = block;  // several tiles, none dividing the lengths
+      auto run = [&](DType dtype, bool bf16) {
+        std::optional<kernels::PrecisionScope> scope;
+        if (bf16) scope.emplace(Precision::BFloat16);
+        Variable q(q0.to(dtype), true), k(k0.to(dtype), true), v(v0.to(dtype), true);
+        Variable out = fused_attention(q, k, v, o);
+        sum(out * Variable(g0.to(dtype))).backward();
+        return std::vector<Tensor>{out.data(), q.grad(), k.grad(), v.grad()};
+      };
+      const std::vector<Tensor> exact = run(DType::Float64, false), f32 = run(DType::Float32, false), b16 = run(DType::Float32, true);
+      for (size_t i = 0; i < exact.size(); ++i) {
+        double err32 = 0, err16 = 0, scale = max_abs(exact[i]);
+        for (int64_t j = 0; j < exact[i].numel(); ++j) {
+          err32 = std::max(err32, std::abs(f32[i].flat_get(j) - exact[i].flat_get(j)));
+          err16 = std::max(err16, std::abs(b16[i].flat_get(j) - exact[i].flat_get(j)));
+        }
+        INFO("tensor ", i, ": float32 error ", err32 / scale, ", bf16 error ", err16 / scale, " of max |value| ", scale);
+        CHECK(err16 <= 4 * kU * scale);  // each product's operands rounded once: about u of the largest value (docs/performance.md, bfloat16)
+        CHECK(err16 > 16 * err32);        // and the products really were rounded
       }
-      INFO("tensor ", i, ": float32 error ", err32 / scale, ", bf16 error ", err16 / scale, " of max |value| ", scale);
-      CHECK(err16 <= 4 * kU * scale);  // each product's operands rounded once: about u of the largest value (docs/performance.md, bfloat16)
-      CHECK(err16 > 16 * err32);        // and the products really were rounded
-    }
-  });
+    });
+  }
 }
 
 TEST_CASE("Bf16WeightCache: one conversion per weight while it lives, none kept after, on each path") {
