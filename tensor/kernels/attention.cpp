@@ -214,6 +214,14 @@ void recompute_probs(int64_t n, int64_t wk, const T* lse, Scratch<T>& w) {
   }
 }
 
+// Under bf16 a head whose queries and keys fit one tile (a batch of sentences up to 32 tokens at
+// d_k 64: most of Multi30k's) gets D inside its one backward_tile, from the products that tile
+// makes anyway: the same bits as row_sums_of_p_dp, without making them twice.
+template <class T, class In>
+bool d_in_tile(const Ctx<T, In>& c) {
+  return !std::is_same_v<In, T> && c.L <= c.bq && c.S <= c.bk;
+}
+
 // D[l0 + r] += rowsum(P * dP) over one tile: P in w.s, dP (with dropout's factor) in w.dp.
 template <class T>
 void add_row_sums_of_p_dp(int64_t n, int64_t nk, int64_t wk, int64_t l0, T* D, const Scratch<T>& w) {
@@ -225,12 +233,11 @@ void add_row_sums_of_p_dp(int64_t n, int64_t nk, int64_t wk, int64_t l0, T* D, c
 
 // One (query tile, key tile) pair of the backward (FlashAttention-2): dV += Pd^T dO,
 // dS = P * (dP - D), dK += scale dS^T Q, dQ += scale dS K, with Pd = P * dropout factor and
-// dP = (dO V^T) * dropout factor. g is dO as the products read it (In). With d_here (bf16, a
-// head's queries and keys in one tile) D is made here from this tile's P and dP, as
-// row_sums_of_p_dp would make it from the same products, instead of recomputing them there.
+// dP = (dO V^T) * dropout factor. g is dO as the products read it (In). Where d_in_tile(c), D is
+// made here from this tile's P and dP, as row_sums_of_p_dp would make it from the same products.
 template <class T, class In>
 void backward_tile(const Ctx<T, In>& c, const Rows<In>& g, const T* lse, T* D, int64_t b, int64_t h, int64_t l0, int64_t s0,
-                   const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w, bool d_here = false) {
+                   const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w) {
   const int64_t n = std::min(c.bq, c.L - l0), nk = std::min(c.bk, c.S - s0), wk = width(nk), dk = c.dk, kvh = h / c.G;
   if (!tile_mask(c, b, l0, n, s0, nk, wk, w.live.data())) return;
   gemm<false>(false, true, n, nk, dk, c.scale, c.q.at(b, l0, h), c.q.sl, c.k.at(b, s0, kvh), c.k.sl, T(0), w.s.data(), wk, w.tiles);
@@ -243,7 +250,7 @@ void backward_tile(const Ctx<T, In>& c, const Rows<In>& g, const T* lse, T* D, i
     pd = w.pd.data();
   }
   gemm(true, false, nk, dk, n, T(1), pd, wk, g.at(b, l0, h), g.sl, T(1), dvv.at(b, s0, kvh), dvv.sl, w.tiles);
-  if (d_here) {
+  if (d_in_tile(c)) {
     std::fill(D + l0, D + l0 + n, T(0));
     add_row_sums_of_p_dp(n, nk, wk, l0, D, w);
   }
@@ -285,14 +292,10 @@ void row_sums_of_p_dp(const Ctx<T, In>& c, const Rows<In>& g, const T* lse, int6
 template <class T, class In>
 void backward_task(const Ctx<T, In>& c, const Rows<T>& g, const Rows<In>& gp, const Rows<T>& o, const T* lse, int64_t b, int64_t kvh,
                    const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, Scratch<T>& w, std::vector<T>& D) {
-  // Under bf16 a head whose queries and keys fit one tile (a batch of sentences up to 32 tokens at
-  // d_k 64: most of Multi30k's) gets D inside its one backward_tile, from the products that tile
-  // makes anyway: the same bits as row_sums_of_p_dp, without making them twice.
-  const bool d_in_tile = !std::is_same_v<In, T> && c.L <= c.bq && c.S <= c.bk;
   for (int64_t gi = 0; gi < c.G; ++gi) {
     const int64_t h = kvh * c.G + gi;
     if constexpr (!std::is_same_v<In, T>) {
-      if (!d_in_tile) row_sums_of_p_dp(c, gp, lse, b, h, D.data() + gi * c.L, w);
+      if (!d_in_tile(c)) row_sums_of_p_dp(c, gp, lse, b, h, D.data() + gi * c.L, w);
       continue;
     }
     for (int64_t l = 0; l < c.L; ++l) {  // D = rowsum(dO * O)
@@ -303,7 +306,7 @@ void backward_task(const Ctx<T, In>& c, const Rows<T>& g, const Rows<In>& gp, co
   for (int64_t s0 = 0; s0 < c.S; s0 += c.bk)
     for (int64_t gi = 0; gi < c.G; ++gi)
       for (int64_t l0 = 0; l0 < c.L; l0 += c.bq)
-        backward_tile(c, gp, lse, D.data() + gi * c.L, b, kvh * c.G + gi, l0, s0, dq, dkk, dvv, w, d_in_tile);
+        backward_tile(c, gp, lse, D.data() + gi * c.L, b, kvh * c.G + gi, l0, s0, dq, dkk, dvv, w);
 }
 
 void check_operand(const Tensor& t, int64_t heads, const char* what, const Tensor& q) {
