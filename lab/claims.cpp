@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "lab/lab.h"
 #include "tensor/check.h"
 
 namespace gf::lab {
@@ -22,48 +23,6 @@ using enum Compare;
 
 std::vector<ClaimSpec> table() {
   return {
-      // ---- norm
-      {"norm", "postln_grows", Paper,
-       "Post-LN: the gradient of linear2.weight grows toward the output: in the decoder (the stack whose last layer feeds the loss) the last "
-       "layer's is above 1.5x the first's",
-       Above, 1.5,
-       "Xiong et al. 2020, Theorem 1 and Figure 3 (Post-LN: the gradients near the output are large); 1.5: the lab's threshold since its first "
-       "version (the paper shows growth, not a factor)",
-       true},
-      {"norm", "preln_not_growing", Paper,
-       "Pre-LN: the gradient does not grow toward the output: the last layer's over the first's, the larger of the two stacks, is below 1",
-       Below, 1.0,
-       "Xiong et al. 2020, Theorem 1 (Pre-LN: the same bound for every layer) and Figure 3; 1: no growth. Replaces 1.2, chosen after the first "
-       "version ('flat within 1.5x') failed; a falling profile passes, and docs/labs/norm.md shows it falls, which the paper does not predict",
-       false},
-      {"norm", "preln_falls_with_depth", Paper,
-       "Pre-LN: the last layer's gradient falls with depth as 1/sqrt(L): the decoder's log-log slope on L is below -0.25", Below, -0.25,
-       "Xiong et al. 2020, Theorem 1: O(d sqrt(ln d / L)) for Pre-LN (slope -0.5), O(d sqrt(ln d)) for Post-LN (slope 0); -0.25 is midway",
-       false},
-      {"norm", "postln_flat_with_depth", Paper,
-       "Post-LN: the last layer's gradient does not fall with depth: the decoder's log-log slope on L is above -0.25", Above, -0.25,
-       "Xiong et al. 2020, Theorem 1 (Post-LN: independent of L, slope 0; Pre-LN -0.5); -0.25 is midway", true},
-      {"norm", "postln_warmup_trend", Paper,
-       "Post-LN needs the warm-up: its held-out NLL falls as the warm-up grows: the least-squares slope of the NLL on the warm-up's length "
-       "(nats per warm-up step, over --warmups, by default 0, 20, 40, 60) is below -0.2 / 60",
-       Below, -0.2 / 60,
-       "Xiong et al. 2020, section 3.1 and Figure 2 (Post-LN without warm-up trains much worse, and the warm-up's length matters); -0.2 / 60, "
-       "written before the first run of the trend: the lab's 0.2 nats for the warm-up (its threshold since its first version) over the 60 "
-       "steps of the longest level. Replaces `postln_needs_warmup` (the gap between no warm-up and 60 steps; issue 35: a claim about a factor "
-       "is its trend)",
-       true},
-      {"norm", "preln_needs_less", Paper,
-       "Pre-LN needs the warm-up less: Post-LN's gain from it (NLL without minus with the longest warm-up of --warmups) exceeds Pre-LN's, "
-       "seed by seed",
-       Above, 0.0,
-       "Xiong et al. 2020, section 3.2 and Figure 2 (Pre-LN trains well without warm-up); 0: the sign of the paired difference", true},
-      {"norm", "deepnorm_trains", Paper,
-       "the intervention: DeepNorm lets Post-LN train without warm-up: its held-out NLL ends more than 0.2 nats below plain Post-LN's, both "
-       "without warm-up, seed by seed",
-       Above, 0.2,
-       "Wang et al. 2022, arXiv:2203.00555, sections 2-3 (DeepNorm bounds the model update and stabilises Post-LN early in training); issue "
-       "27; 0.2 nats: the margin this lab asks of the warm-up itself",
-       true},
       // ---- leak
       {"leak", "masked_future_zero", Check,
        "with the causal mask d logit_t / d input_t' is exactly 0 for every t' > t and non-zero for t' <= t (count of entries, over every seed "
@@ -577,16 +536,6 @@ struct Effect {
 
 std::vector<Effect> effects() {
   return {
-      // ---- norm (pilot: docs/labs/norm.md's output at the dose-response defaults, 90 steps, 5 seeds)
-      {"norm", "postln_grows", 0.25, 0.536, 5, "half the threshold's distance from no growth (a ratio of 1): a last layer 1.75x the first's"},
-      {"norm", "preln_not_growing", 0.1, 0.0821, 5,
-       "a last layer 10% below the first: the paper predicts equal gradients (1), so a profile within 10% of flat is the paper's own and "
-       "not what this claim can tell from growth"},
-      {"norm", "preln_falls_with_depth", 0.125, 0.0466, 5, "half the way from the threshold (-0.25) to Theorem 1's slope for Pre-LN (-0.5)"},
-      {"norm", "postln_flat_with_depth", 0.125, 0.0695, 5, "half the way from the threshold (-0.25) to Theorem 1's slope for Post-LN (0)"},
-      {"norm", "postln_warmup_trend", 0.00167, 0.00561, 5, "half the threshold's distance from no trend (0 nats per warm-up step)"},
-      {"norm", "preln_needs_less", 0.1, 0.329, 5, "a tenth of a nat, the size postln_needs_warmup asks beyond its own threshold"},
-      {"norm", "deepnorm_trains", 0.1, 0.329, 5, "half the threshold's distance from no gain (0 nats), as postln_needs_warmup"},
       // ---- leak (pilot: docs/labs/leak.md's output, 5 seeds)
       {"leak", "reads_answer", 0.2, 0.059, 5,
        "half the threshold's distance from chance (a row peaks at t+1 about 1/(T-1) of the time, near 0.1): a share of 0.7, clearly most "
@@ -693,7 +642,17 @@ std::vector<ClaimSpec> checked(std::vector<ClaimSpec> rows) {
 }  // namespace
 
 const std::vector<ClaimSpec>& claim_specs() {
-  static const std::vector<ClaimSpec> all = checked(table());
+  // The table's rows, and the claims each lab declared with lab/experiment.h, in registry order.
+  static const std::vector<ClaimSpec> all = [] {
+    const std::vector<ClaimSpec> rows = checked(table());
+    std::vector<ClaimSpec> out;
+    for (const Lab& l : labs()) {
+      if (!l.claims.empty()) out.insert(out.end(), l.claims.begin(), l.claims.end());
+      for (const ClaimSpec& c : rows)
+        if (c.lab == l.name) out.push_back(c);
+    }
+    return out;
+  }();
   return all;
 }
 
@@ -716,11 +675,5 @@ const ClaimSpec& find_claim(const std::string& lab, const std::string& id) {
 }
 
 const char* kind_name(ClaimKind k) { return k == ClaimKind::Paper ? "paper" : "check"; }
-const char* side_name(Compare s) { return s == Compare::Above ? "above" : "below"; }
-const char* side_symbol(Compare s) { return s == Compare::Above ? ">" : "<"; }
-
-bool on_claimed_side(const ClaimSpec& spec, double value) {
-  return spec.side == Compare::Above ? value > spec.threshold : value < spec.threshold;
-}
 
 }  // namespace gf::lab

@@ -19,10 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "lab/stats.h"
+
 namespace gf::lab {
 
 enum class ClaimKind { Paper, Check };
-enum class Compare { Above, Below };  // the claimed side of the threshold (strictly)
 
 struct ClaimSpec {
   std::string lab;        // "norm"
@@ -59,9 +60,7 @@ std::vector<ClaimSpec> claim_specs_of(const std::string& lab);
 const ClaimSpec& find_claim(const std::string& lab, const std::string& id);
 
 const char* kind_name(ClaimKind k);  // "paper", "check"
-const char* side_name(Compare s);    // "above", "below"
-const char* side_symbol(Compare s);  // ">", "<"
 // Whether `value` lies strictly on the spec's side of its threshold (false for NaN).
-bool on_claimed_side(const ClaimSpec& spec, double value);
+inline bool on_claimed_side(const ClaimSpec& spec, double value) { return on_side(spec.side, spec.threshold, value); }
 
 }  // namespace gf::lab

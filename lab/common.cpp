@@ -61,41 +61,6 @@ double log_softmax_at(const double* row, int64_t n, int64_t y) {
   return row[y] - m - std::log(z);
 }
 
-Spread spread(const std::vector<double>& v) {
-  Spread s;
-  if (v.empty()) return s;
-  s.min = *std::min_element(v.begin(), v.end());
-  s.max = *std::max_element(v.begin(), v.end());
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-  if (v.size() > 1) {
-    double ss = 0;
-    for (double x : v) ss += (x - s.mean) * (x - s.mean);
-    s.sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
-  }
-  return s;
-}
-
-std::vector<Spread> spread_per_column(const std::vector<std::vector<double>>& rows) {
-  GF_CHECK(!rows.empty(), "spread_per_column: no rows");
-  std::vector<Spread> out;
-  for (size_t k = 0; k < rows.front().size(); ++k) {
-    std::vector<double> column;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      GF_CHECK(rows[i].size() == rows.front().size(), "spread_per_column: row {} has {} values but row 0 has {}", i, rows[i].size(),
-               rows.front().size());
-      column.push_back(rows[i][k]);
-    }
-    out.push_back(spread(column));
-  }
-  return out;
-}
-
-std::vector<double> means(const std::vector<Spread>& s) {
-  std::vector<double> m;
-  for (const auto& v : s) m.push_back(v.mean);
-  return m;
-}
-
 ChartSeries band_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color,
                         bool dashed) {
   ChartSeries c{name, x, {}, {}, {}, dashed, color};
@@ -143,70 +108,6 @@ std::vector<double> parse_increasing_reals(const std::string& text, const std::s
   return out;
 }
 
-double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
-  std::vector<double> lx, ly;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)
-    if (x[i] > 0 && y[i] > 0 && std::isfinite(x[i]) && std::isfinite(y[i])) lx.push_back(std::log(x[i])), ly.push_back(std::log(y[i]));
-  if (lx.size() < 2) return NAN;
-  const double mx = std::accumulate(lx.begin(), lx.end(), 0.0) / lx.size(), my = std::accumulate(ly.begin(), ly.end(), 0.0) / ly.size();
-  double sxy = 0, sxx = 0;
-  for (size_t i = 0; i < lx.size(); ++i) sxy += (lx[i] - mx) * (ly[i] - my), sxx += (lx[i] - mx) * (lx[i] - mx);
-  return sxx > 0 ? sxy / sxx : NAN;
-}
-
-namespace {
-
-std::vector<double> ranks(const std::vector<double>& v) {
-  std::vector<size_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < idx.size();) {
-    size_t j = i;
-    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
-    for (size_t k = i; k <= j; ++k) r[idx[k]] = 0.5 * static_cast<double>(i + j);  // average rank of a tie
-    i = j + 1;
-  }
-  return r;
-}
-
-}  // namespace
-
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size() || a.size() < 2) return NAN;
-  const std::vector<double> ra = ranks(a), rb = ranks(b);
-  const double m = 0.5 * static_cast<double>(a.size() - 1);
-  double sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < a.size(); ++i) sab += (ra[i] - m) * (rb[i] - m), saa += (ra[i] - m) * (ra[i] - m), sbb += (rb[i] - m) * (rb[i] - m);
-  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : NAN;
-}
-
-double kendall_tau(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size() || a.size() < 2) return NAN;
-  double concordant = 0, discordant = 0, tied_a = 0, tied_b = 0, pairs = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t j = i + 1; j < a.size(); ++j) {
-      const double da = a[i] - a[j], db = b[i] - b[j];
-      pairs += 1;
-      if (da == 0) tied_a += 1;
-      if (db == 0) tied_b += 1;
-      if (da * db > 0) concordant += 1;
-      if (da * db < 0) discordant += 1;
-    }
-  const double denominator = std::sqrt((pairs - tied_a) * (pairs - tied_b));  // tau-b: ties on either side leave the pairs that rank
-  return denominator > 0 ? (concordant - discordant) / denominator : NAN;
-}
-
-double sign_test_p(int64_t wins, int64_t n) {
-  GF_CHECK(n >= 0 && wins >= 0 && wins <= n, "sign_test_p: need 0 <= wins <= n, got wins {}, n {}", wins, n);
-  // In log space: C(n, i) and 2^n overflow a double once n passes about 1,000; their ratio does not.
-  double p = 0;
-  for (int64_t i = wins; i <= n; ++i)
-    p += std::exp(std::lgamma(static_cast<double>(n + 1)) - std::lgamma(static_cast<double>(i + 1)) -
-                  std::lgamma(static_cast<double>(n - i + 1)) - static_cast<double>(n) * std::log(2.0));
-  return std::min(p, 1.0);
-}
-
 // ---------------------------------------------------------------- data
 
 std::vector<Option> task_options(const std::string& note) {
@@ -216,6 +117,16 @@ std::vector<Option> task_options(const std::string& note) {
           {"max-len", Option::Int, "8", note + "longest sequence"},
           {"train", Option::Int, "2000", note + "training sequences"},
           {"eval", Option::Int, "200", note + "held-out sequences"}};
+}
+
+Fields<TaskSettings> task_fields(const std::string& note) {
+  using S = TaskSettings;
+  return {{"task", &S::task, note + "synthetic task: copy, reverse or sort"},
+          {"symbols", &S::symbols, note + "symbols in the task's alphabet"},
+          {"min-len", &S::min_len, note + "shortest sequence"},
+          {"max-len", &S::max_len, note + "longest sequence"},
+          {"train", &S::train, note + "training sequences"},
+          {"eval", &S::eval, note + "held-out sequences"}};
 }
 
 IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len, int64_t max_len, int64_t n_train, int64_t n_test,

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "lab/fields.h"
 #include "lab/lab.h"
+#include "lab/stats.h"
 #include "nn/seq2seq.h"
 #include "train/data/batching.h"
 #include "train/plot/svg_chart.h"
@@ -21,16 +23,6 @@ double l2_norm(const Tensor& t);  // sqrt of the sum of squares (0 for an undefi
 double max_abs(const Tensor& t);  // largest |x| (NaN if any is NaN)
 int64_t count_nonfinite(const Tensor& t);
 
-struct Spread {
-  double mean = 0, sd = 0, min = 0, max = 0;  // sd: sample standard deviation (0 for one value)
-};
-Spread spread(const std::vector<double>& v);
-
-// One Spread per column: rows[run][k] -> the spread of column k over the runs (e.g. per layer over
-// seeds). Throws std::invalid_argument for no rows or rows of different lengths.
-std::vector<Spread> spread_per_column(const std::vector<std::vector<double>>& rows);
-std::vector<double> means(const std::vector<Spread>& s);  // each one's mean, e.g. for the JSON
-
 // A chart series of the means with a shaded band from min to max (the spread over seeds).
 ChartSeries band_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color = "",
                         bool dashed = false);
@@ -40,17 +32,6 @@ ChartSeries band_series(const std::string& name, const std::vector<double>& x, c
 std::vector<int64_t> parse_increasing_ints(const std::string& text, const std::string& what);
 // The same for numbers ("0,0.05,0.1,0.2": the levels of a dose-response).
 std::vector<double> parse_increasing_reals(const std::string& text, const std::string& what);
-
-// Least-squares slope of log(y) on log(x) (points with x or y <= 0 are skipped).
-double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
-// Spearman's rank correlation (average ranks for ties); NaN when either side is constant.
-double spearman(const std::vector<double>& a, const std::vector<double>& b);
-// Kendall's tau-b (concordant minus discordant pairs over the pairs not tied on either side, their
-// geometric mean); NaN when either side is constant. Jain and Wallace 2019 compare rankings with it.
-double kendall_tau(const std::vector<double>& a, const std::vector<double>& b);
-// One-sided exact sign test: the chance of at least `wins` of `n` fair coin flips coming up heads,
-// P(X >= wins), X ~ Binomial(n, 1/2). Ties are the caller's to drop from n.
-double sign_test_p(int64_t wins, int64_t n);
 
 // The reference softmax of one row of n logits, in double: the row's largest value subtracted, the
 // exponentials summed in order, each divided by the sum. (Named apart from gf::softmax, the op.)
@@ -77,6 +58,13 @@ IdData synthetic_task(const std::string& kind, int64_t symbols, int64_t min_len,
 // --task reverse, --symbols 10, --min-len 4, --max-len 8, --train 2000, --eval 200. `note` comes
 // before each help text ("(3) " in a lab of numbered parts). A lab appends its own options after.
 std::vector<Option> task_options(const std::string& note = "");
+// The same as a member of a lab's settings (lab/fields.h); a lab sets its own defaults where they differ.
+struct TaskSettings {
+  std::string task = "reverse";
+  int64_t symbols = 10, min_len = 4, max_len = 8, train = 2000, eval = 200;
+  IdData make(uint64_t seed) const { return synthetic_task(task, symbols, min_len, max_len, train, eval, seed); }
+};
+Fields<TaskSettings> task_fields(const std::string& note = "");
 
 // The built-in English -> Korean corpus (korean/corpus_ko.h) of `total` pairs as ids, vocabularies
 // built on its training split; test is its test split.

@@ -5,8 +5,11 @@
 // tables (printed and kept), figures (one SVG), raw numbers (JSON), and claims checked against its
 // own numbers (lab/claims.h). `gradflow lab NAME` runs one; `gradflow lab` lists them
 // (lab/registry.cpp); `gradflow lab NAME --control` runs its negative control.
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "lab/claims.h"
 
 namespace gf::lab {
 
@@ -37,7 +40,9 @@ struct Lab {
   std::string ablation;
   int default_seeds = 3;
   std::vector<Option> options;
-  void (*run)(Report&) = nullptr;
+  // Its claims (a lab declared with lab/experiment.h); empty: its rows of lab/claims.cpp.
+  std::vector<ClaimSpec> claims;
+  std::function<void(Report&)> run;
 };
 
 // Every lab, in the order `gradflow lab` lists them.

@@ -5,7 +5,6 @@
 
 namespace gf::lab {
 
-Lab norm_lab();         // lab/norm.cpp: Post-LN vs Pre-LN gradients (Xiong et al. 2020)
 Lab leak_lab();         // lab/leak.cpp: the causal mask
 Lab padding_lab();      // lab/padding.cpp: padding masks and ignore_index
 Lab nan_lab();          // lab/nan.cpp: a fully masked row

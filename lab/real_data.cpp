@@ -32,6 +32,31 @@ void add_real_data_options(std::vector<Option>& options) {
   if (!has("cache")) options.push_back({"cache", Option::Text, "runs/lab/cache", "--data: folder for the subword models, reused by the next run"});
 }
 
+Fields<RealDataSettings> real_data_fields(bool with_cache) {
+  using S = RealDataSettings;
+  Fields<S> f = {
+      {"data", &S::data,
+       "a folder of DIR/{train,val,test*}.{SRC,TGT} (e.g. ../shared/data/multi30k): run the claims on this translation task instead of the toy "
+       "one"},
+      {"src", &S::src, "--data: the source language's file extension"},
+      {"tgt", &S::tgt, "--data: the target language's file extension"},
+      {"subwords", &S::subwords, "--data: SentencePiece pieces of the joint subword model (0: whitespace tokens)"},
+      {"data-train", &S::data_train, "--data: the first N training pairs only (0: all)"},
+      {"data-max-len", &S::data_max_len, "--data: pairs with more subwords than this on either side are left out"}};
+  if (with_cache) f.add({{"cache", &S::cache, "--data: folder for the subword models, reused by the next run"}});
+  return f;
+}
+
+namespace {
+RealDataSettings settings_of(const Report& r) {
+  RealDataSettings s;
+  s.data = r.text("data"), s.src = r.text("src"), s.tgt = r.text("tgt");
+  s.subwords = r.integer("subwords"), s.data_train = r.integer("data-train"), s.data_max_len = r.integer("data-max-len");
+  s.cache = r.text("cache");
+  return s;
+}
+}  // namespace
+
 bool uses_real_data(const Report& r) {
   const auto& o = r.lab().options;  // a lab without the option never uses real data
   return std::any_of(o.begin(), o.end(), [](const Option& x) { return x.name == "data"; }) && !r.text("data").empty();
@@ -39,13 +64,13 @@ bool uses_real_data(const Report& r) {
 
 namespace {
 
-train::RunConfig data_config(const Report& r) {
+train::RunConfig data_config(const RealDataSettings& s) {
   train::RunConfig c;
-  c.data = r.text("data");
-  c.src = r.text("src"), c.tgt = r.text("tgt");
-  c.subwords = r.integer("subwords");
+  c.data = s.data;
+  c.src = s.src, c.tgt = s.tgt;
+  c.subwords = s.subwords;
   c.joint_vocab = c.subwords > 0;  // one model for both sides, as `--subwords N --joint-vocab`
-  c.max_len = r.integer("data-max-len");
+  c.max_len = s.data_max_len;
   return c;
 }
 
@@ -103,29 +128,33 @@ std::pair<train::Vocab, train::Vocab> vocabularies(Report& r, const train::RunCo
 
 }  // namespace
 
-std::string real_data_key(const Report& r) {
-  const train::RunConfig c = data_config(r);
+std::string real_data_key(const Report& r) { return real_data_key(settings_of(r)); }
+
+std::string real_data_key(const RealDataSettings& s) {
+  const train::RunConfig c = data_config(s);
   std::error_code ec;
   const fs::path full = fs::weakly_canonical(fs::absolute(c.data), ec);
   const std::string name = fs::path(c.data).lexically_normal().filename().string();
-  return fmt::format("{}-{}-{}-sw{}-n{}-len{}-{:08x}", name.empty() ? "data" : name, c.src, c.tgt, c.subwords, r.integer("data-train"), c.max_len,
+  return fmt::format("{}-{}-{}-sw{}-n{}-len{}-{:08x}", name.empty() ? "data" : name, c.src, c.tgt, c.subwords, s.data_train, c.max_len,
                      std::hash<std::string>{}(full.string()) & 0xffffffffu);
 }
 
-RealData real_data(Report& r) {
+RealData real_data(Report& r) { return real_data(settings_of(r), r); }
+
+RealData real_data(const RealDataSettings& s, Report& r) {
   RealData d;
-  d.config = data_config(r);
+  d.config = data_config(s);
   const train::RunConfig& c = d.config;
-  GF_CHECK_AS(std::invalid_argument, c.subwords >= 0 && c.max_len >= 1 && r.integer("data-train") >= 0,
+  GF_CHECK_AS(std::invalid_argument, c.subwords >= 0 && c.max_len >= 1 && s.data_train >= 0,
               "lab {}: --subwords {} and --data-train {} must be at least 0, --data-max-len {} at least 1", r.lab().name, c.subwords,
-              r.integer("data-train"), c.max_len);
+              s.data_train, c.max_len);
   check_folder(r, c);
   train::RunData raw = train::load_run_data(c, true);
-  if (const int64_t cap = r.integer("data-train"); cap > 0 && static_cast<size_t>(cap) < raw.train.size()) raw.train.resize(static_cast<size_t>(cap));
+  if (const int64_t cap = s.data_train; cap > 0 && static_cast<size_t>(cap) < raw.train.size()) raw.train.resize(static_cast<size_t>(cap));
   GF_CHECK_AS(std::runtime_error, !raw.train.empty() && !raw.valid.empty(), "lab {}: --data '{}': the training ({}) or validation ({}) split is empty",
               r.lab().name, c.data, raw.train_name, raw.valid_name);
-  const std::string cache = r.text("cache").empty() ? (fs::path(r.out_dir()) / "data").string() : r.text("cache");
-  d.subword_dir = (fs::path(cache) / ("subwords-" + real_data_key(r))).string();
+  const std::string cache = s.cache.empty() ? (fs::path(r.out_dir()) / "data").string() : s.cache;
+  d.subword_dir = (fs::path(cache) / ("subwords-" + real_data_key(s))).string();
   auto [src_words, tgt_words] = vocabularies(r, c, raw.train, d.subword_dir, d.segmenters);
   const bool has_test = !raw.test.empty();
   const auto train = keep_short(raw.train, train::segment_pairs(raw.train, d.segmenters), c.max_len, nullptr);

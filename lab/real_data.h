@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lab/common.h"
+#include "lab/fields.h"
 #include "lab/lab.h"
 #include "nn/seq2seq.h"
 #include "train/eval/bleu.h"
@@ -20,6 +21,22 @@
 namespace gf::lab {
 
 class Report;
+struct RealData;
+
+// --data and the flags that shape it, for a lab declared with lab/experiment.h (a member of its
+// settings, joined to its field table by real_data_fields()).
+struct RealDataSettings {
+  std::string data;  // "": the lab's toy task
+  std::string src = "de", tgt = "en";
+  int64_t subwords = 8000, data_train = 0, data_max_len = 50;
+  std::string cache = "runs/lab/cache";
+  bool given() const { return !data.empty(); }
+};
+// The fields above; with_cache false for a lab whose other settings declare --cache already.
+Fields<RealDataSettings> real_data_fields(bool with_cache = true);
+// The task, read and segmented as below; says on `r` what it read.
+RealData real_data(const RealDataSettings& s, Report& r);
+std::string real_data_key(const RealDataSettings& s);
 
 // Appends --data, --src, --tgt, --subwords, --data-train, --data-max-len and, unless the lab has it
 // already, --cache (where the subword models are kept).

@@ -9,9 +9,12 @@
 
 namespace gf::lab {
 
+std::vector<Lab> listed_labs();  // generated from lab/labs/*.cpp (CMakeLists.txt)
+
 const std::vector<Lab>& labs() {
-  static const std::vector<Lab> all = {
-      norm_lab(),
+  static const std::vector<Lab> all = [] {
+    std::vector<Lab> v = listed_labs();
+    std::vector<Lab> old = {
       leak_lab(),
       padding_lab(),
       nan_lab(),
@@ -26,7 +29,10 @@ const std::vector<Lab>& labs() {
       smoothing_lab(),
       crossattn_lab(),
       precision_lab(),
-  };
+    };
+    v.insert(v.begin(), old.begin(), old.end());
+    return v;
+  }();
   return all;
 }
 

@@ -34,215 +34,7 @@ std::string num(double x) { return fmt::format("{:.4g}", x); }
 
 }  // namespace
 
-// ---------------------------------------------------------------- intervals
-
-double t_quantile_975(int df) {
-  GF_CHECK(df >= 1, "t_quantile_975: degrees of freedom must be at least 1, got {}", df);
-  // t(0.975, df) for df 1..30, to 9 decimals (the Student t CDF integrated numerically).
-  static const double table[30] = {12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851, 2.364624252,
-                                   2.306004135,  2.262157163, 2.228138852, 2.200985160, 2.178812830, 2.160368656, 2.144786688,
-                                   2.131449546,  2.119905299, 2.109815578, 2.100922040, 2.093024054, 2.085963447, 2.079613845,
-                                   2.073873068,  2.068657610, 2.063898562, 2.059538553, 2.055529439, 2.051830516, 2.048407142,
-                                   2.045229642,  2.042272456};
-  if (df <= 30) return table[df - 1];
-  // Beyond 30: the Cornish-Fisher expansion about the normal quantile (error below 1e-6 there).
-  const double z = 1.959963984540054, v = df;
-  const double z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
-  return z + (z3 + z) / (4 * v) + (5 * z5 + 16 * z3 + 3 * z) / (96 * v * v) + (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * v * v * v);
-}
-
-Interval t_interval(const std::vector<double>& per_seed) {
-  const int n = static_cast<int>(per_seed.size());
-  GF_CHECK(n >= 2, "t_interval: an interval needs at least 2 values (seeds), got {}", n);
-  Interval iv{NAN, NAN, NAN, n, "t 95%"};
-  for (double x : per_seed)
-    if (!std::isfinite(x)) return iv;
-  double mean = 0, ss = 0;
-  for (double x : per_seed) mean += x / n;
-  for (double x : per_seed) ss += (x - mean) * (x - mean);
-  const double half = t_quantile_975(n - 1) * std::sqrt(ss / (n - 1)) / std::sqrt(static_cast<double>(n));
-  iv.mean = mean, iv.lo = mean - half, iv.hi = mean + half;
-  return iv;
-}
-
-Interval bootstrap_interval(const std::vector<double>& values, uint64_t seed) {
-  const size_t n = values.size();
-  GF_CHECK(n >= 2, "bootstrap_interval: an interval needs at least 2 values, got {}", n);
-  Interval iv{NAN, NAN, NAN, static_cast<int>(n), "bootstrap 95%"};
-  for (double x : values)
-    if (!std::isfinite(x)) return iv;
-  double mean = 0;
-  for (double x : values) mean += x / static_cast<double>(n);
-  constexpr int kResamples = 10000;
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<size_t> pick(0, n - 1);
-  std::vector<double> means(kResamples);
-  for (double& m : means) {
-    double s = 0;
-    for (size_t i = 0; i < n; ++i) s += values[pick(rng)];
-    m = s / static_cast<double>(n);
-  }
-  std::sort(means.begin(), means.end());
-  // The q-quantile with linear interpolation between order statistics (numpy's default).
-  auto quantile = [&](double q) {
-    const double pos = q * (kResamples - 1);
-    const size_t i = static_cast<size_t>(pos);
-    const double f = pos - static_cast<double>(i);
-    return i + 1 < means.size() ? means[i] * (1 - f) + means[i + 1] * f : means[i];
-  };
-  iv.mean = mean, iv.lo = quantile(0.025), iv.hi = quantile(0.975);
-  return iv;
-}
-
-namespace {
-// The regularised incomplete beta function I_x(a, b), by its continued fraction (modified Lentz),
-// which converges fast for x < (a + 1) / (a + b + 2); the symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
-// covers the rest.
-double beta_fraction(double a, double b, double x) {
-  constexpr double tiny = 1e-300;
-  double c = 1, d = 1 - (a + b) * x / (a + 1);
-  d = 1 / (std::fabs(d) < tiny ? tiny : d);
-  double h = d;
-  for (int m = 1; m <= 300; ++m) {
-    for (int half = 0; half < 2; ++half) {
-      const double num = half == 0 ? m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)) : -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1));
-      d = 1 + num * d;
-      d = 1 / (std::fabs(d) < tiny ? tiny : d);
-      c = 1 + num / c;
-      if (std::fabs(c) < tiny) c = tiny;
-      h *= c * d;
-      if (half == 1 && std::fabs(c * d - 1) < 1e-15) return h;
-    }
-  }
-  return h;
-}
-
-double incomplete_beta(double a, double b, double x) {
-  if (x <= 0) return 0;
-  if (x >= 1) return 1;
-  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
-  if (x < (a + 1) / (a + b + 2)) return front * beta_fraction(a, b, x) / a;
-  return 1 - front * beta_fraction(b, a, 1 - x) / b;
-}
-}  // namespace
-
-double t_cdf(double t, int df) {
-  GF_CHECK(df >= 1, "t_cdf: degrees of freedom must be at least 1, got {}", df);
-  if (std::isnan(t)) return NAN;
-  if (std::isinf(t)) return t > 0 ? 1 : 0;
-  const double v = df, tail = 0.5 * incomplete_beta(v / 2, 0.5, v / (v + t * t));  // P(T > |t|)
-  return t > 0 ? 1 - tail : tail;
-}
-
-double t_quantile(double p, int df) {
-  GF_CHECK(p > 0 && p < 1, "t_quantile: p must lie in (0, 1), got {}", p);
-  if (p < 0.5) return -t_quantile(1 - p, df);
-  double lo = 0, hi = 1;
-  while (t_cdf(hi, df) < p) hi *= 2;
-  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
-    const double mid = (lo + hi) / 2;
-    (t_cdf(mid, df) < p ? lo : hi) = mid;
-  }
-  return (lo + hi) / 2;
-}
-
-Interval t_interval_at(const std::vector<double>& per_seed, double level, double range_lo, double range_hi) {
-  const int n = static_cast<int>(per_seed.size());
-  GF_CHECK(n >= 2, "t_interval: an interval needs at least 2 values (seeds), got {}", n);
-  GF_CHECK(level > 0 && level < 1, "t_interval: the level must lie in (0, 1), got {}", level);
-  Interval iv = t_interval(per_seed);
-  iv.method = fmt::format("t {:.4g}%", 100 * level);
-  if (!std::isfinite(iv.mean)) return iv;
-  const double half95 = iv.hi - iv.mean, t = t_quantile(1 - (1 - level) / 2, n - 1);
-  const double half = half95 / t_quantile_975(n - 1) * t;
-  iv.lo = std::clamp(iv.mean - half, range_lo, range_hi);
-  iv.hi = std::clamp(iv.mean + half, range_lo, range_hi);
-  return iv;
-}
-
-const char* outcome_name(Outcome o) {
-  switch (o) {
-    case Outcome::Supported: return "supported";
-    case Outcome::Contradicted: return "contradicted";
-    case Outcome::Unsettled: return "unsettled";
-  }
-  return "?";
-}
-
-SidePValues side_p_values(const ClaimSpec& spec, const std::vector<double>& per_seed) {
-  const int n = static_cast<int>(per_seed.size());
-  GF_CHECK(n >= 2, "side_p_values: a test needs at least 2 values (seeds), got {}", n);
-  for (double x : per_seed)
-    if (!std::isfinite(x)) return {};
-  double mean = 0, ss = 0;
-  for (double x : per_seed) mean += x / n;
-  for (double x : per_seed) ss += (x - mean) * (x - mean);
-  const double se = std::sqrt(ss / (n - 1) / n);
-  SidePValues p;
-  if (se == 0) {  // no spread: the mean alone decides (item 4 of issue 35 makes such a claim a check)
-    const bool above = mean > spec.threshold, below = mean < spec.threshold;
-    const bool claimed = spec.side == Compare::Above ? above : below, other = spec.side == Compare::Above ? below : above;
-    return {claimed ? 0.0 : 1.0, other ? 0.0 : 1.0};
-  }
-  const double t = (mean - spec.threshold) / se;  // large when the mean lies above the threshold
-  const double p_above = 1 - t_cdf(t, n - 1), p_below = t_cdf(t, n - 1);
-  p.supported = spec.side == Compare::Above ? p_above : p_below;
-  p.contradicted = spec.side == Compare::Above ? p_below : p_above;
-  return p;
-}
-
-Outcome decide(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha) {
-  const SidePValues p = side_p_values(spec, per_seed);
-  if (p.supported < alpha / 2) return Outcome::Supported;
-  if (p.contradicted < alpha / 2) return Outcome::Contradicted;
-  return Outcome::Unsettled;
-}
-
 // ---------------------------------------------------------------- dose-response
-
-const char* trend_name(TrendKind k) {
-  switch (k) {
-    case TrendKind::Slope: return "slope";
-    case TrendKind::LogSlope: return "slope per doubling";
-    case TrendKind::Rank: return "Spearman rho";
-  }
-  return "?";
-}
-
-double least_squares_slope(const std::vector<double>& x, const std::vector<double>& y) {
-  GF_CHECK(x.size() == y.size(), "least_squares_slope: {} x values for {} y values", x.size(), y.size());
-  GF_CHECK(x.size() >= 2, "least_squares_slope: a slope needs at least 2 points, got {}", x.size());
-  const double n = static_cast<double>(x.size());
-  double mx = 0, my = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return NAN;
-    mx += x[i] / n, my += y[i] / n;
-  }
-  double sxy = 0, sxx = 0;
-  for (size_t i = 0; i < x.size(); ++i) sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx);
-  return sxx > 0 ? sxy / sxx : NAN;
-}
-
-double trend(const std::vector<double>& levels, const std::vector<double>& stat, TrendKind kind) {
-  GF_CHECK(levels.size() >= 4, "trend: a dose-response needs at least 4 levels, got {}", levels.size());
-  GF_CHECK(levels.size() == stat.size(), "trend: {} levels for {} values of the statistic", levels.size(), stat.size());
-  for (size_t i = 1; i < levels.size(); ++i)
-    GF_CHECK(levels[i] > levels[i - 1], "trend: the levels must increase strictly, got {} after {}", levels[i], levels[i - 1]);
-  switch (kind) {
-    case TrendKind::Slope: return least_squares_slope(levels, stat);
-    case TrendKind::LogSlope: {
-      GF_CHECK(levels.front() > 0, "trend: a slope per doubling needs levels above 0, got {}", levels.front());
-      std::vector<double> l2;
-      for (double l : levels) l2.push_back(std::log2(l));
-      return least_squares_slope(l2, stat);
-    }
-    case TrendKind::Rank:
-      for (double v : stat)
-        if (!std::isfinite(v)) return NAN;
-      return spearman(levels, stat);
-  }
-  return NAN;
-}
 
 DoseBand dose_band(const DoseResponse& d) {
   DoseBand b;
@@ -274,7 +66,7 @@ Table& Table::row(std::vector<Cell> cells) {
 }
 
 Report::Report(const Lab& lab, std::map<std::string, std::string> settings, std::FILE* out)
-    : Report(lab, std::move(settings), out, claim_specs_of(lab.name)) {}
+    : Report(lab, std::move(settings), out, lab.claims.empty() ? claim_specs_of(lab.name) : lab.claims) {}
 
 Report::Report(const Lab& lab, std::map<std::string, std::string> settings, std::FILE* out, std::vector<ClaimSpec> specs)
     : lab_(lab), settings_(std::move(settings)), out_(out), specs_(std::move(specs)), start_seconds_(now_seconds()) {
@@ -369,6 +161,17 @@ void Report::say(const std::string& line) {
   fmt::print(out_, "{}\n", line);
   json_["log"].push_back(line);
   std::fflush(out_);
+}
+
+void Report::progress(const std::string& line) {
+  fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
+}
+
+int Report::placebo_pools(int lab_default) const {
+  const int pools = settings_.count("pools") && !settings_.at("pools").empty() ? static_cast<int>(integer("pools")) : lab_default;
+  GF_CHECK(pools >= 1, "lab {}: --pools must be at least 1, got {}", lab_.name, pools);
+  return pools;
 }
 
 void Report::print(const Table& t) {
@@ -538,28 +341,6 @@ void Report::check(const std::string& id, double value, const std::string& evide
 }
 
 // The seed-to-seed sd, from the 95% interval's half-width (report.h says what this returns).
-int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha) {
-  const Interval iv = t_interval_at(per_seed, 0.95, -INFINITY, INFINITY);
-  const double effect = std::abs(iv.mean - spec.threshold);
-  const double sd = (iv.hi - iv.mean) / t_quantile_975(iv.n - 1) * std::sqrt(static_cast<double>(iv.n));
-  if (!std::isfinite(effect) || !std::isfinite(sd) || effect == 0) return 0;
-  int n = 2;
-  while (n < 1000 && t_quantile(1 - alpha / 2, n - 1) * sd / std::sqrt(static_cast<double>(n)) >= effect) ++n;
-  return n;
-}
-
-int seeds_needed(double min_effect, double sd, double alpha) {
-  if (!(min_effect > 0) || !std::isfinite(min_effect) || !(sd >= 0) || !std::isfinite(sd) || !(alpha > 0 && alpha < 1)) return 0;
-  int n = 2;
-  while (n < 1000 && t_quantile(1 - alpha / 2, n - 1) * sd / std::sqrt(static_cast<double>(n)) >= min_effect) ++n;
-  return n;
-}
-
-double design_alpha(int paper_claims) {
-  GF_CHECK(paper_claims >= 1, "design_alpha: a design needs at least 1 paper claim, got {}", paper_claims);
-  return 0.05 / paper_claims;
-}
-
 // Each designed paper claim's seeds_needed at the lab's design level, and whether its unsettled
 // outcome is by design: it had fewer seeds than its smallest effect needs.
 void Report::apply_designs() {
@@ -595,7 +376,7 @@ void Report::decide_paper_claims() {
   const size_t m = tested.size();
   std::vector<std::pair<double, Claim*>> order;
   for (Claim* c : tested) {
-    const SidePValues p = side_p_values(c->spec, c->values);
+    const SidePValues p = side_p_values(c->spec.side, c->spec.threshold, c->values);
     order.push_back({std::min(p.supported, p.contradicted), c});
   }
   std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -604,10 +385,10 @@ void Report::decide_paper_claims() {
   for (size_t k = 0; k < m; ++k) {
     Claim& c = *order[k].second;
     if (!stopped) alpha = 0.05 / static_cast<double>(m - k);
-    c.outcome = stopped ? Outcome::Unsettled : decide(c.spec, c.values, alpha);
+    c.outcome = stopped ? Outcome::Unsettled : decide(c.spec.side, c.spec.threshold, c.values, alpha);
     if (c.outcome == Outcome::Unsettled) stopped = true;
     c.decisive = t_interval_at(c.values, 1 - alpha, c.spec.range_lo, c.spec.range_hi);
-    if (c.outcome == Outcome::Unsettled) c.seeds_to_settle = seeds_to_settle(c.spec, c.values, alpha);
+    if (c.outcome == Outcome::Unsettled) c.seeds_to_settle = seeds_to_settle(c.spec.threshold, c.values, alpha);
   }
   for (auto& c : claims_)
     if (c.spec.kind == ClaimKind::Paper) c.holds = c.outcome == Outcome::Supported;
@@ -641,7 +422,7 @@ void Report::run_placebo(const std::string& id, int pool, const std::function<do
     std::shuffle(order.begin(), order.end(), rng);
     std::vector<double> values;
     for (int i = 0; i < n; ++i) values.push_back(stat(order, i));
-    const Outcome o = decide(s, values, 0.05);
+    const Outcome o = decide(s.side, s.threshold, values, 0.05);
     p.supported += o == Outcome::Supported, p.contradicted += o == Outcome::Contradicted;
     if (split == 0) first = values;
   }
@@ -667,6 +448,13 @@ void Report::placebo_trend(const std::string& id, int levels, const std::functio
     const auto from = order.begin() + static_cast<std::ptrdiff_t>(i) * levels;
     return trend_of(std::vector<int>(from, from + levels));
   }, how);
+}
+
+void Report::record_placebo(const Placebo& p, const std::vector<double>& first) {
+  GF_CHECK_AS(std::logic_error, placebo_mode(), "lab {}: placebo '{}' outside --control of a placebo lab", lab_.name, p.id);
+  placebos_.push_back(p);
+  paper(p.id, first, fmt::format("placebo, the first of {} pools: {}; supported in {} of {} pools ({:.0f}%)", p.splits, p.how, p.supported,
+                                 p.splits, 100 * p.rate()));
 }
 
 void Report::no_placebo(const std::string& id, const std::string& why) {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "lab/claims.h"
+#include "lab/stats.h"
 #include "lab/lab.h"
 #include "train/plot/svg_chart.h"
 
@@ -64,61 +65,6 @@ struct Table {
   std::vector<std::vector<Cell>> rows;
 };
 
-// A 95% interval of a mean across seeds (seeds are the unit of replication).
-struct Interval {
-  // Constructors, not an aggregate, so that r.paper("id", {1.2, 1.5, 1.4}) means the per-seed values.
-  Interval() = default;
-  Interval(double mean, double lo, double hi, int n, std::string method) : mean(mean), lo(lo), hi(hi), n(n), method(std::move(method)) {}
-  double mean = 0, lo = 0, hi = 0;
-  int n = 0;
-  std::string method;  // "t 95%", "bootstrap 95%" or, for an exact check, "exact"
-};
-// Student t: mean +- t(0.975, n - 1) * sd / sqrt(n). Throws std::invalid_argument for n < 2.
-// A non-finite value gives a NaN interval (which lies on no side of a threshold).
-Interval t_interval(const std::vector<double>& per_seed);
-// Percentile bootstrap of the mean: 10,000 resamples with replacement drawn from `seed`, the
-// 2.5% and 97.5% points of their means. Throws std::invalid_argument for n < 2.
-Interval bootstrap_interval(const std::vector<double>& values, uint64_t seed);
-// t(0.975, df), the two-sided 95% quantile of Student's t (df >= 1).
-double t_quantile_975(int df);
-// P(T <= t) for Student's t with df degrees of freedom (the regularised incomplete beta function).
-double t_cdf(double t, int df);
-// The p-quantile of Student's t (0 < p < 1, df >= 1), by bisection on t_cdf.
-double t_quantile(double p, int df);
-// The mean +- t(1 - (1 - level) / 2, n - 1) * sd / sqrt(n) interval at a two-sided level, clipped
-// to [range_lo, range_hi]. Throws std::invalid_argument for n < 2.
-Interval t_interval_at(const std::vector<double>& per_seed, double level, double range_lo, double range_hi);
-
-enum class Outcome { Supported, Contradicted, Unsettled };
-const char* outcome_name(Outcome o);  // "supported", "contradicted", "unsettled"
-
-// One paper claim's decision from its per-seed values, with `alpha` the two-sided level its
-// interval is held to (0.05 for a plain 95% interval; Holm gives each claim its own).
-// Zero spread decides by the mean alone; a non-finite value leaves the claim unsettled.
-Outcome decide(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha);
-// How many seeds an unsettled claim would need for its interval, at two-sided level alpha, to
-// leave the threshold behind if the effect it showed (mean - threshold) and its seed-to-seed
-// spread stayed as measured: the smallest n with t(1 - alpha/2, n - 1) * sd / sqrt(n) < |mean -
-// threshold|. 0 when the mean sits on the threshold or the values are not finite; capped at 1000.
-int seeds_to_settle(const ClaimSpec& spec, const std::vector<double>& per_seed, double alpha);
-// The design arithmetic (issue 35, item 2): how many seeds would settle an effect of `min_effect`
-// beyond the threshold, given the seed-to-seed sd a pilot measured, at the two-sided level alpha: the
-// smallest n >= 2 with t(1 - alpha/2, n - 1) * sd / sqrt(n) < min_effect, i.e. the n at which a mean
-// that lands min_effect past the threshold gets an interval clear of it. (A true effect of exactly
-// min_effect lands short of that in about half of the runs; docs/labs.md says so.) 2 for sd 0; 0
-// when min_effect is not above 0 or a number is not finite; capped at 1000.
-int seeds_needed(double min_effect, double sd, double alpha);
-// The level a lab's designs are held to: Holm's strictest, 0.05 / m for the lab's m paper claims.
-// Any claim may be the first of the step-down, which is held to it, so a design that meets it holds
-// whatever order the claims come in. Throws std::invalid_argument for m < 1.
-double design_alpha(int paper_claims);
-// The one-sided p-values of a t test of the per-seed mean against the threshold: for the claimed
-// side (the evidence that the claim is supported) and for the other side (contradicted).
-struct SidePValues {
-  double supported = 1, contradicted = 1;
-};
-SidePValues side_p_values(const ClaimSpec& spec, const std::vector<double>& per_seed);
-
 // A placebo (--control of a lab with Lab::placebo): one paper claim's statistic between two groups of
 // different seeds of the same arm, over many splits of one pool of runs.
 struct Placebo {
@@ -141,15 +87,6 @@ constexpr double kPlaceboMaxRate = 0.05;
 //    would be set by the largest two;
 //  - Rank: Spearman's rank correlation of the statistic with the level, for a bounded or ordinal
 //    statistic, or one whose response need not be linear in any scale (a share, an accuracy).
-enum class TrendKind { Slope, LogSlope, Rank };
-const char* trend_name(TrendKind k);  // "slope", "slope per doubling", "Spearman rho"
-// The least-squares slope of y on x. NaN when a value is not finite or x has no spread. Throws
-// std::invalid_argument for fewer than 2 points or lengths that differ.
-double least_squares_slope(const std::vector<double>& x, const std::vector<double>& y);
-// One seed's trend of `stat` (one value per level) against `levels`. Throws std::invalid_argument for
-// fewer than 4 levels, lengths that differ, levels not strictly increasing, or LogSlope on a level <= 0.
-double trend(const std::vector<double>& levels, const std::vector<double>& stat, TrendKind kind);
-
 struct DoseResponse {
   std::string name;       // key in NAME.json's "dose_response" and the claim's subject, e.g. "d_k"
   std::string factor;     // the x axis, "d_k (log)"
@@ -207,11 +144,15 @@ class Report {
   bool ablation_mode() const { return ablate() || (control() && !lab_.placebo); }
   uint64_t seed(int i) const;           // --seed + i: the i-th run's seed
   const std::string& out_dir() const { return out_dir_; }
+  const std::map<std::string, std::string>& settings() const { return settings_; }
+  // The placebo's pools: --pools when given, else the lab's own number.
+  int placebo_pools(int lab_default) const;
   const Lab& lab() const { return lab_; }
 
   // ---- output ----
   void section(const std::string& title);  // a heading line
   void say(const std::string& line);       // printed, and kept in the JSON's "log"
+  void progress(const std::string& line);  // printed only (a run's time: not a result)
   void print(const Table& table);          // printed aligned, and kept in the JSON's "tables"
   nlohmann::json& data() { return json_["data"]; }  // raw numbers, free-form
   void add_panel(Panel panel) { panels_.push_back(std::move(panel)); }  // drawn into NAME.svg
@@ -255,6 +196,8 @@ class Report {
   // A paper claim that is no contrast between arms (one arm's statistic against a threshold) has no
   // placebo: it is listed with the reason, and is not counted in the placebo's verdict.
   void no_placebo(const std::string& id, const std::string& why);
+  // A placebo the runner computed (lab/runner.h): its counts, and its first pool's values reported as the claim.
+  void record_placebo(const Placebo& p, const std::vector<double>& first);
   const std::vector<Placebo>& placebos() const { return placebos_; }
   const std::vector<ClaimSpec>& specs() const { return specs_; }
 
