@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "app/commands.h"
+#include "train/loop/step.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
 #include "train/run/memory_estimate.h"
@@ -109,7 +110,7 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
   GF_CHECK_AS(std::runtime_error, plan.size() != 0, "bench: no training batches (every source sentence is empty?)");
   nn::Seq2SeqTransformer& model = *s.model;
   model.train();
-  optim::Adam adam(model.named_parameters(), {.lr = c.lr, .beta1 = c.beta1, .beta2 = c.beta2, .eps = c.adam_eps});
+  optim::Adam adam = train::make_adam(model.named_parameters(), c.lr, c);
   const std::vector<Variable> params = model.parameters();
   default_generator().seed(c.seed);  // dropout masks
 
@@ -123,17 +124,14 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
     train::Batch batch = plan.batch(order[next++]);
     train::BatchTensors t = train::to_tensors(batch);
     profile::mark();
-    adam.zero_grad();  // before the forward, as the trainer: the last step's gradients are not held beside the activations
-    Variable loss = train::batch_loss(model, t, c.label_smoothing);  // scalar
-    loss.backward();
-    const auto t_update = std::chrono::steady_clock::now();
-    optim::clip_grad_norm(params, c.clip);
-    adam.set_lr(optim::warmup_inverse_sqrt(c.lr, step, c.warmup));
-    adam.step();
+    auto t_update = std::chrono::steady_clock::now();
+    train::StepHooks hooks;
+    hooks.observe = [&](double, double) { t_update = std::chrono::steady_clock::now(); };  // clipping and Adam follow
+    const train::StepResult r = train::train_step(adam, params, [&] { return train::batch_loss(model, t, c.label_smoothing); }, c.clip,
+                                                  optim::warmup_inverse_sqrt(c.lr, step, c.warmup), hooks);
     update_seconds += seconds_since(t_update);
     ++step;
-    const double l = loss.item();  // the reference's loss.item(): waits for the step, as here
-    GF_CHECK_AS(std::runtime_error, std::isfinite(l), "bench: loss became {} at step {}", l, step);
+    GF_CHECK_AS(std::runtime_error, r.updated, "bench: loss became {} (gradient norm {}) at step {}", r.loss, r.grad_norm, step);
     tgt_tokens += batch.tgt_tokens;
     src_tokens += batch.src_tokens;
   };

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "app/commands.h"
+#include "train/loop/step.h"
 #include "app/command_flags.h"
 #include "app/flags.h"
 #include "autograd/ops/arith.h"
@@ -28,6 +29,14 @@ void check_demo_flags(const Flags& flags) {
   GF_CHECK_AS(UsageError, flags.integer("steps") >= 1, "demo: --steps must be positive, got {}", flags.integer("steps"));
 }
 
+namespace {
+std::vector<Variable> opt_params(const std::vector<std::pair<std::string, Variable>>& named) {
+  std::vector<Variable> p;
+  for (const auto& [n, v] : named) p.push_back(v);
+  return p;
+}
+}  // namespace
+
 int cmd_demo(int argc, char** argv) {
   Flags flags = demo_flags();
   if (!flags.parse(argc, argv)) return 0;
@@ -45,27 +54,30 @@ int cmd_demo(int argc, char** argv) {
   std::vector<std::pair<std::string, Variable>> named;
   for (auto [name, layer] : {std::pair<const char*, nn::Linear*>{"l1", &l1}, {"l2", &l2}, {"l3", &l3}})
     for (auto& [n, p] : layer->named_parameters()) named.emplace_back(std::string(name) + "." + n, p);
-  optim::Adam opt(named, {.lr = 1e-2});
+  optim::Adam opt = train::make_adam(named, 1e-2);
 
   fmt::print("step      loss   |grad l1.weight|  |grad l2.weight|  |grad l3.weight|  |grad hidden|\n");
+  auto norm = [](const Tensor& g) {
+    double s = 0;
+    for (int64_t i = 0; i < g.numel(); ++i) s += g.flat_get(i) * g.flat_get(i);
+    return std::sqrt(s);
+  };
   for (int64_t step = 1; step <= steps; ++step) {
-    Variable h1 = tanh(l1.forward(x));   // (N, 32)
-    Variable h2 = tanh(l2.forward(h1));  // (N, 32)
-    h2.retain_grad();                    // read the gradient flowing into this activation
-    Variable pred = l3.forward(h2);      // (N, 1)
-    Variable diff = pred - y;            // (N, 1)
-    Variable loss = mean(diff * diff);   // ()
-    opt.zero_grad();
-    loss.backward();
-    auto norm = [](const Tensor& g) {
-      double s = 0;
-      for (int64_t i = 0; i < g.numel(); ++i) s += g.flat_get(i) * g.flat_get(i);
-      return std::sqrt(s);
+    Variable h2;
+    auto forward = [&] {
+      Variable h1 = tanh(l1.forward(x));  // (N, 32)
+      h2 = tanh(l2.forward(h1));          // (N, 32)
+      h2.retain_grad();                   // read the gradient flowing into this activation
+      Variable diff = l3.forward(h2) - y;  // (N, 1)
+      return mean(diff * diff);           // ()
     };
-    if (step == 1 || step % (steps / 10 > 0 ? steps / 10 : 1) == 0)
-      fmt::print("{:4d}  {:9.5f}  {:16.5f}  {:16.5f}  {:16.5f}  {:12.5f}\n", step, loss.item(), norm(l1.weight.grad()),
-                 norm(l2.weight.grad()), norm(l3.weight.grad()), norm(h2.grad()));
-    opt.step();
+    train::StepHooks hooks;
+    hooks.observe = [&](double loss, double) {  // the gradients, read after backward and before Adam's update
+      if (step == 1 || step % (steps / 10 > 0 ? steps / 10 : 1) == 0)
+        fmt::print("{:4d}  {:9.5f}  {:16.5f}  {:16.5f}  {:16.5f}  {:12.5f}\n", step, loss, norm(l1.weight.grad()), norm(l2.weight.grad()),
+                   norm(l3.weight.grad()), norm(h2.grad()));
+    };
+    train::train_step(opt, opt_params(named), forward, 0, 1e-2, hooks);
   }
   return 0;
 }

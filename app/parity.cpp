@@ -1,4 +1,5 @@
 #include "app/parity.h"
+#include "train/loop/step.h"
 
 #include "app/command_flags.h"
 
@@ -205,8 +206,8 @@ Runner make_seq2seq(const Case& c) {
           }};
 }
 
-// Whole training steps through the trainer's own pieces (train::batch_loss, then
-// optim::scheduled_update: clipping, the warm-up schedule, Adam); per step the loss, the gradient
+// Whole training steps through the trainer's own step (train/loop/step.h: train::batch_loss, then
+// clipping, the warm-up schedule, Adam); per step the loss, the gradient
 // norm before clipping and the rate used, as PyTorch's make_training_parity.py records them.
 Runner make_seq2seq_train(const Case& c) {
   auto m = std::make_shared<nn::Seq2SeqTransformer>(seq2seq_options(c));
@@ -216,18 +217,18 @@ Runner make_seq2seq_train(const Case& c) {
             GF_CHECK_AS(std::runtime_error, betas.size() == 2, "seq2seq_train: betas must hold 2 numbers, got {}", betas.size());
             const double lr = c.cfg<double>("lr", 0), clip = c.cfg<double>("clip", 0.0), ls = c.cfg<double>("label_smoothing", 0.0);
             const int64_t steps = c.cfg<int64_t>("steps", 0), warmup = c.cfg<int64_t>("warmup", 1);
-            optim::Adam adam(m->named_parameters(), {.lr = lr, .beta1 = betas[0], .beta2 = betas[1], .eps = c.cfg<double>("eps", 1e-8)});
+            train::RunConfig recipe;  // the case's Adam
+            recipe.beta1 = betas[0], recipe.beta2 = betas[1], recipe.adam_eps = c.cfg<double>("eps", 1e-8);
+            optim::Adam adam = train::make_adam(m->named_parameters(), lr, recipe);
             std::vector<Variable> params;
             for (auto& [n, p] : m->named_parameters()) params.push_back(p);
             std::vector<double> losses, norms, lrs;
             for (int64_t k = 0; k < steps; ++k) {
               const train::BatchTensors b =
                   train::teacher_forced(c.in(fmt::format("src.{}", k)).data(), c.in(fmt::format("tgt.{}", k)).data());  // tgt: (B, T+1)
-              Variable loss = train::batch_loss(*m, b, ls);
-              adam.zero_grad();
-              loss.backward();
-              const optim::UpdateInfo u = optim::scheduled_update(adam, params, clip, lr, k, warmup);
-              losses.push_back(loss.item()), norms.push_back(u.grad_norm), lrs.push_back(u.lr);
+              const train::StepResult s = train::train_step(adam, params, [&] { return train::batch_loss(*m, b, ls); }, clip,
+                                                            optim::warmup_inverse_sqrt(lr, k, warmup));
+              losses.push_back(s.loss), norms.push_back(s.grad_norm), lrs.push_back(adam.lr());
             }
             const Shape n{steps};
             return Outputs{{"loss", Variable(Tensor::from_vector(losses, n))},

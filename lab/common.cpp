@@ -12,6 +12,7 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "optim/adam.h"
+#include "train/loop/step.h"
 #include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "train/run/batch_loss.h"
@@ -283,7 +284,7 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
            o.until.patience, o.until.valid ? o.until.valid->size() : 0);
   train::BatchPlan plan(data, o.max_tokens);
   GF_CHECK(plan.size() != 0, "fit: no batch could be made from the {} pairs (max_tokens {})", data.size(), o.max_tokens);
-  optim::Adam adam(model.named_parameters(), {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
+  optim::Adam adam = train::make_adam(model.named_parameters(), o.lr);
   const std::vector<Variable> params = model.parameters();
   model.train();
   FitResult r;
@@ -299,16 +300,16 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
     train::BatchTensors t = train::to_tensors(plan.batch(order[k]));
     default_generator().seed(o.seed * 1000003ULL + static_cast<uint64_t>(step));  // dropout masks
     if (o.sampling.k > 0) r.sampled_share.push_back(mix_in_samples(model, t, o.sampling.gold_probability(step), sampler));
-    Variable loss = train::batch_loss(model, t, o.label_smoothing);
-    adam.zero_grad();
-    loss.backward();
-    if (o.clip > 0) optim::clip_grad_norm(params, o.clip);
-    adam.set_lr(o.warmup > 0 ? o.lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(o.warmup)) : o.lr);
-    const double l = loss.item();
-    r.losses.push_back(l);
-    const bool blew_up = !std::isfinite(l) || (o.divergence_factor > 0 && step > 20 && l > o.divergence_factor * r.losses.front());
-    if (!blew_up) adam.step();
-    if (on_step) on_step(step, l);
+    const double lr = o.warmup > 0 ? o.lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(o.warmup)) : o.lr;
+    bool blew_up = false;  // a non-finite loss, or one above divergence_factor x the first after 20 steps: no update, the run ends
+    train::StepHooks hooks;
+    hooks.accept = [&](double l, double) {
+      r.losses.push_back(l);
+      blew_up = !std::isfinite(l) || (o.divergence_factor > 0 && step > 20 && l > o.divergence_factor * r.losses.front());
+      return !blew_up;
+    };
+    const train::StepResult s = train::train_step(adam, params, [&] { return train::batch_loss(model, t, o.label_smoothing); }, o.clip, lr, hooks);
+    if (on_step) on_step(step, s.loss);
     if (blew_up) {
       r.diverged = true;
       r.diverged_at = step;

@@ -63,7 +63,6 @@ class Run {
     double loss, grad_norm;  // loss NaN: the step was skipped
   };
   StepResult step(const Batch& batch, size_t bi, size_t batches);
-  double backward_share(const Batch& mine, int64_t global_tokens);
   Variable forward_loss(const Batch& part, int64_t global_tokens);
   double non_finite_step(const Batch& mine, int64_t global_tokens, double loss, double norm, size_t bi, size_t batches);
   std::string first_bad_op(const Batch& mine, int64_t global_tokens);

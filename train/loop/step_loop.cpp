@@ -17,6 +17,7 @@
 #include "train/loop/interrupt.h"
 #include "tensor/mix64.h"
 #include "train/loop/run.h"
+#include "train/loop/step.h"
 #include "train/loop/test_seam.h"
 
 namespace gf::train {
@@ -83,44 +84,35 @@ bool Run::run_epoch() {
   return false;
 }
 
-// One optimizer step on a (global) batch; returns its loss (NaN for a skipped step) and gradient norm. Dropout
-// masks depend only on (seed, step, process). A loss or gradient that is NaN or Inf never reaches
-// the weights (non_finite_step); with several processes the loss and norm tested are the summed
-// ones, which every process holds alike, so all of them skip or stop together.
+// One optimizer step on a (global) batch (train/loop/step.h); returns its loss (NaN for a skipped
+// step) and gradient norm. Dropout masks depend only on (seed, step, process). A loss or gradient
+// that is NaN or Inf never reaches the weights (non_finite_step); with several processes the loss and
+// norm tested are the summed ones, which every process holds alike, so all of them skip or stop
+// together. The last step's gradients are dropped before the forward, not after it: they are not held
+// beside this step's activations, which lowers the step's peak memory by a model's worth.
 Run::StepResult Run::step(const Batch& batch, size_t bi, size_t batches) {
   test_seam().before_step(state_.step + 1);
   poison_step_ = test_seam().nan_loss(state_.step + 1);
   const Batch mine = dist::batch_part(train_pairs_, batch, world_.rank, world_.size);  // the batch itself with one process
   default_generator().seed(step_seed(config_.seed, state_.step, world_.rank));
   if (grad_stats_) grad_stats_->begin_step(state_.step + 1, mine);
-  const double l = backward_share(mine, batch.tgt_tokens);
-  const double norm = optim::grad_norm(params_);  // before clipping
-  if (grad_stats_) grad_stats_->after_backward();
-  if (!std::isfinite(l) || !std::isfinite(norm)) return {non_finite_step(mine, batch.tgt_tokens, l, norm, bi, batches), norm};
-  nonfinite_.good_step();
   const double lr = schedule_.lr(config_.lr, state_.step, schedule_.uses_progress() ? budget_progress() : 0.0);
-  optim::clipped_update(*adam_, params_, config_.clip, lr, norm);
-  if (grad_stats_) grad_stats_->after_update(l, adam_->lr());
+  StepHooks hooks;
+  hooks.reduce = [&](double& loss) {  // with several processes: the gradients (in buckets) and the loss summed over all of them
+    if (!buckets_) return;
+    buckets_->allreduce();
+    dist::agree(dist::Agreement::StepLoss, dist::Combine::Sum, std::span<double>(&loss, 1));
+  };
+  hooks.observe = [&](double, double) {
+    if (grad_stats_) grad_stats_->after_backward();
+  };
+  const auto forward = [&] { return mine.rows > 0 ? forward_loss(mine, batch.tgt_tokens) : Variable(); };  // an empty part adds nothing
+  const train::StepResult r = train_step(*adam_, params_, forward, config_.clip, lr, hooks);
+  if (!r.updated) return {non_finite_step(mine, batch.tgt_tokens, r.loss, r.grad_norm, bi, batches), r.grad_norm};
+  nonfinite_.good_step();
+  if (grad_stats_) grad_stats_->after_update(r.loss, adam_->lr());
   state_.step += 1;
-  return {l, norm};
-}
-
-// Forward and backward of this process's part of the batch; with several processes, then the
-// gradients (in buckets) and the loss summed over all of them. Returns the global batch's loss.
-double Run::backward_share(const Batch& mine, int64_t global_tokens) {
-  double loss_value = 0;  // an empty part adds nothing
-  // The last step's gradients are dropped before the forward, not after it: they are not held
-  // beside this step's activations, which lowers the step's peak memory by a model's worth.
-  adam_->zero_grad();
-  if (mine.rows > 0) {
-    Variable loss = forward_loss(mine, global_tokens);
-    loss.backward();
-    loss_value = loss.item();
-  }
-  if (!buckets_) return loss_value;
-  buckets_->allreduce();
-  dist::agree(dist::Agreement::StepLoss, dist::Combine::Sum, std::span<double>(&loss_value, 1));
-  return loss_value;
+  return {r.loss, r.grad_norm};
 }
 
 // The model's loss is a mean over the part's target tokens. With several processes it is weighted

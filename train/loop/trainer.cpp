@@ -2,6 +2,7 @@
 // and optimizer, resume, the checks every process agrees on; then epochs of steps (step_loop.cpp),
 // each ended by validation and a checkpoint; then the final checkpoint and report.
 #include "train/loop/trainer.h"
+#include "train/loop/step.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -192,8 +193,7 @@ void Run::agree_on_setup() const {
 void Run::build_model() {
   net_ = make_translation_model(config_, src_vocab_, tgt_vocab_, config_.seed);
   net_->module().train();
-  adam_ = std::make_unique<optim::Adam>(net_->module().named_parameters(),
-                                        optim::AdamOptions{.lr = config_.lr, .beta1 = config_.beta1, .beta2 = config_.beta2, .eps = config_.adam_eps});
+  adam_ = std::make_unique<optim::Adam>(net_->module().named_parameters(), adam_options(config_.lr, config_));
   params_ = net_->module().parameters();
 }
 
