@@ -13,6 +13,7 @@
 #include "app/commands.h"
 #include "app/flags.h"
 #include "app/lab_page.h"
+#include "app/lab_run.h"
 #include "lab/claims.h"
 #include "lab/lab.h"
 #include "lab/report.h"
@@ -80,12 +81,13 @@ Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
                                (l.control.empty() ? "" : "\n--control: " + l.control));
   f.add_string("out", default_out, "output folder for NAME.svg, NAME.json and any other files (with --control: default ...-control)");
   f.add_int("seeds", l.default_seeds, "independent runs (seeds): paper claims take a 95% interval across them");
-  f.add_int("seed", 1, "first seed (runs use seed, seed+1, ...)");
+  f.add_int("seed", static_cast<long long>(l.first_seed), "first seed (runs use seed, seed+1, ...)");
   f.add_int("threads", 0, "threads (default: the hardware's)");
   f.add_bool("control", l.placebo ? "the placebo: each paper claim's contrast between two groups of seeds of one arm; the rule must call it "
                                      "supported in at most 5% of splits"
                                    : "the negative control: the same protocol without the causal ingredient; its targeted claims must not be "
                                      "supported");
+  if (l.placebo) f.add_int("pools", 0, "--control: the placebo's pools, each of --seeds seeds on runs of their own (0: the lab's own number)");
   if (!l.ablation.empty())
     f.add_bool("ablate", "the ablation: " + l.ablation + " (output: --out with -ablate appended); its targeted claims must not be supported");
   f.add_bool("claims", "print the lab's claims (statement, threshold, source) and exit");
@@ -142,6 +144,7 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
                                               {"seed", std::to_string(f.integer("seed"))},
                                               {"control", control ? "1" : "0"},
                                               {"ablate", ablate ? "1" : "0"}};
+  if (l.placebo && f.integer("pools") > 0) settings["pools"] = std::to_string(f.integer("pools"));
   for (const auto& o : l.options) {
     switch (o.kind) {
       case lab::Option::Int: settings[o.name] = std::to_string(f.integer(o.name)); break;
@@ -311,6 +314,13 @@ int cmd_lab(int argc, char** argv) {
   const kernels::PrecisionScope fp32(Precision::Float32);
   const std::string name = argv[0];
   if (name == "all") return run_all(argc - 1, argv + 1);
+  if (name == "run") {
+    GF_CHECK_AS(UsageError, argc >= 2 && argv[1][0] != '-',
+                "lab run: give the experiment file first: gradflow lab run FILE [--out DIR] [--seeds N] [--seed S] [--control] [--html] "
+                "(docs/labs.md, \"Ask your own question\")");
+    const LabSpec spec = parse_lab_spec(argv[1]);
+    return run_lab(spec_lab(spec), argc - 2, argv + 2, "runs/lab/" + spec.name).code;
+  }
   const lab::Lab* found = nullptr;
   try {
     found = &lab::find_lab(name);

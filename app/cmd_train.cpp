@@ -43,9 +43,9 @@ Flags train_flags() {
   add_max_line_bytes_flag(f);
   f.add_double("clip", d.clip, "clip the gradient norm to this (0: off)");
   f.add_string("schedule", d.schedule,
-               "learning-rate schedule after the warm-up: inverse-sqrt (decay as 1/sqrt(step)), or wsd (warm-up, stable, decay: the "
+               "learning-rate schedule after the warm-up: inverse-sqrt (decay as 1/sqrt(step)), wsd (warm-up, stable, decay: the "
                "peak --lr until the last --decay-fraction of the budget, then a decay to 0 by its end; measured in time with "
-               "--minutes, else in steps or epochs)");
+               "--minutes, else in steps or epochs), or constant (the peak --lr to the end)");
   f.add_double("decay-fraction", d.decay_fraction, "--schedule wsd: the last share of the budget over which the rate decays to 0");
   f.add_int("patience", d.patience,
             "end the run after this many validation evaluations (epochs) in a row without a better validation loss (0: off)");

@@ -12,6 +12,7 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "optim/adam.h"
+#include "optim/schedule.h"
 #include "train/loop/step.h"
 #include "tensor/check.h"
 #include "tensor/kernels/random.h"
@@ -285,6 +286,7 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
   train::BatchPlan plan(data, o.max_tokens);
   GF_CHECK(plan.size() != 0, "fit: no batch could be made from the {} pairs (max_tokens {})", data.size(), o.max_tokens);
   optim::Adam adam = train::make_adam(model.named_parameters(), o.lr);
+  const optim::LrSchedule schedule{o.schedule, o.warmup, o.decay_fraction};
   const std::vector<Variable> params = model.parameters();
   model.train();
   FitResult r;
@@ -300,15 +302,20 @@ FitResult fit(nn::Seq2SeqTransformer& model, const std::vector<train::EncodedPai
     train::BatchTensors t = train::to_tensors(plan.batch(order[k]));
     default_generator().seed(o.seed * 1000003ULL + static_cast<uint64_t>(step));  // dropout masks
     if (o.sampling.k > 0) r.sampled_share.push_back(mix_in_samples(model, t, o.sampling.gold_probability(step), sampler));
-    const double lr = o.warmup > 0 ? o.lr * std::min(1.0, static_cast<double>(step) / static_cast<double>(o.warmup)) : o.lr;
+    const double lr = schedule.lr(o.lr, step - 1, static_cast<double>(step - 1) / static_cast<double>(o.steps));
     bool blew_up = false;  // a non-finite loss, or one above divergence_factor x the first after 20 steps: no update, the run ends
     train::StepHooks hooks;
+    if (o.grad_stats) o.grad_stats->begin_step(step, plan.batch(order[k]));
+    hooks.observe = [&](double, double) {
+      if (o.grad_stats) o.grad_stats->after_backward();
+    };
     hooks.accept = [&](double l, double) {
       r.losses.push_back(l);
       blew_up = !std::isfinite(l) || (o.divergence_factor > 0 && step > 20 && l > o.divergence_factor * r.losses.front());
       return !blew_up;
     };
     const train::StepResult s = train::train_step(adam, params, [&] { return train::batch_loss(model, t, o.label_smoothing); }, o.clip, lr, hooks);
+    if (o.grad_stats) o.grad_stats->after_update(s.loss, adam.lr());
     if (on_step) on_step(step, s.loss);
     if (blew_up) {
       r.diverged = true;

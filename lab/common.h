@@ -12,6 +12,7 @@
 #include "lab/stats.h"
 #include "nn/seq2seq.h"
 #include "train/data/batching.h"
+#include "train/loop/grad_stats.h"
 #include "train/plot/svg_chart.h"
 #include "train/data/vocab.h"
 
@@ -122,7 +123,11 @@ struct ScheduledSampling {
 struct FitOptions {
   int64_t steps = 200;        // the most steps (all of them without `until`)
   double lr = 1e-3;
-  int64_t warmup = 0;       // linear warm-up steps, then constant (0: constant from step 1)
+  int64_t warmup = 0;       // linear warm-up steps (0: none)
+  // The rate after the warm-up (optim/schedule.h): "constant" (the labs' default), "inverse-sqrt" or
+  // "wsd" (the budget's progress is the share of `steps` taken).
+  std::string schedule = "constant";
+  double decay_fraction = 0.15;
   double clip = 1.0;        // global gradient-norm clip (0: none)
   double label_smoothing = 0;
   // A loss above this many times the first one, after 20 steps, counts as diverged and stops the
@@ -133,6 +138,7 @@ struct FitOptions {
   uint64_t seed = 1;          // batch order, dropout and scheduled sampling's draws
   Convergence until;
   ScheduledSampling sampling;
+  train::GradStatsRecorder* grad_stats = nullptr;  // records the steps it is due at (train/loop/grad_stats.h)
 };
 
 struct FitResult {

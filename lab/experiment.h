@@ -145,6 +145,7 @@ struct ClaimDef {
 struct LabInfo {
   std::string name, title, reference, question;
   int default_seeds = 3;
+  uint64_t first_seed = 1;  // the first of the seeds a run uses by default (--seed)
   std::string ablation;  // what --ablate (or an ablation --control) removes; "" none
   // The ablation is the lab's --control (a lab without a placebo), not --ablate.
   bool control_is_ablation = false;

@@ -5,6 +5,7 @@
 // tables (printed and kept), figures (one SVG), raw numbers (JSON), and claims checked against its
 // own numbers (lab/claims.h). `gradflow lab NAME` runs one; `gradflow lab` lists them
 // (lab/registry.cpp); `gradflow lab NAME --control` runs its negative control.
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct Lab {
   // that measures something real (entropy's safe learning rate). Empty: no --ablate.
   std::string ablation;
   int default_seeds = 3;
+  uint64_t first_seed = 1;  // --seed's default: the first seed a run uses
   std::vector<Option> options;
   // Its claims (a lab declared with lab/experiment.h); empty: its rows of lab/claims.cpp.
   std::vector<ClaimSpec> claims;

@@ -198,7 +198,7 @@ template <class S, class C, class M>
 Lab make_lab(Experiment<S, C, M> e) {
   Lab l;
   l.name = e.info.name, l.title = e.info.title, l.reference = e.info.reference, l.question = e.info.question;
-  l.default_seeds = e.info.default_seeds;
+  l.default_seeds = e.info.default_seeds, l.first_seed = e.info.first_seed;
   l.placebo = !e.info.null.arm.empty();
   if (l.placebo) l.control = "placebo: " + e.info.null_description + ", on seeds of its own, in every condition a claim reads";
   else if (e.info.control_is_ablation) l.control = e.info.ablation;

@@ -9,7 +9,7 @@
 namespace gf::optim {
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"inverse-sqrt", "wsd"};
+  static const std::vector<std::string> names = {"inverse-sqrt", "wsd", "constant"};
   return names;
 }
 
@@ -27,6 +27,7 @@ double wsd_factor(int64_t step, int64_t warmup, double progress, double decay_fr
 double LrSchedule::lr(double base_lr, int64_t step, double progress) const {
   if (name == "inverse-sqrt") return warmup_inverse_sqrt(base_lr, step, warmup);
   if (name == "wsd") return base_lr * wsd_factor(step, warmup, progress, decay_fraction);
+  if (name == "constant") return warmup > 0 ? base_lr * std::min(1.0, static_cast<double>(step + 1) / static_cast<double>(warmup)) : base_lr;
   GF_FAIL_AS(std::invalid_argument, "unknown learning-rate schedule '{}'", name);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// The learning-rate schedules `gradflow train --schedule` chooses from. Both warm up linearly over
+// The learning-rate schedules `gradflow train --schedule` chooses from. Each warms up linearly over
 // `warmup` steps to the peak rate; then
 //   inverse-sqrt: decays as sqrt(warmup / (step + 1)) (the Transformer paper's; warmup_inverse_sqrt);
+//   constant: holds the peak rate (PyTorch's constant schedule with warm-up; warmup 0: no warm-up);
 //   wsd: warm-up, stable, decay (Hägele et al. 2024, arXiv:2405.18392): holds the peak rate until
 //        the last `decay_fraction` of the run's budget, then decays to 0 as 1 - sqrt(x), x going
 //        from 0 to 1 over that last part (the paper's "1-sqrt" cooldown).
@@ -24,7 +25,7 @@ const std::vector<std::string>& schedule_names();
 double wsd_factor(int64_t step, int64_t warmup, double progress, double decay_fraction);
 
 struct LrSchedule {
-  std::string name = "inverse-sqrt";  // or "wsd"
+  std::string name = "inverse-sqrt";  // or "wsd", "constant"
   int64_t warmup = 1;
   double decay_fraction = 0.15;  // wsd only
 

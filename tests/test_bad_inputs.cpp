@@ -249,9 +249,9 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
       {"a negative time budget", "train --minutes -5", 2, "cannot be negative", "--minutes"},
       {"an absurd --max-len", "train --max-len 100000", 2, "--max-len must be at most 510", "--max-len"},
       {"label smoothing of 1", "train --label-smoothing 1", 2, "--label-smoothing must be in [0, 1)", "--label-smoothing"},
-      {"--warmup 0", "train --warmup 0", 2, "--warmup must be at least 1", "--warmup"},
+      {"--warmup -1", "train --warmup -1", 2, "--warmup cannot be negative", "--warmup"},
       {"--log-every 0", "train --log-every 0", 2, "--log-every must be at least 1, got 0", "--log-every"},  // was a SIGFPE in the trainer
-      {"an unknown schedule", "train --schedule cosine", 2, "--schedule must be inverse-sqrt or wsd, got 'cosine'", "--schedule"},
+      {"an unknown schedule", "train --schedule cosine", 2, "--schedule must be one of inverse-sqrt, wsd, constant, got 'cosine'", "--schedule"},
       {"--decay-fraction 0", "train --schedule wsd --decay-fraction 0", 2, "--decay-fraction must be in (0, 1], got 0", "--decay-fraction"},
       {"a negative --patience", "train --patience -2", 2, "--patience cannot be negative, got -2", "--patience"},
       {"a negative --subwords", "train --subwords -1", 2, "--subwords cannot be negative", "--subwords"},

@@ -130,7 +130,7 @@ TEST_CASE("--schedule, --decay-fraction, --patience: parsed into config.json, ch
   CHECK(r2.c.patience == 0);
   CHECK(r2.c.schedule == "inverse-sqrt");
   // bad values are usage errors naming the flag
-  CHECK_THROWS_WITH_AS(parse_train({"--schedule", "cosine"}), doctest::Contains("--schedule must be inverse-sqrt or wsd, got 'cosine'"),
+  CHECK_THROWS_WITH_AS(parse_train({"--schedule", "cosine"}), doctest::Contains("--schedule must be one of inverse-sqrt, wsd, constant, got 'cosine'"),
                        app::UsageError);
   CHECK_THROWS_WITH_AS(parse_train({"--decay-fraction", "0"}), doctest::Contains("--decay-fraction must be in (0, 1]"), app::UsageError);
   CHECK_THROWS_WITH_AS(parse_train({"--decay-fraction", "1.5"}), doctest::Contains("--decay-fraction must be in (0, 1]"), app::UsageError);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,7 +122,9 @@ class GradStatsRecorder {
   // model (another module gets none).
   GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step = 0);
 
-  bool due(int64_t step) const { return step == 1 || step % every_ == 0; }
+  bool due(int64_t step) const { return only_.empty() ? step == 1 || step % every_ == 0 : only_.count(step) != 0; }
+  // Records at exactly these steps instead (an experiment's named steps, `gradflow lab run`).
+  void only_at(std::set<int64_t> steps) { only_ = std::move(steps); }
   // The trainer's step, in order: begin_step before the forward (1-based step; arms the entropy
   // probe when due), after_backward before clipping, after_update after the optimizer step. Each is
   // a no-op when the step is not due.
@@ -136,6 +139,7 @@ class GradStatsRecorder {
  private:
   StatsJson attention_json();  // the probe's entropies of this step, as the line's "attention"
 
+  std::set<int64_t> only_;
   const TranslationModel& model_;
   std::string dir_;
   int64_t every_;

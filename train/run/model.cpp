@@ -24,6 +24,21 @@ class EncoderDecoder : public TranslationModel {
   nn::Seq2SeqTransformer net_;
 };
 
+class EncoderDecoderView : public TranslationModel {
+ public:
+  explicit EncoderDecoderView(nn::Seq2SeqTransformer& net) : net_(net) {}
+  nn::Module& module() override { return net_; }
+  Variable loss(const Batch& b, double ls) const override { return batch_loss(net_, to_tensors(b), ls); }
+  std::vector<std::vector<int64_t>> translate(const Tensor& src, const DecodeOptions& opt, DecodeStats* st) const override {
+    return translate_batch(net_, src, opt, st);
+  }
+  DecodeOptions decode_options() const override { return DecodeOptions{}; }
+  const nn::Seq2SeqTransformer* seq2seq() const override { return &net_; }
+
+ private:
+  nn::Seq2SeqTransformer& net_;
+};
+
 nn::DecoderOnlyOptions decoder_only_options(const RunConfig& c, const Vocab& vocab) {
   nn::DecoderOnlyOptions o;
   o.vocab = vocab.size();
@@ -61,6 +76,8 @@ class DecoderOnly : public TranslationModel {
 };
 
 }  // namespace
+
+std::unique_ptr<TranslationModel> view_translation_model(nn::Seq2SeqTransformer& net) { return std::make_unique<EncoderDecoderView>(net); }
 
 std::unique_ptr<TranslationModel> make_translation_model(const RunConfig& c, const Vocab& src, const Vocab& tgt, uint64_t seed) {
   if (c.arch == "decoder-only") return std::make_unique<DecoderOnly>(c, src, tgt, seed);

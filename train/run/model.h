@@ -32,6 +32,9 @@ class TranslationModel {
   nn::Seq2SeqTransformer* seq2seq() { return const_cast<nn::Seq2SeqTransformer*>(std::as_const(*this).seq2seq()); }
 };
 
+// `net` as a TranslationModel, without owning it (a model made elsewhere, e.g. by a lab).
+std::unique_ptr<TranslationModel> view_translation_model(nn::Seq2SeqTransformer& net);
+
 // A new model for the config's architecture; the decoder-only model needs <sep> in the (joint)
 // vocabulary. init_seed draws the initial weights.
 std::unique_ptr<TranslationModel> make_translation_model(const RunConfig& config, const Vocab& src, const Vocab& tgt, uint64_t init_seed);

@@ -116,10 +116,10 @@ void RunConfig::validate() const {
   positive("max-len", static_cast<double>(max_len));
   GF_CHECK(layer.d_model % 2 == 0, "--d-model must be even for sinusoidal positions, got {}", layer.d_model);
   GF_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1), got {}", label_smoothing);  // NaN fails too
-  GF_CHECK(warmup >= 1, "--warmup must be at least 1, got {}", warmup);
+  GF_CHECK(warmup >= 0, "--warmup cannot be negative, got {} (0: no warm-up)", warmup);
   {
     const std::vector<std::string>& names = optim::schedule_names();
-    GF_CHECK(std::find(names.begin(), names.end(), schedule) != names.end(), "--schedule must be {}, got '{}'", fmt::join(names, " or "), schedule);
+    GF_CHECK(std::find(names.begin(), names.end(), schedule) != names.end(), "--schedule must be one of {}, got '{}'", fmt::join(names, ", "), schedule);
   }
   GF_CHECK(decay_fraction > 0 && decay_fraction <= 1, "--decay-fraction must be in (0, 1], got {}", decay_fraction);  // NaN fails too
   GF_CHECK(patience >= 0, "--patience cannot be negative, got {} (0: off)", patience);
