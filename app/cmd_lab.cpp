@@ -87,6 +87,9 @@ Flags lab_flags(const lab::Lab& l, const std::string& default_out) {
                                      "supported in at most 5% of splits"
                                    : "the negative control: the same protocol without the causal ingredient; its targeted claims must not be "
                                      "supported");
+  if (l.takes_models)
+    f.add_string("models", "", "RUN [RUN ...]: trained run folders (gradflow train --out RUN) to analyse in place of the lab's own toy "
+                               "models, one seed per folder; each is loaded as translate loads it (digests and config checked)");
   if (l.placebo) f.add_int("pools", 0, "--control: the placebo's pools, each of --seeds seeds on runs of their own (0: the lab's own number)");
   if (!l.ablation.empty())
     f.add_bool("ablate", "the ablation: " + l.ablation + " (output: --out with -ablate appended); its targeted claims must not be supported");
@@ -127,7 +130,18 @@ namespace {
 Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& default_out, bool control_default = false,
                 bool ablate_default = false) {
   Flags f = lab_flags(l, default_out);
-  if (!f.parse(argc, argv)) return {};
+  // --models takes every folder up to the next flag: given as one value, the folders a line each.
+  std::vector<std::string> words;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    words.push_back(argv[i]);
+    if (words.back() != "--models") continue;
+    std::string folders;
+    while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) folders += std::string(argv[++i]) + "\n";
+    words.push_back(folders);
+  }
+  for (std::string& w : words) args.push_back(w.data());
+  if (!f.parse(static_cast<int>(args.size()), args.data())) return {};
   if (f.on("claims")) {
     print_claims(l);
     return {};
@@ -145,6 +159,12 @@ Outcome run_lab(const lab::Lab& l, int argc, char** argv, const std::string& def
                                               {"control", control ? "1" : "0"},
                                               {"ablate", ablate ? "1" : "0"}};
   if (l.placebo && f.integer("pools") > 0) settings["pools"] = std::to_string(f.integer("pools"));
+  if (const std::string models = l.takes_models ? f.str("models") : ""; !models.empty()) {
+    GF_CHECK_AS(UsageError, !f.given("seeds"), "lab {}: --models gives one seed per folder; --seeds does not go with it", l.name);
+    GF_CHECK_AS(UsageError, std::count(models.begin(), models.end(), '\n') >= 2,
+                "lab {}: --models needs two or more run folders (an interval across models needs two)", l.name);
+    settings["models"] = models;
+  }
   for (const auto& o : l.options) {
     switch (o.kind) {
       case lab::Option::Int: settings[o.name] = std::to_string(f.integer(o.name)); break;

@@ -45,6 +45,7 @@ struct RunKey {
   int index = 0;        // the seed's place: 0 .. seeds - 1, or a placebo pool's run number
   bool ablate = false;  // the ablation: the causal ingredient removed (Lab::ablation says what)
   bool pool = false;    // a placebo pool's run (of the null condition)
+  std::string model;    // --models: the trained run folder this seed analyses ("" : the lab trains its own)
 };
 
 // One seed's measurements, read by arm and level. For a placebo, every (arm, level) a claim reads
@@ -146,6 +147,7 @@ struct LabInfo {
   std::string name, title, reference, question;
   int default_seeds = 3;
   uint64_t first_seed = 1;  // the first of the seeds a run uses by default (--seed)
+  bool takes_models = false;  // --models RUN [RUN ...] (Lab::takes_models)
   std::string ablation;  // what --ablate (or an ablation --control) removes; "" none
   // The ablation is the lab's --control (a lab without a placebo), not --ablate.
   bool control_is_ablation = false;

@@ -40,6 +40,9 @@ struct Lab {
   // that measures something real (entropy's safe learning rate). Empty: no --ablate.
   std::string ablation;
   int default_seeds = 3;
+  // --models RUN [RUN ...]: the lab analyses trained run folders, one seed per folder, in place of
+  // the toy models it trains (RunKey::model names the seed's folder).
+  bool takes_models = false;
   uint64_t first_seed = 1;  // --seed's default: the first seed a run uses
   std::vector<Option> options;
   // Its claims (a lab declared with lab/experiment.h); empty: its rows of lab/claims.cpp.

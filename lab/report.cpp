@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 
 #include "lab/common.h"
@@ -143,7 +144,21 @@ bool Report::on(const std::string& name) const {
   return v == "1" || v == "true" || v == "on";
 }
 
-int Report::seeds() const { return static_cast<int>(integer("seeds")); }
+int Report::seeds() const { return models().empty() ? static_cast<int>(integer("seeds")) : static_cast<int>(models().size()); }
+
+std::vector<std::string> Report::models() const {
+  std::vector<std::string> out;
+  if (!settings_.count("models")) return out;
+  std::stringstream in(settings_.at("models"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
+std::string Report::model(int i) const {
+  const auto m = models();
+  return m.empty() ? "" : m.at(static_cast<size_t>(i));
+}
 
 bool Report::control() const { return settings_.count("control") && on("control"); }
 

@@ -143,6 +143,9 @@ class Report {
   // Either way the causal ingredient is removed and the control's targets must not be supported.
   bool ablation_mode() const { return ablate() || (control() && !lab_.placebo); }
   uint64_t seed(int i) const;           // --seed + i: the i-th run's seed
+  // --models: the trained run folders, one a seed (then seeds() is their number); empty otherwise.
+  std::vector<std::string> models() const;
+  std::string model(int i) const;       // the i-th seed's folder ("" without --models)
   const std::string& out_dir() const { return out_dir_; }
   const std::map<std::string, std::string>& settings() const { return settings_; }
   // The placebo's pools: --pools when given, else the lab's own number.

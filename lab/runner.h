@@ -82,7 +82,7 @@ class Runner {
     const int total = static_cast<int>(conds.size()) * r_.seeds();
     int done = 0;
     for (int i = 0; i < r_.seeds(); ++i)
-      for (const Condition& c : conds) grid.put(c, i, measure_one({c, r_.seed(i), i, r_.ablation_mode(), false}, ++done, total));
+      for (const Condition& c : conds) grid.put(c, i, measure_one({c, r_.seed(i), i, r_.ablation_mode(), false, r_.model(i)}, ++done, total));
     if constexpr (JsonWritable<M>) {
       nlohmann::json runs = nlohmann::json::array();
       for (const auto& [c, seeds] : grid.runs())
@@ -198,7 +198,7 @@ template <class S, class C, class M>
 Lab make_lab(Experiment<S, C, M> e) {
   Lab l;
   l.name = e.info.name, l.title = e.info.title, l.reference = e.info.reference, l.question = e.info.question;
-  l.default_seeds = e.info.default_seeds, l.first_seed = e.info.first_seed;
+  l.default_seeds = e.info.default_seeds, l.first_seed = e.info.first_seed, l.takes_models = e.info.takes_models;
   l.placebo = !e.info.null.arm.empty();
   if (l.placebo) l.control = "placebo: " + e.info.null_description + ", on seeds of its own, in every condition a claim reads";
   else if (e.info.control_is_ablation) l.control = e.info.ablation;
