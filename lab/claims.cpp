@@ -163,33 +163,6 @@ std::vector<ClaimSpec> table() {
        "Vaswani et al. 2017, section 3.2.1 (the unscaled softmax's small gradients hinder learning); issue 27; 0: the sign of the paired "
        "difference",
        true},
-      // ---- depth
-      {"depth", "postln_amplifies_more", Paper,
-       "(a) Post-LN amplifies a weight change more with depth than Pre-LN: the log-log slope of the squared output change on N, Post-LN "
-       "minus Pre-LN, is above 0",
-       Above, 0.0, "Liu et al. 2020 (Admin), Theorem 2: Var of the output change O(N) for Post-LN, O(log N) for Pre-LN; 0: the sign", true},
-      {"depth", "preln_nearer_log", Paper,
-       "(a) Pre-LN's squared output change grows only as O(log N): its log-log slope on N is nearer the log law's (sum of 1/i over the "
-       "same depths) than the linear law's (1): slope minus their midpoint is below 0",
-       Below, 0.0, "Liu et al. 2020 (Admin), Theorem 2; the midpoint between the two laws is the decision boundary (the lab's first version's)",
-       false},
-      {"depth", "collapse_without_skips", Paper,
-       "(b) pure attention without skip connections collapses the tokens to rank 1: log10 of res after the last layer over the input's is "
-       "below -2",
-       Below, -2.0,
-       "Dong et al. 2021, Theorem 2.2 (convergence to rank 1, doubly exponential in depth); -2: below 1% of the input's, the lab's threshold "
-       "since its first version",
-       true},
-      {"depth", "skips_prevent_collapse", Paper,
-       "(b) with skip connections the tokens do not collapse: res after the last layer over the input's is above 0.3", Above, 0.3,
-       "Dong et al. 2021, section 3 (skip connections prevent the collapse); 0.3: the lab's threshold since its first version", false},
-      {"depth", "qk_gradients_vanish", Paper,
-       "(c) as the tokens collapse the query/key gradients vanish against the value gradients: at the deepest layer whose input's res is "
-       "above 1e-6, log10 of QK/V without skips over QK/V with skips is below -1",
-       Below, -1.0,
-       "Noci et al. 2022, section 3 (Theorem 3.2: the gradients of the queries' and keys' weights vanish with the tokens' spread). Read "
-       "above res 1e-6 so that no number is at float64's rounding floor; -1: a tenth, the lab's earlier factor",
-       true},
       // ---- entropy
       {"entropy", "entropy_collapse_trend", ClaimKind::Paper,
        "without σReparam or warm-up, the least head's entropy falls as the learning rate grows: the least-squares slope of its H / log(visible "
@@ -556,13 +529,6 @@ std::vector<Effect> effects() {
       {"scale", "scaled_gradient_trend", 0.0301, 0.0041, 5, "half the way from the threshold to the paper's 'stays' (0 per doubling)"},
       {"scale", "unscaled_trains_worse", 0.1, 0.158, 5,
        "a tenth of a nat of held-out NLL: the threshold is the sign (0), and a smaller gap is no 'hindered learning' a trainer would see"},
-      // ---- depth (pilot: docs/labs/depth.md's output, 5 seeds)
-      {"depth", "postln_amplifies_more", 0.3, 0.146, 5,
-       "half of Theorem 2's difference over depths 1-32: the linear law's slope (1) minus the log law's (0.40) is 0.60"},
-      {"depth", "preln_nearer_log", 0.15, 0.07, 5, "half the way from the midpoint (the threshold) to the log law's slope, 0.30 below it"},
-      {"depth", "collapse_without_skips", 1.0, 0.0242, 5, "half the threshold's distance from no collapse (log10 ratio 0)"},
-      {"depth", "skips_prevent_collapse", 0.15, 0.0087, 5, "half the threshold's distance from full collapse (0)"},
-      {"depth", "qk_gradients_vanish", 0.5, 0.134, 5, "half the threshold's distance from no difference (log10 ratio 0)"},
       // ---- entropy (pilot: docs/labs/entropy.md's output at the dose-response defaults, 180 steps, 5 seeds)
       {"entropy", "entropy_collapse_trend", 0.025, 0.0241, 5, "half the threshold's distance from no trend (0 per doubling of the rate)"},
       {"entropy", "worse_loss", 0.25, 0.655, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
