@@ -163,33 +163,6 @@ std::vector<ClaimSpec> table() {
        "Vaswani et al. 2017, section 3.2.1 (the unscaled softmax's small gradients hinder learning); issue 27; 0: the sign of the paired "
        "difference",
        true},
-      // ---- entropy
-      {"entropy", "entropy_collapse_trend", ClaimKind::Paper,
-       "without σReparam or warm-up, the least head's entropy falls as the learning rate grows: the least-squares slope of its H / log(visible "
-       "keys) at the end of training on log2(lr) (per doubling, over --lrs, by default 1e-3 to 1e-2) is below -0.05",
-       Compare::Below, -0.05,
-       "Zhai et al. 2023, section 3 (entropy collapse comes with high learning rates); -0.05 per doubling, written before the first run of the "
-       "trend: the smallest fall the lab cares about, 0.17 of log(keys) over the 3.3 doublings from 1e-3 to 1e-2, about a third of the way from "
-       "a healthy head (0.55-0.61 at 1e-3 in the lab's earlier runs) to collapse (0.1, attending to about one key). Replaces `collapse` (the "
-       "high rate's level against 0.1; issue 35: a claim about a factor is its trend)",
-       true},
-      {"entropy", "worse_loss", ClaimKind::Paper,
-       "the collapse comes with failed training: final loss at the high rate / at the safe rate, without σReparam, paired by seed", Compare::Above, 1.5,
-       "Zhai et al. 2023, section 3 (low entropy is accompanied by instability: oscillating loss or divergence); 1.5x is the margin the lab used before "
-       "intervals, kept",
-       true},
-      {"entropy", "reparam_entropy", ClaimKind::Paper,
-       "σReparam keeps the least head's entropy up at the high rate: its H / log(keys) at the end minus the plain model's, paired by seed",
-       Compare::Above, 0.2,
-       "Zhai et al. 2023, section 4 (σReparam prevents entropy collapse); 0.2 is twice the collapse threshold. At the safe rate the paper expects no such "
-       "gap (σReparam matches stable baselines), which the ablation tests",
-       true},
-      {"entropy", "reparam_loss", ClaimKind::Paper,
-       "σReparam keeps the loss down at the high rate: final loss without / with σReparam, paired by seed", Compare::Above, 1.5,
-       "Zhai et al. 2023, sections 4-5 (σReparam trains without warm-up where the baseline is unstable); the same 1.5x as worse_loss", true},
-      {"entropy", "reparam_init", ClaimKind::Check,
-       "σReparam starts from the function it replaces (γ initialised to σ(W)): largest |logit difference| at initialisation", Compare::Below, 1e-3,
-       "the weights are scaled by γ / σ(W) = 1 up to the last power-iteration step and float32 rounding (logits of order 1-10)", false},
       // ---- attribution
       {"attribution", "attention_agrees", ClaimKind::Paper,
        "the last decoder layer's cross-attention (head mean) ranks the source tokens somewhat as the attribution methods do: its mean Spearman rho with "
@@ -529,11 +502,6 @@ std::vector<Effect> effects() {
       {"scale", "scaled_gradient_trend", 0.0301, 0.0041, 5, "half the way from the threshold to the paper's 'stays' (0 per doubling)"},
       {"scale", "unscaled_trains_worse", 0.1, 0.158, 5,
        "a tenth of a nat of held-out NLL: the threshold is the sign (0), and a smaller gap is no 'hindered learning' a trainer would see"},
-      // ---- entropy (pilot: docs/labs/entropy.md's output at the dose-response defaults, 180 steps, 5 seeds)
-      {"entropy", "entropy_collapse_trend", 0.025, 0.0241, 5, "half the threshold's distance from no trend (0 per doubling of the rate)"},
-      {"entropy", "worse_loss", 0.25, 0.655, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
-      {"entropy", "reparam_entropy", 0.1, 0.124, 5, "half the threshold's distance from no gap (0)"},
-      {"entropy", "reparam_loss", 0.25, 0.487, 5, "half the threshold's distance from equal losses (a ratio of 1), as worse_loss"},
       // ---- attribution (pilot: docs/labs/attribution.md's output, 3 seeds)
       {"attribution", "attention_agrees", 0.1, 0.0186, 3, "half the threshold's distance from no agreement (rho 0)"},
       {"attribution", "methods_agree_gxi", 0.05, 0.0224, 3,

@@ -19,7 +19,6 @@ const std::vector<Lab>& labs() {
       padding_lab(),
       nan_lab(),
       scale_lab(),
-      entropy_lab(),
       attribution_lab(),
       exposure_lab(),
       graph_lab(),
