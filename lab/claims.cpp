@@ -231,32 +231,6 @@ std::vector<ClaimSpec> table() {
        "derailment, of about 0.6, at k 100 than under teacher forcing, along the fitted line) is the smallest fall this lab cares about. "
        "Written before the first run of the trend, knowing the two-arm version's numbers at k 200 (0.034 to 0.070 less)",
        true},
-      // ---- graph
-      {"graph", "self_maps_quadratic", Check,
-       "standard attention saves its T x T maps for backward: the self-attention weights and masks saved grow quadratically with the target "
-       "length (log-log slope per doubling of T above 1.5)",
-       Above, 1.5,
-       "Dao et al. 2022, section 2.2 (standard attention materialises the N x N matrices, O(N^2) memory); 1.5: midway between linear and "
-       "quadratic. A check, not evidence: the byte counts are fixed by the shapes, the same on every seed (issue 35)",
-       false},
-      {"graph", "fused_linear", Check,
-       "the fused attention op saves only a row statistic: its self-attention saves grow linearly (slope per doubling of T below 1.5)", Below,
-       1.5, "Dao et al. 2022, section 3 (FlashAttention keeps O(N) extra memory: the softmax's log-sum-exp per row); 1.5: the same midpoint. A check, not evidence: the byte counts are fixed by the shapes (issue 35)",
-       false},
-      {"graph", "others_linear", Check,
-       "everything else the graph saves grows at most linearly (the steepest single saved tensor outside the self-attention maps: log-log "
-       "slope below 1.1)",
-       Below, 1.1, "every other op's saved tensor is (B, T, width) or (B, T, S) with S fixed: linear in T", false},
-      {"graph", "backward_reaches_all", Check,
-       "backward reaches every parameter tensor of the layer (count of parameters without an accumulator or a finite, non-zero gradient)",
-       Below, 0.5, "every parameter is used in the forward pass, so the engine must reach it", false},
-      {"graph", "backward_frees", Check,
-       "backward frees what the graph saved (Node::release): only the gradients and the output remain, unless retain_graph (count of "
-       "violations)",
-       Below, 0.5, "the engine releases each node's saved tensors once its gradient has been sent back", false},
-      {"graph", "key_bias_no_gradient", Check,
-       "the key third of in_proj_bias gets no gradient beyond float32 rounding: |grad b_k| / |grad b_q| below 1e-4", Below, 1e-4,
-       "softmax's shift invariance (q . b_k is the same for every key of a row); Namazifar et al. 2023", false},
       // ---- kvcache
       {"kvcache", "exponent_gap", Paper,
        "a decoding step's time grows with its position t about one power of t faster recomputed than cached: the fitted exponent a "
