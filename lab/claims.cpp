@@ -385,55 +385,6 @@ std::vector<ClaimSpec> table() {
        Below, 1e-300,
        "detach() cuts the only path from the loss to the encoder, so backward never reaches it (its gradients stay undefined, read as 0)",
        false},
-      // ---- precision
-      {"precision", "updates_round_away", Paper,
-       "with the weights stored in bfloat16 (no float32 master copy), a share above 0.25 of the nonzero Adam updates of the second half of "
-       "training round away: the stored weight does not change",
-       Above, 0.25,
-       "Micikevicius et al. 2018, section 3.1 (an update below the weight's half spacing is lost: 2^-11 in float16, 2^-9 in bfloat16's 8 bits); "
-       "Adam's steps are about the learning rate; 0.25: the lab's threshold",
-       true, 0.0, 1.0},
-      {"precision", "stall_follows_ratio", Paper,
-       "modules stall in the order of their update/weight ratio (`train --grad-stats`): Spearman's correlation across module groups between "
-       "that ratio and the share of their updates lost is below -0.5",
-       Below, -0.5,
-       "Micikevicius et al. 2018, section 3.1: whether an update survives depends on its size relative to the weight's; -0.5: a clear "
-       "negative rank correlation, the lab's threshold",
-       true, -1.0, 1.0},
-      {"precision", "master_weights_needed", Paper,
-       "bfloat16-stored weights learn less: their held-out NLL ends more than 0.05 nats above the float32-master run's (same start, same "
-       "batches), seed by seed",
-       Above, 0.05,
-       "Micikevicius et al. 2018, section 3.1 and Figure 2a (without a float32 master copy training falls behind); Kalamkar et al. 2019 keep "
-       "float32 master weights for bfloat16; 0.05 nats: the lab's threshold",
-       true},
-      {"precision", "fp16_would_underflow", Paper,
-       "without loss scaling float16 would round to 0 a share above 0.01 of the nonzero entries of the loss's gradient with respect to the "
-       "logits (below 2^-25)",
-       Above, 0.01,
-       "Micikevicius et al. 2018, section 3.2 and Figure 3 (gradients below float16's range become zeros: the reason for loss scaling); "
-       "0.01: the lab's threshold",
-       false, 0.0, 1.0},
-      {"precision", "bf16_keeps_range", Check,
-       "bfloat16 keeps float32's exponent range: a share below 1e-6 of the nonzero gradient entries (logits and every parameter) rounds to 0",
-       Below, 1e-6,
-       "Kalamkar et al. 2019, section 2 (bfloat16 has float32's 8-bit exponent: no loss scaling); its smallest normal is float32's 2^-126: "
-       "an exact property of the format, so a check; the largest share over the seeds",
-       false},
-      {"precision", "bf16_softmax_sum_degrades", Paper,
-       "a softmax whose exponentials and running sum are bfloat16 errs more at long length: its total variation distance from the exact "
-       "weights at the longest length is above 4x that at the shortest",
-       Above, 4.0,
-       "Micikevicius et al. 2018, section 3.3 (large reductions, softmax's among them, in float32): a running sum drops every term below half "
-       "its spacing, 2^-9 of the sum; 4x: the lab's threshold",
-       false},
-      {"precision", "fp32_softmax_holds", Paper,
-       "with the scores from bfloat16 products and the softmax in float32 (gradflow's --precision bf16), the error does not grow with "
-       "length: the same ratio is below 2",
-       Below, 2.0,
-       "each score is rounded from its own d_k products, independent of L, and the float32 sum keeps the small terms (Micikevicius et al. "
-       "2018, section 3.3); 2: the lab's threshold",
-       false},
   };
 }
 
@@ -505,13 +456,6 @@ std::vector<Effect> effects() {
       {"crossattn", "encoder_gradient_share", 0.05, 0.0352, 5, "half the threshold's distance from no gradient (0)"},
       {"crossattn", "encoder_learns", 0.1, 0.0476, 5, "half the threshold's distance from no difference (0)"},
       {"crossattn", "translates", 0.2, 0.0239, 5, "half the threshold's distance from chance (about 0.1): a token accuracy of 0.7"},
-      // ---- precision (pilot: docs/labs/precision.md's output, 5 seeds)
-      {"precision", "updates_round_away", 0.125, 0.00515, 5, "half the threshold's distance from no update lost (0)"},
-      {"precision", "stall_follows_ratio", 0.25, 0.0577, 5, "half the threshold's distance from no correlation (0)"},
-      {"precision", "master_weights_needed", 0.025, 0.0104, 5, "half the threshold's distance from no difference (0 nats)"},
-      {"precision", "fp16_would_underflow", 0.005, 0.0693, 5, "half the threshold's distance from no entry lost (0)"},
-      {"precision", "bf16_softmax_sum_degrades", 1.5, 2.57, 5, "half the threshold's distance from no growth (a ratio of 1)"},
-      {"precision", "fp32_softmax_holds", 0.5, 0.0813, 5, "half the way from the threshold (2) to no growth (1), which the claim expects"},
   };
 }
 
