@@ -163,60 +163,6 @@ std::vector<ClaimSpec> table() {
        "Vaswani et al. 2017, section 3.2.1 (the unscaled softmax's small gradients hinder learning); issue 27; 0: the sign of the paired "
        "difference",
        true},
-      // ---- depth
-      {"depth", "postln_amplifies_more", Paper,
-       "(a) Post-LN amplifies a weight change more with depth than Pre-LN: the log-log slope of the squared output change on N, Post-LN "
-       "minus Pre-LN, is above 0",
-       Above, 0.0, "Liu et al. 2020 (Admin), Theorem 2: Var of the output change O(N) for Post-LN, O(log N) for Pre-LN; 0: the sign", true},
-      {"depth", "preln_nearer_log", Paper,
-       "(a) Pre-LN's squared output change grows only as O(log N): its log-log slope on N is nearer the log law's (sum of 1/i over the "
-       "same depths) than the linear law's (1): slope minus their midpoint is below 0",
-       Below, 0.0, "Liu et al. 2020 (Admin), Theorem 2; the midpoint between the two laws is the decision boundary (the lab's first version's)",
-       false},
-      {"depth", "collapse_without_skips", Paper,
-       "(b) pure attention without skip connections collapses the tokens to rank 1: log10 of res after the last layer over the input's is "
-       "below -2",
-       Below, -2.0,
-       "Dong et al. 2021, Theorem 2.2 (convergence to rank 1, doubly exponential in depth); -2: below 1% of the input's, the lab's threshold "
-       "since its first version",
-       true},
-      {"depth", "skips_prevent_collapse", Paper,
-       "(b) with skip connections the tokens do not collapse: res after the last layer over the input's is above 0.3", Above, 0.3,
-       "Dong et al. 2021, section 3 (skip connections prevent the collapse); 0.3: the lab's threshold since its first version", false},
-      {"depth", "qk_gradients_vanish", Paper,
-       "(c) as the tokens collapse the query/key gradients vanish against the value gradients: at the deepest layer whose input's res is "
-       "above 1e-6, log10 of QK/V without skips over QK/V with skips is below -1",
-       Below, -1.0,
-       "Noci et al. 2022, section 3 (Theorem 3.2: the gradients of the queries' and keys' weights vanish with the tokens' spread). Read "
-       "above res 1e-6 so that no number is at float64's rounding floor; -1: a tenth, the lab's earlier factor",
-       true},
-      // ---- entropy
-      {"entropy", "entropy_collapse_trend", ClaimKind::Paper,
-       "without σReparam or warm-up, the least head's entropy falls as the learning rate grows: the least-squares slope of its H / log(visible "
-       "keys) at the end of training on log2(lr) (per doubling, over --lrs, by default 1e-3 to 1e-2) is below -0.05",
-       Compare::Below, -0.05,
-       "Zhai et al. 2023, section 3 (entropy collapse comes with high learning rates); -0.05 per doubling, written before the first run of the "
-       "trend: the smallest fall the lab cares about, 0.17 of log(keys) over the 3.3 doublings from 1e-3 to 1e-2, about a third of the way from "
-       "a healthy head (0.55-0.61 at 1e-3 in the lab's earlier runs) to collapse (0.1, attending to about one key). Replaces `collapse` (the "
-       "high rate's level against 0.1; issue 35: a claim about a factor is its trend)",
-       true},
-      {"entropy", "worse_loss", ClaimKind::Paper,
-       "the collapse comes with failed training: final loss at the high rate / at the safe rate, without σReparam, paired by seed", Compare::Above, 1.5,
-       "Zhai et al. 2023, section 3 (low entropy is accompanied by instability: oscillating loss or divergence); 1.5x is the margin the lab used before "
-       "intervals, kept",
-       true},
-      {"entropy", "reparam_entropy", ClaimKind::Paper,
-       "σReparam keeps the least head's entropy up at the high rate: its H / log(keys) at the end minus the plain model's, paired by seed",
-       Compare::Above, 0.2,
-       "Zhai et al. 2023, section 4 (σReparam prevents entropy collapse); 0.2 is twice the collapse threshold. At the safe rate the paper expects no such "
-       "gap (σReparam matches stable baselines), which the ablation tests",
-       true},
-      {"entropy", "reparam_loss", ClaimKind::Paper,
-       "σReparam keeps the loss down at the high rate: final loss without / with σReparam, paired by seed", Compare::Above, 1.5,
-       "Zhai et al. 2023, sections 4-5 (σReparam trains without warm-up where the baseline is unstable); the same 1.5x as worse_loss", true},
-      {"entropy", "reparam_init", ClaimKind::Check,
-       "σReparam starts from the function it replaces (γ initialised to σ(W)): largest |logit difference| at initialisation", Compare::Below, 1e-3,
-       "the weights are scaled by γ / σ(W) = 1 up to the last power-iteration step and float32 rounding (logits of order 1-10)", false},
       // ---- attribution
       {"attribution", "attention_agrees", ClaimKind::Paper,
        "the last decoder layer's cross-attention (head mean) ranks the source tokens somewhat as the attribution methods do: its mean Spearman rho with "
@@ -285,32 +231,6 @@ std::vector<ClaimSpec> table() {
        "derailment, of about 0.6, at k 100 than under teacher forcing, along the fitted line) is the smallest fall this lab cares about. "
        "Written before the first run of the trend, knowing the two-arm version's numbers at k 200 (0.034 to 0.070 less)",
        true},
-      // ---- graph
-      {"graph", "self_maps_quadratic", Check,
-       "standard attention saves its T x T maps for backward: the self-attention weights and masks saved grow quadratically with the target "
-       "length (log-log slope per doubling of T above 1.5)",
-       Above, 1.5,
-       "Dao et al. 2022, section 2.2 (standard attention materialises the N x N matrices, O(N^2) memory); 1.5: midway between linear and "
-       "quadratic. A check, not evidence: the byte counts are fixed by the shapes, the same on every seed (issue 35)",
-       false},
-      {"graph", "fused_linear", Check,
-       "the fused attention op saves only a row statistic: its self-attention saves grow linearly (slope per doubling of T below 1.5)", Below,
-       1.5, "Dao et al. 2022, section 3 (FlashAttention keeps O(N) extra memory: the softmax's log-sum-exp per row); 1.5: the same midpoint. A check, not evidence: the byte counts are fixed by the shapes (issue 35)",
-       false},
-      {"graph", "others_linear", Check,
-       "everything else the graph saves grows at most linearly (the steepest single saved tensor outside the self-attention maps: log-log "
-       "slope below 1.1)",
-       Below, 1.1, "every other op's saved tensor is (B, T, width) or (B, T, S) with S fixed: linear in T", false},
-      {"graph", "backward_reaches_all", Check,
-       "backward reaches every parameter tensor of the layer (count of parameters without an accumulator or a finite, non-zero gradient)",
-       Below, 0.5, "every parameter is used in the forward pass, so the engine must reach it", false},
-      {"graph", "backward_frees", Check,
-       "backward frees what the graph saved (Node::release): only the gradients and the output remain, unless retain_graph (count of "
-       "violations)",
-       Below, 0.5, "the engine releases each node's saved tensors once its gradient has been sent back", false},
-      {"graph", "key_bias_no_gradient", Check,
-       "the key third of in_proj_bias gets no gradient beyond float32 rounding: |grad b_k| / |grad b_q| below 1e-4", Below, 1e-4,
-       "softmax's shift invariance (q . b_k is the same for every key of a row); Namazifar et al. 2023", false},
       // ---- kvcache
       {"kvcache", "exponent_gap", Paper,
        "a decoding step's time grows with its position t about one power of t faster recomputed than cached: the fitted exponent a "
@@ -465,55 +385,6 @@ std::vector<ClaimSpec> table() {
        Below, 1e-300,
        "detach() cuts the only path from the loss to the encoder, so backward never reaches it (its gradients stay undefined, read as 0)",
        false},
-      // ---- precision
-      {"precision", "updates_round_away", Paper,
-       "with the weights stored in bfloat16 (no float32 master copy), a share above 0.25 of the nonzero Adam updates of the second half of "
-       "training round away: the stored weight does not change",
-       Above, 0.25,
-       "Micikevicius et al. 2018, section 3.1 (an update below the weight's half spacing is lost: 2^-11 in float16, 2^-9 in bfloat16's 8 bits); "
-       "Adam's steps are about the learning rate; 0.25: the lab's threshold",
-       true, 0.0, 1.0},
-      {"precision", "stall_follows_ratio", Paper,
-       "modules stall in the order of their update/weight ratio (`train --grad-stats`): Spearman's correlation across module groups between "
-       "that ratio and the share of their updates lost is below -0.5",
-       Below, -0.5,
-       "Micikevicius et al. 2018, section 3.1: whether an update survives depends on its size relative to the weight's; -0.5: a clear "
-       "negative rank correlation, the lab's threshold",
-       true, -1.0, 1.0},
-      {"precision", "master_weights_needed", Paper,
-       "bfloat16-stored weights learn less: their held-out NLL ends more than 0.05 nats above the float32-master run's (same start, same "
-       "batches), seed by seed",
-       Above, 0.05,
-       "Micikevicius et al. 2018, section 3.1 and Figure 2a (without a float32 master copy training falls behind); Kalamkar et al. 2019 keep "
-       "float32 master weights for bfloat16; 0.05 nats: the lab's threshold",
-       true},
-      {"precision", "fp16_would_underflow", Paper,
-       "without loss scaling float16 would round to 0 a share above 0.01 of the nonzero entries of the loss's gradient with respect to the "
-       "logits (below 2^-25)",
-       Above, 0.01,
-       "Micikevicius et al. 2018, section 3.2 and Figure 3 (gradients below float16's range become zeros: the reason for loss scaling); "
-       "0.01: the lab's threshold",
-       false, 0.0, 1.0},
-      {"precision", "bf16_keeps_range", Check,
-       "bfloat16 keeps float32's exponent range: a share below 1e-6 of the nonzero gradient entries (logits and every parameter) rounds to 0",
-       Below, 1e-6,
-       "Kalamkar et al. 2019, section 2 (bfloat16 has float32's 8-bit exponent: no loss scaling); its smallest normal is float32's 2^-126: "
-       "an exact property of the format, so a check; the largest share over the seeds",
-       false},
-      {"precision", "bf16_softmax_sum_degrades", Paper,
-       "a softmax whose exponentials and running sum are bfloat16 errs more at long length: its total variation distance from the exact "
-       "weights at the longest length is above 4x that at the shortest",
-       Above, 4.0,
-       "Micikevicius et al. 2018, section 3.3 (large reductions, softmax's among them, in float32): a running sum drops every term below half "
-       "its spacing, 2^-9 of the sum; 4x: the lab's threshold",
-       false},
-      {"precision", "fp32_softmax_holds", Paper,
-       "with the scores from bfloat16 products and the softmax in float32 (gradflow's --precision bf16), the error does not grow with "
-       "length: the same ratio is below 2",
-       Below, 2.0,
-       "each score is rounded from its own d_k products, independent of L, and the float32 sum keeps the small terms (Micikevicius et al. "
-       "2018, section 3.3); 2: the lab's threshold",
-       false},
   };
 }
 
@@ -556,18 +427,6 @@ std::vector<Effect> effects() {
       {"scale", "scaled_gradient_trend", 0.0301, 0.0041, 5, "half the way from the threshold to the paper's 'stays' (0 per doubling)"},
       {"scale", "unscaled_trains_worse", 0.1, 0.158, 5,
        "a tenth of a nat of held-out NLL: the threshold is the sign (0), and a smaller gap is no 'hindered learning' a trainer would see"},
-      // ---- depth (pilot: docs/labs/depth.md's output, 5 seeds)
-      {"depth", "postln_amplifies_more", 0.3, 0.146, 5,
-       "half of Theorem 2's difference over depths 1-32: the linear law's slope (1) minus the log law's (0.40) is 0.60"},
-      {"depth", "preln_nearer_log", 0.15, 0.07, 5, "half the way from the midpoint (the threshold) to the log law's slope, 0.30 below it"},
-      {"depth", "collapse_without_skips", 1.0, 0.0242, 5, "half the threshold's distance from no collapse (log10 ratio 0)"},
-      {"depth", "skips_prevent_collapse", 0.15, 0.0087, 5, "half the threshold's distance from full collapse (0)"},
-      {"depth", "qk_gradients_vanish", 0.5, 0.134, 5, "half the threshold's distance from no difference (log10 ratio 0)"},
-      // ---- entropy (pilot: docs/labs/entropy.md's output at the dose-response defaults, 180 steps, 5 seeds)
-      {"entropy", "entropy_collapse_trend", 0.025, 0.0241, 5, "half the threshold's distance from no trend (0 per doubling of the rate)"},
-      {"entropy", "worse_loss", 0.25, 0.655, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
-      {"entropy", "reparam_entropy", 0.1, 0.124, 5, "half the threshold's distance from no gap (0)"},
-      {"entropy", "reparam_loss", 0.25, 0.487, 5, "half the threshold's distance from equal losses (a ratio of 1), as worse_loss"},
       // ---- attribution (pilot: docs/labs/attribution.md's output, 3 seeds)
       {"attribution", "attention_agrees", 0.1, 0.0186, 3, "half the threshold's distance from no agreement (rho 0)"},
       {"attribution", "methods_agree_gxi", 0.05, 0.0224, 3,
@@ -597,13 +456,6 @@ std::vector<Effect> effects() {
       {"crossattn", "encoder_gradient_share", 0.05, 0.0352, 5, "half the threshold's distance from no gradient (0)"},
       {"crossattn", "encoder_learns", 0.1, 0.0476, 5, "half the threshold's distance from no difference (0)"},
       {"crossattn", "translates", 0.2, 0.0239, 5, "half the threshold's distance from chance (about 0.1): a token accuracy of 0.7"},
-      // ---- precision (pilot: docs/labs/precision.md's output, 5 seeds)
-      {"precision", "updates_round_away", 0.125, 0.00515, 5, "half the threshold's distance from no update lost (0)"},
-      {"precision", "stall_follows_ratio", 0.25, 0.0577, 5, "half the threshold's distance from no correlation (0)"},
-      {"precision", "master_weights_needed", 0.025, 0.0104, 5, "half the threshold's distance from no difference (0 nats)"},
-      {"precision", "fp16_would_underflow", 0.005, 0.0693, 5, "half the threshold's distance from no entry lost (0)"},
-      {"precision", "bf16_softmax_sum_degrades", 1.5, 2.57, 5, "half the threshold's distance from no growth (a ratio of 1)"},
-      {"precision", "fp32_softmax_holds", 0.5, 0.0813, 5, "half the way from the threshold (2) to no growth (1), which the claim expects"},
   };
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// The measurements behind lab `depth` (lab/depth.cpp), public so that tests can check them.
+// The measurements behind lab `depth` (lab/labs/depth.cpp), public so that tests can check them;
+// defined in lab/parts/depth_measures.cpp.
 #include <cstdint>
 #include <vector>
 

@@ -134,6 +134,9 @@ struct ClaimDef {
   std::optional<TrendDef<M>> trend;
   // A check of every seed together (a count pooled over seeds, a slope of means): one value.
   std::function<double(const Grid<M>&)> joint;
+  // A check of several values per seed (a slope between each two consecutive levels), every one of
+  // which must pass: decided on the worst, all kept (seed by seed, in order).
+  std::function<std::vector<double>(const SeedView<M>&)> per_seed_each;
   // The evidence line under the claim (the numbers behind it), from the per-seed values.
   std::function<std::string(const Grid<M>&, const std::vector<double>& values)> evidence;
   // Why the derived placebo does not apply (a claim that reads one condition has none anyway).

@@ -19,16 +19,12 @@ const std::vector<Lab>& labs() {
       padding_lab(),
       nan_lab(),
       scale_lab(),
-      depth_lab(),
-      entropy_lab(),
       attribution_lab(),
       exposure_lab(),
-      graph_lab(),
       kvcache_lab(),
       gqa_lab(),
       smoothing_lab(),
       crossattn_lab(),
-      precision_lab(),
     };
     v.insert(v.begin(), old.begin(), old.end());
     return v;

@@ -113,6 +113,9 @@ class Runner {
       values = r_.dose_response({c.trend->name, c.trend->factor, c.trend->statistic, a.levels, y, c.trend->kind, c.trend->log_x, c.trend->color});
     } else if (c.per_seed) {
       for (int i = 0; i < grid.seeds(); ++i) values.push_back(c.per_seed(grid.seed(i)));
+    } else if (c.per_seed_each) {
+      for (int i = 0; i < grid.seeds(); ++i)
+        for (double x : c.per_seed_each(grid.seed(i))) values.push_back(x);
     }
     const std::string ev = c.evidence ? c.evidence(grid, values) : "";
     if (c.spec.kind == ClaimKind::Check) {
