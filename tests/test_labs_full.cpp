@@ -181,8 +181,9 @@ void lab_as_recorded(const std::string& name, const std::string& args, const std
   CHECK(r.log.find(verdict) != std::string::npos);
 }
 
-// Its control. A placebo (Lab::placebo: two groups of seeds of one arm) must have the decision rule
-// call each contrast supported in at most 5% of its splits; an ablation (the causal ingredient
+// Its control. A placebo (Lab::placebo: each contrast's own statistic over pools of runs of the null
+// condition that share no seed, lab/runner.h) must have the decision rule call each contrast
+// supported in at most 5% of its pools (with fewer than 20 pools: in none); an ablation (the causal ingredient
 // removed: --control of a lab without a placebo, or --ablate) must leave every claim marked
 // control_targets unsupported. Either way the control exits 0 when it did its job.
 void control_no_target(const std::string& name, const std::string& args, const std::string& short_args, const std::string& kind = "control") {
@@ -198,7 +199,7 @@ void control_no_target(const std::string& name, const std::string& args, const s
       CAPTURE(p.dump());
       if (p.at("splits").get<int>() == 0) continue;  // no contrast: no placebo
       ++tested;
-      CHECK(p.at("splits").get<int>() >= 20);
+      CHECK(p.at("splits").get<int>() >= 1);  // the pools
       CHECK(p.at("rate").get<double>() <= 0.05);
     }
     CHECK(tested >= 1);
