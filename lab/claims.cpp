@@ -23,32 +23,6 @@ using enum Compare;
 
 std::vector<ClaimSpec> table() {
   return {
-      // ---- leak
-      {"leak", "masked_future_zero", Check,
-       "with the causal mask d logit_t / d input_t' is exactly 0 for every t' > t and non-zero for t' <= t (count of entries, over every seed "
-       "and sequence, that break this)",
-       Below, 0.5, "the mask sets the scores of later keys to -inf: their weight, and every path from a later input, is exactly 0", false},
-      {"leak", "open_future_nonzero", Check,
-       "without the mask every entry above the diagonal is non-zero (count of exact zeros, every seed)", Below, 0.5,
-       "softmax weights are always > 0, so every later input reaches every logit: a property of softmax, not evidence", false},
-      {"leak", "reads_answer", Paper,
-       "without the mask the decoder reads the answer: the share of rows t whose largest dependence apart from their own input is on input "
-       "t+1 (which holds logit_t's label) is above 0.5",
-       Above, 0.5,
-       "the course (without the mask the decoder copies the answer from the next position); 0.5: 'most rows' (by chance a row peaks at t+1 "
-       "about 1/(T-1) of the time)",
-       true, 0.0, 1.0},
-      {"leak", "tf_lower", Paper,
-       "without the mask the teacher-forced held-out NLL is lower: NLL with the mask minus NLL without it is above 0.02 nats", Above, 0.02,
-       "the course (the leak makes teacher forcing easy); 0.02 nats: the smallest effect the lab cares about. It was 0, the sign of the "
-       "paired difference, until the placebo (issue 35) showed that a claim at the null's own value is called supported in 2.5-5% of "
-       "placebo splits by chance alone (change log)",
-       true},
-      {"leak", "fr_collapses", Paper,
-       "without the mask free-running greedy accuracy is far lower: its token accuracy over the masked model's is below 0.5", Below, 0.5,
-       "the course (at inference the later tokens do not exist yet, so what the model learnt is of no use); 0.5: 'at most half', the lab's "
-       "threshold since its first version",
-       true},
       // ---- padding
       {"padding", "masked_alone_equals_batch", Check,
        "with the padding masks a sentence computes the same alone and in a batch: the largest relative difference (encoder out, logits, "
@@ -536,12 +510,6 @@ struct Effect {
 
 std::vector<Effect> effects() {
   return {
-      // ---- leak (pilot: docs/labs/leak.md's output, 5 seeds)
-      {"leak", "reads_answer", 0.2, 0.059, 5,
-       "half the threshold's distance from chance (a row peaks at t+1 about 1/(T-1) of the time, near 0.1): a share of 0.7, clearly most "
-       "rows"},
-      {"leak", "tf_lower", 0.01, 0.0818, 5, "half the threshold's distance from no difference (0 nats)"},
-      {"leak", "fr_collapses", 0.25, 0.109, 5, "half the threshold's distance from no collapse (a ratio of 1): a quarter of the masked model's accuracy"},
       // ---- padding (pilot: docs/labs/padding.md's output, 5 seeds)
       {"padding", "unmasked_pad_changes_output", 1.0, 0.0689, 5, "one decade: a relative difference of 1e-2 rather than the threshold's 1e-3"},
       {"padding", "pad_change_trend", 0.015, 0.0444, 5, "half the threshold's distance from no trend (0 decades per doubling)"},

@@ -54,7 +54,7 @@ nlohmann::json run_lab(const std::string& name, std::map<std::string, std::strin
   Report report(l, all, sink.get());
   l.run(report);
   *exit_code = report.finish();
-  REQUIRE(std::filesystem::exists(dir / (name + ".svg")));
+  if (!all.count("control")) REQUIRE(std::filesystem::exists(dir / (name + ".svg")));  // a placebo draws no figure
   std::ifstream in(dir / (name + ".json"));
   REQUIRE(in.good());
   return nlohmann::json::parse(in);
@@ -225,6 +225,50 @@ TEST_CASE("lab padding, tiny settings: the padded-length dose-response and its l
   CHECK_THROWS_WITH_AS(run_lab("padding", tiny, &rc), doctest::Contains("4 or more padded lengths"), std::invalid_argument);
   tiny["lengths"] = "2,16,32,64";
   CHECK_THROWS_WITH_AS(run_lab("padding", tiny, &rc), doctest::Contains("must lie above"), std::invalid_argument);
+}
+
+// Lab leak at tiny settings: both arms for each seed, its five claims, the exact checks that hold on
+// any model (the causal mask zeroes every later input's path; softmax reaches every one without
+// it), and its placebo: the masked model in both arms of each contrast.
+TEST_CASE("lab leak, tiny settings: both arms per seed, its five claims, and its placebo") {
+  int rc = -1;
+  const std::map<std::string, std::string> tiny{{"symbols", "6"}, {"min-len", "3"}, {"max-len", "5"}, {"train", "40"}, {"eval", "10"},
+                                                {"d-model", "16"}, {"layers", "1"}, {"steps", "4"}, {"eval-every", "2"}, {"max-tokens", "128"},
+                                                {"jacobian-sentences", "2"}};
+  const nlohmann::json j = run_lab("leak", tiny, &rc);
+  REQUIRE(j.at("claims").size() == claim_specs_of("leak").size());
+  REQUIRE(j.at("claims").size() == 5);
+  CHECK(rc == expected_code(j));
+  for (const auto& c : j.at("claims")) {
+    CAPTURE(c.dump());
+    CHECK_FALSE(c.at("evidence").get<std::string>().empty());
+    if (c.at("kind") == "check") CHECK(c.at("outcome") == "passes");
+    else CHECK(c.at("values").size() == 2);
+  }
+  REQUIRE(j.at("data").at("runs").size() == 4);  // 2 arms x 2 seeds
+  for (const auto& run : j.at("data").at("runs")) {
+    CHECK((run.at("arm") == "causal" || run.at("arm") == "none"));
+    CHECK(run.at("measured").at("losses").size() == 4);
+    CHECK(run.at("measured").at("probe_steps") == nlohmann::json({1.0, 2.0, 4.0}));
+    const auto& J = run.at("measured").at("jacobian");
+    REQUIRE(J.size() >= 4);  // <bos> and 3 to 5 symbols: a grid of the longest held-out target
+    if (run.at("arm") == "causal") CHECK(J[0][1].get<double>() == 0.0);
+    else CHECK(J[0][1].get<double>() > 0.0);
+  }
+  CHECK(j.at("tables").contains("jacobian"));
+
+  auto control = tiny;
+  control["control"] = "1";
+  const nlohmann::json p = run_lab("leak", control, &rc);
+  CHECK(p.at("control") == true);
+  // The two contrasts, each over one pool of masked models; reads_answer reads one arm: no placebo.
+  REQUIRE(p.at("claims").size() == 2);
+  for (const auto& c : p.at("claims")) CHECK(c.at("values").size() == 2);
+  const auto& pl = p.at("placebo").at("claims");
+  REQUIRE(pl.size() == 3);
+  CHECK(pl[0].at("id") == "reads_answer");
+  CHECK(pl[0].at("splits") == 0);
+  for (size_t k = 1; k < 3; ++k) CHECK(pl[k].at("pool") == 4);  // 2 seeds x the 2 conditions a contrast reads
 }
 
 TEST_CASE("lab depth, tiny settings: writes its JSON with its five claims (lab/claims.cpp) and their evidence") {
