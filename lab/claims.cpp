@@ -23,56 +23,6 @@ using enum Compare;
 
 std::vector<ClaimSpec> table() {
   return {
-      // ---- padding
-      {"padding", "masked_alone_equals_batch", Check,
-       "with the padding masks a sentence computes the same alone and in a batch: the largest relative difference (encoder out, logits, "
-       "attention, gradients; float64) and the largest weight on a PAD key, worst seed, are below 1e-12",
-       Below, 1e-12,
-       "the masks give PAD keys weight exactly 0; what is left is float64 rounding (about 1e-16) of sums in another order, 1e-12 a margin of 1e4",
-       false},
-      {"padding", "unmasked_pad_changes_output", Paper,
-       "without the padding masks a sentence computes something else in a batch: log10 of the smallest of the four relative differences is "
-       "above -3",
-       Above, -3.0,
-       "the course (PAD must not change what a sentence computes; the masks are what prevents it); -3: a difference of 1e-3, far above float64's "
-       "rounding and float32's (1e-7), the lab's threshold since its first version",
-       true},
-      {"padding", "pad_change_trend", Paper,
-       "without the padding masks, the more PAD a sentence is padded with, the more it computes something else: the least-squares slope of "
-       "log10 of its logits' relative difference (padded against alone) on log2 of the padded source length (per doubling, over --lengths, "
-       "by default 8, 16, 32, 64) is above 0.03",
-       Above, 0.03,
-       "the course (PAD must not change what a sentence computes); written before the first run of the trend: unmasked, a real query spreads "
-       "its attention over n real and L - n PAD keys, so the PAD keys' share, about (L - n) / L, sets how far the output moves. For a source "
-       "of about 4 tokens that share grows from 0.5 at L 8 to 0.94 at L 64, log10 0.27 over three doublings (0.09 per doubling); 0.03 is a "
-       "third of it, the smallest growth the lab cares about",
-       true},
-      {"padding", "target_mask_redundant", Check,
-       "the target padding mask alone changes nothing for the sentence's own positions: the largest relative difference with it off, worst "
-       "seed, is below 1e-12",
-       Below, 1e-12, "the causal mask already hides the PAD after a sentence from each of its real positions", false},
-      {"padding", "masked_pad_gradient_zero", Check,
-       "with the masks the gradient reaching PAD positions of the encoder and decoder input is exactly 0 (count of seeds and sides where not)",
-       Below, 0.5, "a masked key gets weight exactly 0, so no path from a PAD input reaches the loss", false},
-      {"padding", "unmasked_pad_gets_gradient", Paper,
-       "without the padding masks PAD source positions get gradient as words do: the largest |gradient| at a source PAD over the largest at a "
-       "real source position is above 0.01",
-       Above, 0.01,
-       "reasoning: unmasked, a PAD key is attended like any word, so its gradient is of a word's order; 0.01 of it is far from the exact 0 of "
-       "the masked model and far below parity",
-       true},
-      {"padding", "ignore_index_exact", Check,
-       "with ignore_index = PAD the loss and gradient equal those of the real labels alone (count of batches where they differ at all)", Below,
-       0.5, "cross_entropy leaves ignored labels out of the sum and the count", false},
-      {"padding", "bucketing_cuts_pad_loss", Paper,
-       "length-bucketed batches cut the PAD labels' share of the loss (ignore_index off) at least 2x against random batches: bucketed over "
-       "random share, the larger of the untrained and the trained model, is below 0.5",
-       Below, 0.5, "the course (bucketing by length is how trainers avoid padding); 2x: the lab's threshold since its first version", false},
-      {"padding", "bucketing_lowers_pad_gradient", Paper,
-       "... and lower PAD labels' share of the gradient: the same ratio for the gradient is below 1", Below, 1.0,
-       "the course; 1 ('lower' at all) was chosen after a run in which the loss's 2x did not carry over to a trained model's gradient "
-       "(92% -> 66%), as docs/labs/padding.md says",
-       false},
       // ---- nan
       {"nan", "naive_nan_spreads", Check,
        "a naive softmax turns one fully masked row into NaN through the whole model: the share of parameter entries whose gradient is NaN is "
@@ -510,15 +460,6 @@ struct Effect {
 
 std::vector<Effect> effects() {
   return {
-      // ---- padding (pilot: docs/labs/padding.md's output, 5 seeds)
-      {"padding", "unmasked_pad_changes_output", 1.0, 0.0689, 5, "one decade: a relative difference of 1e-2 rather than the threshold's 1e-3"},
-      {"padding", "pad_change_trend", 0.015, 0.0444, 5, "half the threshold's distance from no trend (0 decades per doubling)"},
-      {"padding", "unmasked_pad_gets_gradient", 0.09, 0.152, 5,
-       "a PAD position getting a tenth of a word's gradient (0.1): within an order of magnitude of a word's, which is what 'as words do' "
-       "means"},
-      {"padding", "bucketing_cuts_pad_loss", 0.25, 0.0422, 5, "half the threshold's distance from no cut (a ratio of 1): a 4x cut"},
-      {"padding", "bucketing_lowers_pad_gradient", 0.1, 0.0506, 5,
-       "a share 10% lower: the threshold is no change (1), and a smaller change is not one a trainer would bucket for"},
       // ---- scale (pilot: docs/labs/scale.md's output, 5 seeds)
       {"scale", "unscaled_gradient_trend", 0.1, 0.0165, 5, "half the threshold's distance from no trend (0 per doubling)"},
       {"scale", "scaled_gradient_trend", 0.0301, 0.0041, 5, "half the way from the threshold to the paper's 'stays' (0 per doubling)"},

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -221,6 +222,32 @@ TEST_CASE("lab padding, tiny settings: the padded-length dose-response and its l
   CHECK(d.at("trend") == "slope per doubling");
   for (const auto& c : j.at("claims"))
     if (c.at("id") == "pad_change_trend") CHECK(c.at("values") == d.at("trends"));
+  // Every run: 4 mask settings, 4 stages x batchings, 4 padded lengths, for each seed. The exact
+  // checks hold on any model; without the masks the sentence's output moves.
+  REQUIRE(j.at("data").at("runs").size() == 12 * 2);
+  for (const auto& c : j.at("claims"))
+    if (c.at("kind") == "check") CHECK(c.at("outcome") == "passes");
+  auto no_masks = [](const nlohmann::json& runs) {
+    double least = INFINITY;  // the smallest encoder-output difference over seeds, no padding masks
+    for (const auto& run : runs)
+      if (run.at("arm") == "no padding masks") least = std::min(least, run.at("measured").at("encoder_out").get<double>());
+    return least;
+  };
+  CHECK(no_masks(j.at("data").at("runs")) > 1e-6);
+  // --ablate: both padding masks in every arm, so that arm computes what the masked one does.
+  auto ablate = tiny;
+  ablate["ablate"] = "1";
+  CHECK(no_masks(run_lab("padding", ablate, &rc).at("data").at("runs")) < 1e-12);
+  // --control: the trend's placebo, initialised models of seeds of their own padded to the middle
+  // length in every length's place (2 seeds x 4 lengths); the other paper claims have none.
+  auto control = tiny;
+  control["control"] = "1";
+  const nlohmann::json p = run_lab("padding", control, &rc);
+  REQUIRE(p.at("claims").size() == 1);
+  CHECK(p.at("claims")[0].at("id") == "pad_change_trend");
+  const auto& pl = p.at("placebo").at("claims");
+  REQUIRE(pl.size() == 5);
+  for (const auto& x : pl) CHECK(x.at("pool") == (x.at("id") == "pad_change_trend" ? 8 : 0));
   tiny["lengths"] = "8,16,32";
   CHECK_THROWS_WITH_AS(run_lab("padding", tiny, &rc), doctest::Contains("4 or more padded lengths"), std::invalid_argument);
   tiny["lengths"] = "2,16,32,64";
