@@ -23,36 +23,6 @@ using enum Compare;
 
 std::vector<ClaimSpec> table() {
   return {
-      // ---- nan
-      {"nan", "naive_nan_spreads", Check,
-       "a naive softmax turns one fully masked row into NaN through the whole model: the share of parameter entries whose gradient is NaN is "
-       "above 0.5",
-       Above, 0.5,
-       "the course (NaN from a fully masked row reaches every weight); 0.5: most of the model. It can fail: backward need not carry a NaN "
-       "everywhere (a ReLU passes nothing where its input is NaN: linear1.bias stays finite). A check, not evidence: the share is the same on every seed (0.656), fixed by which parameters the NaN reaches, not by chance (issue 35)",
-       false},
-      {"nan", "naive_nan_every_matrix", Check,
-       "with the naive softmax the loss is NaN, one batch row of logits is NaN, and every weight matrix's gradient has NaN (count of seeds "
-       "where not)",
-       Below, 0.5, "exp(-inf - (-inf)) is NaN, and NaN times anything is NaN along every path from that row", false},
-      {"nan", "anomaly_names_first_op", Check,
-       "anomaly mode stops at the first op that made a NaN: in the forward pass, in the first encoder layer, at the empty source's row (count "
-       "of seeds where not)",
-       Below, 0.5, "AnomalyGuard checks each op's output as it is made", false},
-      {"nan", "guarded_zero_row", Check,
-       "gradflow's guarded softmax gives that row zero weights and everything finite, the other rows summing to 1 within 1e-5 (count of seeds "
-       "where not)",
-       Below, 0.5, "gradflow's softmax defines a row of -inf scores as zeros", false},
-      {"nan", "lr_cannot_help", Check,
-       "a lower learning rate cannot help: at lr, lr/10 and lr/100 the loss is NaN from the step with the empty source on (count of runs "
-       "where not)",
-       Below, 0.5,
-       "the NaN is made in that step's forward pass, before any update the learning rate scales: a property of the protocol, not evidence",
-       false},
-      {"nan", "masks_fix", Check,
-       "checking the masks does: dropping the fully masked row, or the guarded softmax, keeps every loss and parameter finite at every "
-       "learning rate (count of runs where not)",
-       Below, 0.5, "both remove the row of -inf scores before the softmax", false},
       // ---- scale
       {"scale", "var_identity", Check,
        "q, k ~ N(0, 1): Var(q . k) = d_k: |log-log slope of the measured variance on d_k - 1| is below 0.1", Below, 0.1,

@@ -5,7 +5,6 @@
 
 namespace gf::lab {
 
-Lab nan_lab();          // lab/nan.cpp: a fully masked row
 Lab scale_lab();        // lab/scale.cpp: why 1/sqrt(d_k)
 Lab depth_lab();        // lab/depth.cpp: amplification and rank collapse
 Lab entropy_lab();      // lab/entropy.cpp: attention entropy collapse

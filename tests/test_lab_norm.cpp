@@ -298,6 +298,31 @@ TEST_CASE("lab leak, tiny settings: both arms per seed, its five claims, and its
   for (size_t k = 1; k < 3; ++k) CHECK(pl[k].at("pool") == 4);  // 2 seeds x the 2 conditions a contrast reads
 }
 
+// Lab nan at tiny settings: the three runs of the batch with the empty source on the seed's one
+// model (naive, anomaly mode, guarded) and the training runs at three rates, its six exact checks
+// (properties of the code and the protocol, which hold at any size), and its flags' errors.
+TEST_CASE("lab nan, tiny settings: its runs, its six exact checks, and its flags") {
+  int rc = -1;
+  std::map<std::string, std::string> tiny{{"pairs", "200"}, {"d-model", "16"}, {"layers", "1"}, {"batch", "4"}, {"steps", "3"}};
+  const nlohmann::json j = run_lab("nan", tiny, &rc);
+  REQUIRE(j.at("claims").size() == 6);
+  for (const auto& c : j.at("claims")) {
+    CAPTURE(c.dump());
+    CHECK(c.at("outcome") == "passes");
+  }
+  CHECK(rc == 0);
+  REQUIRE(j.at("data").at("runs").size() == (3 + 3 * 3) * 2);  // 3 batch runs and 3 arms x 3 rates, 2 seeds
+  for (const auto& run : j.at("data").at("runs")) {
+    const auto& m = run.at("measured");
+    if (run.at("arm") == "anomaly") CHECK(m.at("row") == 3);  // the empty source: the batch's last row
+    if (run.at("arm") == "naive") CHECK(m.at("loss").is_null());
+    if (run.at("arm") == "train:naive") CHECK(m.at("losses")[1].is_null());  // NaN from step 2, the empty source's
+    if (run.at("arm") == "train:guarded") CHECK(m.at("nan_params_after") == 0);
+  }
+  tiny["steps"] = "1";
+  CHECK_THROWS_WITH_AS(run_lab("nan", tiny, &rc), doctest::Contains("--steps must be at least 2"), std::invalid_argument);
+}
+
 TEST_CASE("lab depth, tiny settings: writes its JSON with its five claims (lab/claims.cpp) and their evidence") {
   int rc = -1;
   const nlohmann::json j = run_lab("depth", {{"pairs", "60"}, {"d-model", "16"}, {"heads", "2"}, {"ff", "32"}, {"max-tokens", "128"},
