@@ -23,40 +23,6 @@ using enum Compare;
 
 std::vector<ClaimSpec> table() {
   return {
-      // ---- scale
-      {"scale", "var_identity", Check,
-       "q, k ~ N(0, 1): Var(q . k) = d_k: |log-log slope of the measured variance on d_k - 1| is below 0.1", Below, 0.1,
-       "an identity (a sum of d_k independent products of variance 1); only sampling noise is measured", false},
-      {"scale", "scaled_identity", Check,
-       "q, k ~ N(0, 1), scaled by 1/sqrt(d_k): variance, largest probability, Jacobian and gradient change by less than 25% over d_k (largest "
-       "max/min)",
-       Below, 1.25, "the same identity: the scaled scores are N(0, 1) at every d_k", false},
-      {"scale", "real_var_grows", Check,
-       "q and k from an initialised projection of real sentences: unscaled, Var(q . k) grows with d_k: its log-log slope on d_k is above 0.5",
-       Above, 0.5,
-       "Vaswani et al. 2017, section 3.2.1 and footnote 4 (variance d_k for unit-variance components); 0.5: midway between no growth and d_k. A check, not evidence: the growth follows from random projections of the inputs (every seed must show it; issue 35)",
-       false},
-      {"scale", "unscaled_gradient_trend", Paper,
-       "... and the gradient through the softmax vanishes as d_k grows: the least-squares slope of log10 of the median |d scores| / |d p| "
-       "on log2(d_k) (per doubling of d_k, over --dks, by default 16 to 512), unscaled, is below -0.2",
-       Below, -0.2,
-       "Vaswani et al. 2017, section 3.2.1 ('pushing the softmax function into regions where it has extremely small gradients'); -0.2 per "
-       "doubling: a tenth over the five doublings from 16 to 512, the factor of the lab's first version, which compared the two ends "
-       "(issue 35: the claim is the trend over every level)",
-       true},
-      {"scale", "scaled_gradient_trend", Paper,
-       "scaled by 1/sqrt(d_k) the gradient through the softmax stays: the same slope per doubling, scaled, is above log10(0.5) / 5 = -0.0602",
-       Above, -0.0602,
-       "Vaswani et al. 2017, section 3.2.1 (the scaling counteracts the effect); log10(0.5) / 5: within a factor 2 over the five doublings "
-       "from 16 to 512, the lab's earlier end-to-end margin",
-       false},
-      {"scale", "unscaled_trains_worse", Paper,
-       "the intervention: trained without 1/sqrt(d_k) (d_k 128) the same model, data and batches end worse: held-out NLL unscaled minus "
-       "scaled is above 0",
-       Above, 0.0,
-       "Vaswani et al. 2017, section 3.2.1 (the unscaled softmax's small gradients hinder learning); issue 27; 0: the sign of the paired "
-       "difference",
-       true},
       // ---- depth
       {"depth", "postln_amplifies_more", Paper,
        "(a) Post-LN amplifies a weight change more with depth than Pre-LN: the log-log slope of the squared output change on N, Post-LN "
@@ -430,11 +396,6 @@ struct Effect {
 
 std::vector<Effect> effects() {
   return {
-      // ---- scale (pilot: docs/labs/scale.md's output, 5 seeds)
-      {"scale", "unscaled_gradient_trend", 0.1, 0.0165, 5, "half the threshold's distance from no trend (0 per doubling)"},
-      {"scale", "scaled_gradient_trend", 0.0301, 0.0041, 5, "half the way from the threshold to the paper's 'stays' (0 per doubling)"},
-      {"scale", "unscaled_trains_worse", 0.1, 0.158, 5,
-       "a tenth of a nat of held-out NLL: the threshold is the sign (0), and a smaller gap is no 'hindered learning' a trainer would see"},
       // ---- depth (pilot: docs/labs/depth.md's output, 5 seeds)
       {"depth", "postln_amplifies_more", 0.3, 0.146, 5,
        "half of Theorem 2's difference over depths 1-32: the linear law's slope (1) minus the log law's (0.40) is 0.60"},

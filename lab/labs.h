@@ -5,7 +5,6 @@
 
 namespace gf::lab {
 
-Lab scale_lab();        // lab/scale.cpp: why 1/sqrt(d_k)
 Lab depth_lab();        // lab/depth.cpp: amplification and rank collapse
 Lab entropy_lab();      // lab/entropy.cpp: attention entropy collapse
 Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient

@@ -15,7 +15,6 @@ const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = [] {
     std::vector<Lab> v = listed_labs();
     std::vector<Lab> old = {
-      scale_lab(),
       depth_lab(),
       entropy_lab(),
       attribution_lab(),

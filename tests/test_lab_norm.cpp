@@ -371,6 +371,21 @@ TEST_CASE("lab scale, tiny settings: the d_k dose-response, its two trend claims
   auto few = tiny;
   few["dks"] = "16,32,64";
   CHECK_THROWS_WITH_AS(run_lab("scale", few, &rc), doctest::Contains("4 or more d_k levels"), std::invalid_argument);
+  // --control: two placebos of two null conditions. The training claim reads models trained with
+  // 1/sqrt(d_k) in both arms (2 seeds x 2); the unscaled trend, initialised layers at the middle
+  // d_k in every level's place (2 seeds x 4 levels); the scaled trend claims no fall: no placebo.
+  auto control = tiny;
+  control["control"] = "1";
+  const nlohmann::json p = run_lab("scale", control, &rc);
+  REQUIRE(p.at("claims").size() == 2);
+  const auto& pl = p.at("placebo").at("claims");
+  REQUIRE(pl.size() == 3);
+  CHECK(pl[0].at("id") == "unscaled_gradient_trend");
+  CHECK(pl[0].at("pool") == 8);
+  CHECK(pl[0].at("how").get<std::string>().find("real:unscaled @ 32") != std::string::npos);
+  CHECK(pl[1].at("splits") == 0);
+  CHECK(pl[2].at("id") == "unscaled_trains_worse");
+  CHECK(pl[2].at("pool") == 4);
 }
 
 TEST_CASE("lab smoothing, tiny settings: the eps dose-response of the logit gap and its levels flag") {
