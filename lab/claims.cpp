@@ -23,145 +23,18 @@ using enum Compare;
 
 std::vector<ClaimSpec> table() {
   return {
-      // ---- leak
-      {"leak", "masked_future_zero", Check,
-       "with the causal mask d logit_t / d input_t' is exactly 0 for every t' > t and non-zero for t' <= t (count of entries, over every seed "
-       "and sequence, that break this)",
-       Below, 0.5, "the mask sets the scores of later keys to -inf: their weight, and every path from a later input, is exactly 0", false},
-      {"leak", "open_future_nonzero", Check,
-       "without the mask every entry above the diagonal is non-zero (count of exact zeros, every seed)", Below, 0.5,
-       "softmax weights are always > 0, so every later input reaches every logit: a property of softmax, not evidence", false},
-      {"leak", "reads_answer", Paper,
-       "without the mask the decoder reads the answer: the share of rows t whose largest dependence apart from their own input is on input "
-       "t+1 (which holds logit_t's label) is above 0.5",
-       Above, 0.5,
-       "the course (without the mask the decoder copies the answer from the next position); 0.5: 'most rows' (by chance a row peaks at t+1 "
-       "about 1/(T-1) of the time)",
-       true, 0.0, 1.0},
-      {"leak", "tf_lower", Paper,
-       "without the mask the teacher-forced held-out NLL is lower: NLL with the mask minus NLL without it is above 0.02 nats", Above, 0.02,
-       "the course (the leak makes teacher forcing easy); 0.02 nats: the smallest effect the lab cares about. It was 0, the sign of the "
-       "paired difference, until the placebo (issue 35) showed that a claim at the null's own value is called supported in 2.5-5% of "
-       "placebo splits by chance alone (change log)",
        true},
-      {"leak", "fr_collapses", Paper,
-       "without the mask free-running greedy accuracy is far lower: its token accuracy over the masked model's is below 0.5", Below, 0.5,
-       "the course (at inference the later tokens do not exist yet, so what the model learnt is of no use); 0.5: 'at most half', the lab's "
-       "threshold since its first version",
        true},
-      // ---- padding
-      {"padding", "masked_alone_equals_batch", Check,
-       "with the padding masks a sentence computes the same alone and in a batch: the largest relative difference (encoder out, logits, "
-       "attention, gradients; float64) and the largest weight on a PAD key, worst seed, are below 1e-12",
-       Below, 1e-12,
-       "the masks give PAD keys weight exactly 0; what is left is float64 rounding (about 1e-16) of sums in another order, 1e-12 a margin of 1e4",
        false},
-      {"padding", "unmasked_pad_changes_output", Paper,
-       "without the padding masks a sentence computes something else in a batch: log10 of the smallest of the four relative differences is "
-       "above -3",
-       Above, -3.0,
-       "the course (PAD must not change what a sentence computes; the masks are what prevents it); -3: a difference of 1e-3, far above float64's "
-       "rounding and float32's (1e-7), the lab's threshold since its first version",
        true},
-      {"padding", "pad_change_trend", Paper,
-       "without the padding masks, the more PAD a sentence is padded with, the more it computes something else: the least-squares slope of "
-       "log10 of its logits' relative difference (padded against alone) on log2 of the padded source length (per doubling, over --lengths, "
-       "by default 8, 16, 32, 64) is above 0.03",
-       Above, 0.03,
-       "the course (PAD must not change what a sentence computes); written before the first run of the trend: unmasked, a real query spreads "
-       "its attention over n real and L - n PAD keys, so the PAD keys' share, about (L - n) / L, sets how far the output moves. For a source "
-       "of about 4 tokens that share grows from 0.5 at L 8 to 0.94 at L 64, log10 0.27 over three doublings (0.09 per doubling); 0.03 is a "
-       "third of it, the smallest growth the lab cares about",
        true},
-      {"padding", "target_mask_redundant", Check,
-       "the target padding mask alone changes nothing for the sentence's own positions: the largest relative difference with it off, worst "
-       "seed, is below 1e-12",
-       Below, 1e-12, "the causal mask already hides the PAD after a sentence from each of its real positions", false},
-      {"padding", "masked_pad_gradient_zero", Check,
-       "with the masks the gradient reaching PAD positions of the encoder and decoder input is exactly 0 (count of seeds and sides where not)",
-       Below, 0.5, "a masked key gets weight exactly 0, so no path from a PAD input reaches the loss", false},
-      {"padding", "unmasked_pad_gets_gradient", Paper,
-       "without the padding masks PAD source positions get gradient as words do: the largest |gradient| at a source PAD over the largest at a "
-       "real source position is above 0.01",
-       Above, 0.01,
-       "reasoning: unmasked, a PAD key is attended like any word, so its gradient is of a word's order; 0.01 of it is far from the exact 0 of "
-       "the masked model and far below parity",
        true},
-      {"padding", "ignore_index_exact", Check,
-       "with ignore_index = PAD the loss and gradient equal those of the real labels alone (count of batches where they differ at all)", Below,
-       0.5, "cross_entropy leaves ignored labels out of the sum and the count", false},
-      {"padding", "bucketing_cuts_pad_loss", Paper,
-       "length-bucketed batches cut the PAD labels' share of the loss (ignore_index off) at least 2x against random batches: bucketed over "
-       "random share, the larger of the untrained and the trained model, is below 0.5",
-       Below, 0.5, "the course (bucketing by length is how trainers avoid padding); 2x: the lab's threshold since its first version", false},
-      {"padding", "bucketing_lowers_pad_gradient", Paper,
-       "... and lower PAD labels' share of the gradient: the same ratio for the gradient is below 1", Below, 1.0,
-       "the course; 1 ('lower' at all) was chosen after a run in which the loss's 2x did not carry over to a trained model's gradient "
-       "(92% -> 66%), as docs/labs/padding.md says",
        false},
-      // ---- nan
-      {"nan", "naive_nan_spreads", Check,
-       "a naive softmax turns one fully masked row into NaN through the whole model: the share of parameter entries whose gradient is NaN is "
-       "above 0.5",
-       Above, 0.5,
-       "the course (NaN from a fully masked row reaches every weight); 0.5: most of the model. It can fail: backward need not carry a NaN "
-       "everywhere (a ReLU passes nothing where its input is NaN: linear1.bias stays finite). A check, not evidence: the share is the same on every seed (0.656), fixed by which parameters the NaN reaches, not by chance (issue 35)",
        false},
-      {"nan", "naive_nan_every_matrix", Check,
-       "with the naive softmax the loss is NaN, one batch row of logits is NaN, and every weight matrix's gradient has NaN (count of seeds "
-       "where not)",
-       Below, 0.5, "exp(-inf - (-inf)) is NaN, and NaN times anything is NaN along every path from that row", false},
-      {"nan", "anomaly_names_first_op", Check,
-       "anomaly mode stops at the first op that made a NaN: in the forward pass, in the first encoder layer, at the empty source's row (count "
-       "of seeds where not)",
-       Below, 0.5, "AnomalyGuard checks each op's output as it is made", false},
-      {"nan", "guarded_zero_row", Check,
-       "gradflow's guarded softmax gives that row zero weights and everything finite, the other rows summing to 1 within 1e-5 (count of seeds "
-       "where not)",
-       Below, 0.5, "gradflow's softmax defines a row of -inf scores as zeros", false},
-      {"nan", "lr_cannot_help", Check,
-       "a lower learning rate cannot help: at lr, lr/10 and lr/100 the loss is NaN from the step with the empty source on (count of runs "
-       "where not)",
-       Below, 0.5,
-       "the NaN is made in that step's forward pass, before any update the learning rate scales: a property of the protocol, not evidence",
        false},
-      {"nan", "masks_fix", Check,
-       "checking the masks does: dropping the fully masked row, or the guarded softmax, keeps every loss and parameter finite at every "
-       "learning rate (count of runs where not)",
-       Below, 0.5, "both remove the row of -inf scores before the softmax", false},
-      // ---- scale
-      {"scale", "var_identity", Check,
-       "q, k ~ N(0, 1): Var(q . k) = d_k: |log-log slope of the measured variance on d_k - 1| is below 0.1", Below, 0.1,
-       "an identity (a sum of d_k independent products of variance 1); only sampling noise is measured", false},
-      {"scale", "scaled_identity", Check,
-       "q, k ~ N(0, 1), scaled by 1/sqrt(d_k): variance, largest probability, Jacobian and gradient change by less than 25% over d_k (largest "
-       "max/min)",
-       Below, 1.25, "the same identity: the scaled scores are N(0, 1) at every d_k", false},
-      {"scale", "real_var_grows", Check,
-       "q and k from an initialised projection of real sentences: unscaled, Var(q . k) grows with d_k: its log-log slope on d_k is above 0.5",
-       Above, 0.5,
-       "Vaswani et al. 2017, section 3.2.1 and footnote 4 (variance d_k for unit-variance components); 0.5: midway between no growth and d_k. A check, not evidence: the growth follows from random projections of the inputs (every seed must show it; issue 35)",
        false},
-      {"scale", "unscaled_gradient_trend", Paper,
-       "... and the gradient through the softmax vanishes as d_k grows: the least-squares slope of log10 of the median |d scores| / |d p| "
-       "on log2(d_k) (per doubling of d_k, over --dks, by default 16 to 512), unscaled, is below -0.2",
-       Below, -0.2,
-       "Vaswani et al. 2017, section 3.2.1 ('pushing the softmax function into regions where it has extremely small gradients'); -0.2 per "
-       "doubling: a tenth over the five doublings from 16 to 512, the factor of the lab's first version, which compared the two ends "
-       "(issue 35: the claim is the trend over every level)",
        true},
-      {"scale", "scaled_gradient_trend", Paper,
-       "scaled by 1/sqrt(d_k) the gradient through the softmax stays: the same slope per doubling, scaled, is above log10(0.5) / 5 = -0.0602",
-       Above, -0.0602,
-       "Vaswani et al. 2017, section 3.2.1 (the scaling counteracts the effect); log10(0.5) / 5: within a factor 2 over the five doublings "
-       "from 16 to 512, the lab's earlier end-to-end margin",
        false},
-      {"scale", "unscaled_trains_worse", Paper,
-       "the intervention: trained without 1/sqrt(d_k) (d_k 128) the same model, data and batches end worse: held-out NLL unscaled minus "
-       "scaled is above 0",
-       Above, 0.0,
-       "Vaswani et al. 2017, section 3.2.1 (the unscaled softmax's small gradients hinder learning); issue 27; 0: the sign of the paired "
-       "difference",
        true},
       // ---- attribution
       {"attribution", "attention_agrees", ClaimKind::Paper,
@@ -407,26 +280,6 @@ struct Effect {
 
 std::vector<Effect> effects() {
   return {
-      // ---- leak (pilot: docs/labs/leak.md's output, 5 seeds)
-      {"leak", "reads_answer", 0.2, 0.059, 5,
-       "half the threshold's distance from chance (a row peaks at t+1 about 1/(T-1) of the time, near 0.1): a share of 0.7, clearly most "
-       "rows"},
-      {"leak", "tf_lower", 0.01, 0.0818, 5, "half the threshold's distance from no difference (0 nats)"},
-      {"leak", "fr_collapses", 0.25, 0.109, 5, "half the threshold's distance from no collapse (a ratio of 1): a quarter of the masked model's accuracy"},
-      // ---- padding (pilot: docs/labs/padding.md's output, 5 seeds)
-      {"padding", "unmasked_pad_changes_output", 1.0, 0.0689, 5, "one decade: a relative difference of 1e-2 rather than the threshold's 1e-3"},
-      {"padding", "pad_change_trend", 0.015, 0.0444, 5, "half the threshold's distance from no trend (0 decades per doubling)"},
-      {"padding", "unmasked_pad_gets_gradient", 0.09, 0.152, 5,
-       "a PAD position getting a tenth of a word's gradient (0.1): within an order of magnitude of a word's, which is what 'as words do' "
-       "means"},
-      {"padding", "bucketing_cuts_pad_loss", 0.25, 0.0422, 5, "half the threshold's distance from no cut (a ratio of 1): a 4x cut"},
-      {"padding", "bucketing_lowers_pad_gradient", 0.1, 0.0506, 5,
-       "a share 10% lower: the threshold is no change (1), and a smaller change is not one a trainer would bucket for"},
-      // ---- scale (pilot: docs/labs/scale.md's output, 5 seeds)
-      {"scale", "unscaled_gradient_trend", 0.1, 0.0165, 5, "half the threshold's distance from no trend (0 per doubling)"},
-      {"scale", "scaled_gradient_trend", 0.0301, 0.0041, 5, "half the way from the threshold to the paper's 'stays' (0 per doubling)"},
-      {"scale", "unscaled_trains_worse", 0.1, 0.158, 5,
-       "a tenth of a nat of held-out NLL: the threshold is the sign (0), and a smaller gap is no 'hindered learning' a trainer would see"},
       // ---- attribution (pilot: docs/labs/attribution.md's output, 3 seeds)
       {"attribution", "attention_agrees", 0.1, 0.0186, 3, "half the threshold's distance from no agreement (rho 0)"},
       {"attribution", "methods_agree_gxi", 0.05, 0.0224, 3,

@@ -5,10 +5,6 @@
 
 namespace gf::lab {
 
-Lab leak_lab();         // lab/leak.cpp: the causal mask
-Lab padding_lab();      // lab/padding.cpp: padding masks and ignore_index
-Lab nan_lab();          // lab/nan.cpp: a fully masked row
-Lab scale_lab();        // lab/scale.cpp: why 1/sqrt(d_k)
 Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
 Lab exposure_lab();     // lab/exposure.cpp: exposure bias
 Lab kvcache_lab();      // lab/kvcache.cpp: cached = recomputed decoding, its cost and its bytes

@@ -15,10 +15,6 @@ const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = [] {
     std::vector<Lab> v = listed_labs();
     std::vector<Lab> old = {
-      leak_lab(),
-      padding_lab(),
-      nan_lab(),
-      scale_lab(),
       attribution_lab(),
       exposure_lab(),
       kvcache_lab(),

@@ -163,7 +163,9 @@ class Runner {
         r_.no_placebo(c.spec.id, "one condition's statistic against a threshold, no contrast between conditions");
         continue;
       }
-      Placebo p{c.spec.id, fmt::format("{} in each of the {} conditions it reads", e_.info.null_description, k), pools * n * k, n, pools, 0, 0};
+      // A claim that draws a null condition of its own (ClaimDef::null) names it.
+      const std::string what = c.null ? "runs of " + runner_detail::condition_name(null, has_levels(null.arm)) : e_.info.null_description;
+      Placebo p{c.spec.id, fmt::format("{} in each of the {} conditions it reads", what, k), pools * n * k, n, pools, 0, 0};
       std::vector<double> first;
       for (int rep = 0; rep < pools; ++rep) {
         std::vector<double> values;

@@ -1,4 +1,4 @@
-// The exact properties behind the mask labs (lab/leak.cpp, lab/padding.cpp, lab/nan.cpp), each
+// The exact properties behind the mask labs (lab/labs/leak.cpp, padding.cpp, nan.cpp), each
 // checked against its counterpart so that the test can fail: with the causal mask d logit_t /
 // d input_t' is exactly 0 for every t' > t (and is not without it); masked keys get exactly zero
 // gradient (and do not without the mask); a fully masked row gives no NaN with the guarded
@@ -15,6 +15,7 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "lab/common.h"
+#include "lab/leak.h"
 #include "nn/masks.h"
 #include "nn/multihead_attention.h"
 #include "nn_test_util.h"
@@ -83,6 +84,33 @@ TEST_CASE("causal mask: d logit_t / d input_t' is exactly 0 for every t' > t, an
         CHECK(J[t][s] > 1e-6);
       }
   }
+}
+
+TEST_CASE("lab leak's Jacobian statistics: counts above and below the diagonal, the share above, rows peaking at t+1") {
+  const lab::JacobianGrid masked{{5, 0, 0}, {1, 4, 0}, {2, 3, 6}}, open{{5, 3, 1}, {1, 4, 2}, {2, 3, 6}}, holed{{5, 3, 1}, {0, 4, 2}, {2, 3, 6}};
+  const lab::JacobianStats m = lab::jacobian_stats({masked});
+  CHECK(m.above == 3);
+  CHECK(m.above_nonzero == 0);
+  CHECK(m.lower_zero == 0);
+  CHECK(m.above_max == 0.0);
+  CHECK(m.above_share == 0.0);
+  CHECK(m.next_argmax == 0.0);  // row 0 leans on nothing after it, row 1 on input 0
+  const lab::JacobianStats o = lab::jacobian_stats({open});
+  CHECK(o.above_nonzero == 3);
+  CHECK(o.above_max == 3.0);
+  CHECK(o.above_share == doctest::Approx(6.0 / 27.0));
+  CHECK(o.next_argmax == 1.0);  // row 0: 3 at t+1 over 1; row 1: 2 at t+1 over 1
+  CHECK(lab::jacobian_stats({holed}).lower_zero == 1);
+  // Over several grids the counts add up and the shares are over every row.
+  const lab::JacobianStats both = lab::jacobian_stats({masked, open});
+  CHECK(both.above == 6);
+  CHECK(both.above_nonzero == 3);
+  CHECK(both.above_share == doctest::Approx(6.0 / 48.0));
+  CHECK(both.next_argmax == 0.5);
+  const lab::JacobianGrid mean = lab::mean_grid({masked, open});
+  CHECK(mean[0][1] == 1.5);
+  CHECK(mean[2][2] == 6.0);
+  CHECK_THROWS_AS(lab::mean_grid({}), std::invalid_argument);
 }
 
 TEST_CASE("masked keys get exactly zero gradient in attention, and non-zero without the mask") {

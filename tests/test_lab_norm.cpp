@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -54,7 +55,7 @@ nlohmann::json run_lab(const std::string& name, std::map<std::string, std::strin
   Report report(l, all, sink.get());
   l.run(report);
   *exit_code = report.finish();
-  REQUIRE(std::filesystem::exists(dir / (name + ".svg")));
+  if (!all.count("control")) REQUIRE(std::filesystem::exists(dir / (name + ".svg")));  // a placebo draws no figure
   std::ifstream in(dir / (name + ".json"));
   REQUIRE(in.good());
   return nlohmann::json::parse(in);
@@ -221,10 +222,105 @@ TEST_CASE("lab padding, tiny settings: the padded-length dose-response and its l
   CHECK(d.at("trend") == "slope per doubling");
   for (const auto& c : j.at("claims"))
     if (c.at("id") == "pad_change_trend") CHECK(c.at("values") == d.at("trends"));
+  // Every run: 4 mask settings, 4 stages x batchings, 4 padded lengths, for each seed. The exact
+  // checks hold on any model; without the masks the sentence's output moves.
+  REQUIRE(j.at("data").at("runs").size() == 12 * 2);
+  for (const auto& c : j.at("claims"))
+    if (c.at("kind") == "check") CHECK(c.at("outcome") == "passes");
+  auto no_masks = [](const nlohmann::json& runs) {
+    double least = INFINITY;  // the smallest encoder-output difference over seeds, no padding masks
+    for (const auto& run : runs)
+      if (run.at("arm") == "no padding masks") least = std::min(least, run.at("measured").at("encoder_out").get<double>());
+    return least;
+  };
+  CHECK(no_masks(j.at("data").at("runs")) > 1e-6);
+  // --ablate: both padding masks in every arm, so that arm computes what the masked one does.
+  auto ablate = tiny;
+  ablate["ablate"] = "1";
+  CHECK(no_masks(run_lab("padding", ablate, &rc).at("data").at("runs")) < 1e-12);
+  // --control: the trend's placebo, initialised models of seeds of their own padded to the middle
+  // length in every length's place (2 seeds x 4 lengths); the other paper claims have none.
+  auto control = tiny;
+  control["control"] = "1";
+  const nlohmann::json p = run_lab("padding", control, &rc);
+  REQUIRE(p.at("claims").size() == 1);
+  CHECK(p.at("claims")[0].at("id") == "pad_change_trend");
+  const auto& pl = p.at("placebo").at("claims");
+  REQUIRE(pl.size() == 5);
+  for (const auto& x : pl) CHECK(x.at("pool") == (x.at("id") == "pad_change_trend" ? 8 : 0));
   tiny["lengths"] = "8,16,32";
   CHECK_THROWS_WITH_AS(run_lab("padding", tiny, &rc), doctest::Contains("4 or more padded lengths"), std::invalid_argument);
   tiny["lengths"] = "2,16,32,64";
   CHECK_THROWS_WITH_AS(run_lab("padding", tiny, &rc), doctest::Contains("must lie above"), std::invalid_argument);
+}
+
+// Lab leak at tiny settings: both arms for each seed, its five claims, the exact checks that hold on
+// any model (the causal mask zeroes every later input's path; softmax reaches every one without
+// it), and its placebo: the masked model in both arms of each contrast.
+TEST_CASE("lab leak, tiny settings: both arms per seed, its five claims, and its placebo") {
+  int rc = -1;
+  const std::map<std::string, std::string> tiny{{"symbols", "6"}, {"min-len", "3"}, {"max-len", "5"}, {"train", "40"}, {"eval", "10"},
+                                                {"d-model", "16"}, {"layers", "1"}, {"steps", "4"}, {"eval-every", "2"}, {"max-tokens", "128"},
+                                                {"jacobian-sentences", "2"}};
+  const nlohmann::json j = run_lab("leak", tiny, &rc);
+  REQUIRE(j.at("claims").size() == claim_specs_of("leak").size());
+  REQUIRE(j.at("claims").size() == 5);
+  CHECK(rc == expected_code(j));
+  for (const auto& c : j.at("claims")) {
+    CAPTURE(c.dump());
+    CHECK_FALSE(c.at("evidence").get<std::string>().empty());
+    if (c.at("kind") == "check") CHECK(c.at("outcome") == "passes");
+    else CHECK(c.at("values").size() == 2);
+  }
+  REQUIRE(j.at("data").at("runs").size() == 4);  // 2 arms x 2 seeds
+  for (const auto& run : j.at("data").at("runs")) {
+    CHECK((run.at("arm") == "causal" || run.at("arm") == "none"));
+    CHECK(run.at("measured").at("losses").size() == 4);
+    CHECK(run.at("measured").at("probe_steps") == nlohmann::json({1.0, 2.0, 4.0}));
+    const auto& J = run.at("measured").at("jacobian");
+    REQUIRE(J.size() >= 4);  // <bos> and 3 to 5 symbols: a grid of the longest held-out target
+    if (run.at("arm") == "causal") CHECK(J[0][1].get<double>() == 0.0);
+    else CHECK(J[0][1].get<double>() > 0.0);
+  }
+  CHECK(j.at("tables").contains("jacobian"));
+
+  auto control = tiny;
+  control["control"] = "1";
+  const nlohmann::json p = run_lab("leak", control, &rc);
+  CHECK(p.at("control") == true);
+  // The two contrasts, each over one pool of masked models; reads_answer reads one arm: no placebo.
+  REQUIRE(p.at("claims").size() == 2);
+  for (const auto& c : p.at("claims")) CHECK(c.at("values").size() == 2);
+  const auto& pl = p.at("placebo").at("claims");
+  REQUIRE(pl.size() == 3);
+  CHECK(pl[0].at("id") == "reads_answer");
+  CHECK(pl[0].at("splits") == 0);
+  for (size_t k = 1; k < 3; ++k) CHECK(pl[k].at("pool") == 4);  // 2 seeds x the 2 conditions a contrast reads
+}
+
+// Lab nan at tiny settings: the three runs of the batch with the empty source on the seed's one
+// model (naive, anomaly mode, guarded) and the training runs at three rates, its six exact checks
+// (properties of the code and the protocol, which hold at any size), and its flags' errors.
+TEST_CASE("lab nan, tiny settings: its runs, its six exact checks, and its flags") {
+  int rc = -1;
+  std::map<std::string, std::string> tiny{{"pairs", "200"}, {"d-model", "16"}, {"layers", "1"}, {"batch", "4"}, {"steps", "3"}};
+  const nlohmann::json j = run_lab("nan", tiny, &rc);
+  REQUIRE(j.at("claims").size() == 6);
+  for (const auto& c : j.at("claims")) {
+    CAPTURE(c.dump());
+    CHECK(c.at("outcome") == "passes");
+  }
+  CHECK(rc == 0);
+  REQUIRE(j.at("data").at("runs").size() == (3 + 3 * 3) * 2);  // 3 batch runs and 3 arms x 3 rates, 2 seeds
+  for (const auto& run : j.at("data").at("runs")) {
+    const auto& m = run.at("measured");
+    if (run.at("arm") == "anomaly") CHECK(m.at("row") == 3);  // the empty source: the batch's last row
+    if (run.at("arm") == "naive") CHECK(m.at("loss").is_null());
+    if (run.at("arm") == "train:naive") CHECK(m.at("losses")[1].is_null());  // NaN from step 2, the empty source's
+    if (run.at("arm") == "train:guarded") CHECK(m.at("nan_params_after") == 0);
+  }
+  tiny["steps"] = "1";
+  CHECK_THROWS_WITH_AS(run_lab("nan", tiny, &rc), doctest::Contains("--steps must be at least 2"), std::invalid_argument);
 }
 
 TEST_CASE("lab depth, tiny settings: writes its JSON with its five claims (lab/claims.cpp) and their evidence") {
@@ -275,6 +371,21 @@ TEST_CASE("lab scale, tiny settings: the d_k dose-response, its two trend claims
   auto few = tiny;
   few["dks"] = "16,32,64";
   CHECK_THROWS_WITH_AS(run_lab("scale", few, &rc), doctest::Contains("4 or more d_k levels"), std::invalid_argument);
+  // --control: two placebos of two null conditions. The training claim reads models trained with
+  // 1/sqrt(d_k) in both arms (2 seeds x 2); the unscaled trend, initialised layers at the middle
+  // d_k in every level's place (2 seeds x 4 levels); the scaled trend claims no fall: no placebo.
+  auto control = tiny;
+  control["control"] = "1";
+  const nlohmann::json p = run_lab("scale", control, &rc);
+  REQUIRE(p.at("claims").size() == 2);
+  const auto& pl = p.at("placebo").at("claims");
+  REQUIRE(pl.size() == 3);
+  CHECK(pl[0].at("id") == "unscaled_gradient_trend");
+  CHECK(pl[0].at("pool") == 8);
+  CHECK(pl[0].at("how").get<std::string>().find("real:unscaled @ 32") != std::string::npos);
+  CHECK(pl[1].at("splits") == 0);
+  CHECK(pl[2].at("id") == "unscaled_trains_worse");
+  CHECK(pl[2].at("pool") == 4);
 }
 
 TEST_CASE("lab smoothing, tiny settings: the eps dose-response of the logit gap and its levels flag") {
