@@ -23,19 +23,6 @@ using enum Compare;
 
 std::vector<ClaimSpec> table() {
   return {
-       true},
-       true},
-       false},
-       true},
-       true},
-       true},
-       false},
-       false},
-       false},
-       false},
-       true},
-       false},
-       true},
       // ---- attribution
       {"attribution", "attention_agrees", ClaimKind::Paper,
        "the last decoder layer's cross-attention (head mean) ranks the source tokens somewhat as the attribution methods do: its mean Spearman rho with "
