@@ -398,42 +398,6 @@ std::vector<ClaimSpec> table() {
        "K and V are (rows, kv_heads, positions, d_k) in every layer: the cache shrinks by G = heads / kv_heads (Ainslie et al. 2023, "
        "Section 2.2)",
        false},
-      // ---- smoothing
-      {"smoothing", "baseline_overconfident", Paper,
-       "without label smoothing the memorising model is overconfident on held-out tokens: its mean confidence minus its accuracy",
-       Above, 0.02,
-       "Guo et al. 2017 and Müller et al. 2019, Figure 2 (the reliability diagrams of networks trained without smoothing lie below the "
-       "diagonal): the regime in which the paper's calibration claim is made; 0.02 is a tenth of the task's noise rate",
-       false, -1.0, 1.0},
-      {"smoothing", "ece_lower", Paper,
-       "label smoothing (eps 0.1) lowers the held-out expected calibration error (15 bins): ECE with smoothing minus ECE without",
-       Below, -0.01,
-       "Müller et al. 2019, Section 3: training with label smoothing gives calibration close to temperature scaling's, far below the "
-       "unsmoothed network's ECE, on image classification and on translation; -0.01: at least one point of ECE",
-       true, -1.0, 1.0},
-      {"smoothing", "logit_gap_trend", Paper,
-       "label smoothing bounds the logit gap on training tokens (the label's logit minus the mean of the others), the more the larger eps: "
-       "the least-squares slope of ln(gap) on eps over --eps-levels (by default 0, 0.05, 0.1, 0.2) is below -1",
-       Below, -1.0,
-       "Müller et al. 2019, Section 2: with smoothing the loss is least at a finite gap, log((1 - eps + eps/V) / (eps/V)) (V 20: 5.94, 5.20 "
-       "and 4.39 at eps 0.05, 0.1 and 0.2), which falls as eps grows; without it the gap grows while training fits the labels. That law's "
-       "slope of ln(gap) over the smoothed levels 0.05-0.2 is -1.97; -1 asks for half of it (issue 35: the claim is the trend over the levels)",
-       true},
-      {"smoothing", "tighter_clusters", Paper,
-       "label smoothing tightens the penultimate layer's clusters: the within-class over between-class squared distance of the decoder's "
-       "last states in the span of the class templates (the output layer's rows), on the training tokens whose label the noise left "
-       "alone, with smoothing over without",
-       Below, 0.95,
-       "Müller et al. 2019, Section 2 and Figure 1 (the penultimate layer projected onto the plane of three classes' templates): label "
-       "smoothing pulls the representations of a class's training examples into a tight cluster, equally distant from the other "
-       "classes' templates. The paper gives no size (its evidence is a picture), so the claim is the direction: tighter at all; 0.95 (tighter by 5%), not 1, since the placebo (issue 35): a threshold at the null's own value is called supported by chance in 2.5-5% of placebo splits (change log)",
-       true},
-      {"smoothing", "smoothed_loss", Check,
-       "the loss trained on is label smoothing's definition, (1 - eps) (-log p_label) + eps x mean over the V classes of -log p: the "
-       "largest relative difference between train::batch_loss and the definition, float64",
-       Below, 1e-10,
-       "the same quantity computed two ways (the fused linear_cross_entropy and a direct sum); float64 rounding only",
-       false},
       // ---- crossattn
       {"crossattn", "encoder_gradient_share", Paper,
        "the encoder's layers get gradient of the same order as the decoder's, all of it through cross-attention: the mean encoder "
@@ -588,11 +552,6 @@ std::vector<Effect> effects() {
       // ---- gqa (pilot: docs/labs/gqa.md's output at the dose-response defaults, 5 seeds)
       {"gqa", "gqa_near_mha", 0.025, 0.00862, 5, "half the way from the threshold (-0.05) to the paper's 'close' (0)"},
       {"gqa", "gqa_quality_trend", 0.005, 0.028, 5, "half the threshold's distance from no trend (0)"},
-      // ---- smoothing (pilot: docs/labs/smoothing.md's output, 5 seeds)
-      {"smoothing", "baseline_overconfident", 0.01, 0.03, 5, "half the threshold's distance from calibrated (0)"},
-      {"smoothing", "ece_lower", 0.005, 0.0262, 5, "half the threshold's distance from no change in ECE (0)"},
-      {"smoothing", "logit_gap_trend", 0.5, 0.0983, 5, "half the threshold's distance from no trend (0): the law's -1.97 lies further still"},
-      {"smoothing", "tighter_clusters", 0.025, 0.0512, 5, "half the threshold's distance from no change (a ratio of 1)"},
       // ---- crossattn (pilot: docs/labs/crossattn.md's output, 5 seeds)
       {"crossattn", "encoder_gradient_share", 0.05, 0.0352, 5, "half the threshold's distance from no gradient (0)"},
       {"crossattn", "encoder_learns", 0.1, 0.0476, 5, "half the threshold's distance from no difference (0)"},

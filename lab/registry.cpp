@@ -26,7 +26,6 @@ const std::vector<Lab>& labs() {
       graph_lab(),
       kvcache_lab(),
       gqa_lab(),
-      smoothing_lab(),
       crossattn_lab(),
       precision_lab(),
     };
