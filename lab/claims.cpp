@@ -353,51 +353,6 @@ std::vector<ClaimSpec> table() {
        "K and V are (rows, kv_heads, positions, d_k) in every layer (nn/kv_cache.h); the size Pope et al. 2022 give for the "
        "KV cache",
        false},
-      // ---- gqa
-      {"gqa", "gqa_quality_trend", Paper,
-       "quality falls as more query heads share a key/value head: over G = 1, 2, 4, 8 query heads per key/value head (--groups), each "
-       "converted from the multi-head checkpoint and uptrained as long as the multi-head model trains on, the least-squares slope of "
-       "held-out teacher-forced token accuracy per doubling of G is below -0.01",
-       Below, -0.01,
-       "Ainslie et al. 2023, Table 1 (quality falls from multi-head through GQA-8 to multi-query: 47.2, 47.1, 46.6 average at "
-       "XXL). Their fall is a fraction of a point over six doublings at 64 heads; -0.01 (one accuracy point per doubling) is the smallest "
-       "fall this lab cares about, so a placebo's zero trend cannot pass. Written before the first run at these levels, knowing the "
-       "three-arm version's numbers (4 heads: -1.9 points at G 2, -17.5 at G 4)",
-       true},
-      {"gqa", "gqa_near_mha", Paper,
-       "grouped-query attention with heads/2 key/value heads, converted from the multi-head checkpoint and uptrained as long as the "
-       "multi-head model trains on, stays near its quality: held-out teacher-forced token accuracy, grouped minus multi-head",
-       Above, -0.05,
-       "Ainslie et al. 2023, abstract and Table 1: uptrained GQA reaches quality close to multi-head attention (within a fraction of a "
-       "point of its average score), multi-query loses more. Here at a tiny size, so 5 accuracy points is a loose reading of 'close'",
-       false, -1.0, 1.0},
-      {"gqa", "shared_grad_g2", Check,
-       "a key/value head shared by G = 2 query heads gets more gradient than one query head's part of it: |g_shared| / mean |g_part| at "
-       "initialisation",
-       Above, 1.2,
-       "the shared head's gradient is the sum of its G query heads' parts (the group_sum check); at initialisation the query heads' "
-       "weights are independent, so their parts add like uncorrelated vectors, to sqrt(2) = 1.41 times one of equal size; 1.2 allows "
-       "some anticorrelation. A check, not evidence: arithmetic on independent random vectors, required of every seed (issue 35)",
-       false},
-      {"gqa", "shared_grad_mqa", Check,
-       "with one key/value head for all heads (multi-query, G = heads = 8 by default) the same ratio",
-       Above, 1.6,
-       "as shared_grad_g2: sqrt(G) for uncorrelated parts of equal size (2 at G 4, 2.83 at G 8); 1.6 allows some anticorrelation at any "
-       "G from 4. A check, not evidence: arithmetic on independent random vectors, required of every seed (issue 35)",
-       false},
-      {"gqa", "group_sum", Check,
-       "the grouped model and its multi-head expansion (each key/value head copied to its query heads) give the same loss, and a shared "
-       "head's gradient is the sum of its copies' (largest relative difference, float64)",
-       Below, 1e-10,
-       "the expansion computes the same function; the chain rule sums the copies' gradients; only float64 rounding (~1e-15) separates them",
-       false},
-      {"gqa", "cache_bytes", Check,
-       "decoding's KV cache per token (DecodeStats, self- and cross-attention) is 2 x layers x kv_heads x d_k x 4 bytes for every "
-       "arm: the largest |measured - formula| in bytes",
-       Below, 0.5,
-       "K and V are (rows, kv_heads, positions, d_k) in every layer: the cache shrinks by G = heads / kv_heads (Ainslie et al. 2023, "
-       "Section 2.2)",
-       false},
       // ---- crossattn
       {"crossattn", "encoder_gradient_share", Paper,
        "the encoder's layers get gradient of the same order as the decoder's, all of it through cross-attention: the mean encoder "
@@ -549,9 +504,6 @@ std::vector<Effect> effects() {
       // ---- kvcache (pilot: docs/labs/kvcache.md's output, 5 seeds)
       {"kvcache", "exponent_gap", 0.25, 0.0258, 5, "half the way from the threshold (0.5) to the paper's gap of one power of t"},
       {"kvcache", "speedup_longest", 4.5, 14.4, 5, "half the threshold's distance from no speed-up (a ratio of 1)"},
-      // ---- gqa (pilot: docs/labs/gqa.md's output at the dose-response defaults, 5 seeds)
-      {"gqa", "gqa_near_mha", 0.025, 0.00862, 5, "half the way from the threshold (-0.05) to the paper's 'close' (0)"},
-      {"gqa", "gqa_quality_trend", 0.005, 0.028, 5, "half the threshold's distance from no trend (0)"},
       // ---- crossattn (pilot: docs/labs/crossattn.md's output, 5 seeds)
       {"crossattn", "encoder_gradient_share", 0.05, 0.0352, 5, "half the threshold's distance from no gradient (0)"},
       {"crossattn", "encoder_learns", 0.1, 0.0476, 5, "half the threshold's distance from no difference (0)"},

@@ -15,7 +15,6 @@ Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
 Lab exposure_lab();     // lab/exposure.cpp: exposure bias
 Lab graph_lab();        // lab/graph.cpp: the autograd graph of a decoder layer
 Lab kvcache_lab();      // lab/kvcache.cpp: cached = recomputed decoding, its cost and its bytes
-Lab gqa_lab();          // lab/gqa.cpp: grouped-query attention (Ainslie et al. 2023)
 Lab crossattn_lab();    // lab/crossattn.cpp: cross-attention, the encoder's only gradient path
 Lab precision_lab();    // lab/precision.cpp: what bfloat16 does to gradient flow
 

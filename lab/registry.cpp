@@ -25,7 +25,6 @@ const std::vector<Lab>& labs() {
       exposure_lab(),
       graph_lab(),
       kvcache_lab(),
-      gqa_lab(),
       crossattn_lab(),
       precision_lab(),
     };
