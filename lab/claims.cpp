@@ -311,48 +311,6 @@ std::vector<ClaimSpec> table() {
       {"graph", "key_bias_no_gradient", Check,
        "the key third of in_proj_bias gets no gradient beyond float32 rounding: |grad b_k| / |grad b_q| below 1e-4", Below, 1e-4,
        "softmax's shift invariance (q . b_k is the same for every key of a row); Namazifar et al. 2023", false},
-      // ---- kvcache
-      {"kvcache", "exponent_gap", Paper,
-       "a decoding step's time grows with its position t about one power of t faster recomputed than cached: the fitted exponent a "
-       "(time ~ t^a over the sweep of t) of the recomputed step minus the cached step's",
-       Above, 0.5,
-       "Shazeer 2019, Section 2.4: with the cache a step does Theta(d^2) work in the projections and Theta(t d) in attention; recomputing "
-       "redoes every earlier position, Theta(t d^2) + Theta(t^2 d). Exponents 0 against 1 where the projections dominate, 1 against 2 where "
-       "attention does: a gap of 1 either way; 0.5 leaves half of it to the fixed costs of a step",
-       true},
-      {"kvcache", "speedup_longest", Paper,
-       "at the longest position of the sweep a recomputed step takes more than 10 times as long as a cached one",
-       Above, 10,
-       "a recomputed step at position t runs every product on t rows, a cached one on one row (Shazeer 2019, Section 2.4): ideally about t "
-       "(512 at the default sweep's end); 10 leaves a factor of 50 for the cached step's fixed costs (dispatching some 40 small operations)",
-       true},
-      {"kvcache", "tokens_f64", Check,
-       "in float64 greedy decoding picks the same tokens cached as recomputed, alone as in a padded batch, and through translate_batch "
-       "with and without the cache (the count of tokens that differ)",
-       Below, 0.5,
-       "both ways compute the same function; float64 rounding (~1e-15 relative) could flip an argmax only where two logits are that close "
-       "(docs/testing.md, Results across OpenBLAS kernels)",
-       false},
-      {"kvcache", "logits_f64", Check,
-       "in float64 the logits agree to rounding: the largest difference, cached against recomputed and alone against in the batch, "
-       "over the largest logit",
-       Below, 1e-10,
-       "tests/rounding.h's bound: some 33 products in sequence, of length at most 256, each off by at most 2 x 256 x 2^-53 = 5.7e-14 of "
-       "its summed magnitudes: 1.9e-12, with room 50 for magnitudes above the logits'",
-       false},
-      {"kvcache", "logits_f32", Check,
-       "in float32 the logits agree to rounding (not to the bit: one row and t rows go through different BLAS calls): the same "
-       "relative difference",
-       Below, 1e-3,
-       "the same bound in float32: 33 x 2 x 256 x 2^-24 = 1.0e-3 of the summed magnitudes (tests/rounding.h)",
-       false},
-      {"kvcache", "cache_bytes", Check,
-       "the cache holds 2 x layers x kv_heads x d_k x (bytes per value) per token and row: the largest |measured - formula| in bytes, "
-       "over the cache's buffers and decoding's DecodeStats",
-       Below, 0.5,
-       "K and V are (rows, kv_heads, positions, d_k) in every layer (nn/kv_cache.h); the size Pope et al. 2022 give for the "
-       "KV cache",
-       false},
       // ---- crossattn
       {"crossattn", "encoder_gradient_share", Paper,
        "the encoder's layers get gradient of the same order as the decoder's, all of it through cross-attention: the mean encoder "
@@ -501,9 +459,6 @@ std::vector<Effect> effects() {
       {"exposure", "derails", 0.025, 0.0497, 3, "half the threshold's distance from no amplification (0)"},
       {"exposure", "ss_gap_trend", 0.005, 0.0201, 3, "half the threshold's distance from no trend (0)"},
       {"exposure", "ss_derailment_trend", 0.01, 0.0108, 3, "half the threshold's distance from no trend (0)"},
-      // ---- kvcache (pilot: docs/labs/kvcache.md's output, 5 seeds)
-      {"kvcache", "exponent_gap", 0.25, 0.0258, 5, "half the way from the threshold (0.5) to the paper's gap of one power of t"},
-      {"kvcache", "speedup_longest", 4.5, 14.4, 5, "half the threshold's distance from no speed-up (a ratio of 1)"},
       // ---- crossattn (pilot: docs/labs/crossattn.md's output, 5 seeds)
       {"crossattn", "encoder_gradient_share", 0.05, 0.0352, 5, "half the threshold's distance from no gradient (0)"},
       {"crossattn", "encoder_learns", 0.1, 0.0476, 5, "half the threshold's distance from no difference (0)"},

@@ -14,7 +14,6 @@ Lab entropy_lab();      // lab/entropy.cpp: attention entropy collapse
 Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
 Lab exposure_lab();     // lab/exposure.cpp: exposure bias
 Lab graph_lab();        // lab/graph.cpp: the autograd graph of a decoder layer
-Lab kvcache_lab();      // lab/kvcache.cpp: cached = recomputed decoding, its cost and its bytes
 Lab crossattn_lab();    // lab/crossattn.cpp: cross-attention, the encoder's only gradient path
 Lab precision_lab();    // lab/precision.cpp: what bfloat16 does to gradient flow
 

@@ -24,7 +24,6 @@ const std::vector<Lab>& labs() {
       attribution_lab(),
       exposure_lab(),
       graph_lab(),
-      kvcache_lab(),
       crossattn_lab(),
       precision_lab(),
     };
