@@ -7,9 +7,6 @@ namespace gf::lab {
 
 Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
 Lab exposure_lab();     // lab/exposure.cpp: exposure bias
-Lab kvcache_lab();      // lab/kvcache.cpp: cached = recomputed decoding, its cost and its bytes
-Lab gqa_lab();          // lab/gqa.cpp: grouped-query attention (Ainslie et al. 2023)
-Lab smoothing_lab();    // lab/smoothing.cpp: label smoothing and calibration (Müller et al. 2019)
 Lab crossattn_lab();    // lab/crossattn.cpp: cross-attention, the encoder's only gradient path
 
 }  // namespace gf::lab

@@ -17,9 +17,6 @@ const std::vector<Lab>& labs() {
     std::vector<Lab> old = {
       attribution_lab(),
       exposure_lab(),
-      kvcache_lab(),
-      gqa_lab(),
-      smoothing_lab(),
       crossattn_lab(),
     };
     v.insert(v.begin(), old.begin(), old.end());

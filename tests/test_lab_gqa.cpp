@@ -80,12 +80,12 @@ TEST_CASE("shared_head_grads: the shared head's gradient is the sum of its query
   }
 }
 
-TEST_CASE("parse_groups: 4 or more group sizes from 1,2 to the head count, each dividing it") {
-  CHECK(parse_groups("1,2,4,8", 8) == std::vector<int64_t>{1, 2, 4, 8});
-  CHECK(parse_groups("1,2,3,6", 6) == std::vector<int64_t>{1, 2, 3, 6});
-  GF_CHECK_CONTAINS(error_of([] { parse_groups("1,2,8", 8); }), "--groups needs 4 or more group sizes");
-  GF_CHECK_CONTAINS(error_of([] { parse_groups("1,4,2,8", 8); }), "--groups must increase");
-  GF_CHECK_CONTAINS(error_of([] { parse_groups("2,4,8,16", 16); }), "must start 1,2");
-  GF_CHECK_CONTAINS(error_of([] { parse_groups("1,2,4,8", 16); }), "must end at --heads 16");
-  GF_CHECK_CONTAINS(error_of([] { parse_groups("1,2,5,12", 12); }), "group size 5 of --groups does not divide --heads 12");
+TEST_CASE("check_groups: 4 or more group sizes from 1,2 to the head count, each dividing it") {
+  check_groups({1, 2, 4, 8}, 8);
+  check_groups({1, 2, 3, 6}, 6);
+  GF_CHECK_CONTAINS(error_of([] { check_groups({1, 2, 8}, 8); }), "--groups needs 4 or more group sizes");
+  GF_CHECK_CONTAINS(error_of([] { check_groups({1, 4, 2, 8}, 8); }), "--groups must increase");
+  GF_CHECK_CONTAINS(error_of([] { check_groups({2, 4, 8, 16}, 16); }), "must start 1,2");
+  GF_CHECK_CONTAINS(error_of([] { check_groups({1, 2, 4, 8}, 16); }), "must end at --heads 16");
+  GF_CHECK_CONTAINS(error_of([] { check_groups({1, 2, 5, 12}, 12); }), "group size 5 of --groups does not divide --heads 12");
 }

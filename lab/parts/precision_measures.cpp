@@ -7,6 +7,7 @@
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
 #include "lab/precision.h"
+#include "train/loop/step.h"
 #include "optim/adam.h"
 #include "train/loop/grad_stats.h"
 #include "train/run/batch_loss.h"
@@ -20,6 +21,31 @@ float bf16_value(float x) { return static_cast<float>(bfloat16(x)); }
 void round_to_bf16_(const Tensor& t) {
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = bf16_value(p[i]);
+}
+
+// After Adam's update: what the stored weights keep of it (bfloat16 rounding unless `master`), counted
+// per module group over the second half of training.
+void store_update(BF16Arm& arm, const std::vector<train::GradGroup>& groups, const std::vector<Variable>& params, const std::vector<Tensor>& before,
+                  bool master, bool counted) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    double moved = 0, lost = 0, du = 0, w = 0;
+    for (const auto& piece : groups[g].pieces) {
+      const float* a = before[piece.param].data<float>();
+      float* p = params[piece.param].data().data<float>();
+      for (int64_t e = piece.begin; e < piece.end; ++e) {
+        const float intended = p[e];                         // Adam's float32 result
+        const float stored = master ? intended : bf16_value(intended);
+        if (intended != a[e]) moved += 1, lost += stored == a[e];
+        du += (static_cast<double>(intended) - a[e]) * (static_cast<double>(intended) - a[e]), w += static_cast<double>(a[e]) * a[e];
+        p[e] = stored;
+      }
+    }
+    if (counted) {
+      GroupStats& s = arm.groups[g];
+      s.moved += moved, s.lost += lost, s.steps += 1;
+      s.ratio_sum += w > 0 ? std::sqrt(du / w) : 0.0;
+    }
+  }
 }
 
 }  // namespace
@@ -36,7 +62,7 @@ BF16Arm train_bf16_arm(const IdData& data, const BF16Training& o, uint64_t seed,
     if (master) master_copy.push_back(p.data().clone());
     round_to_bf16_(p.data());  // both arms start from the same bfloat16 weights
   }
-  optim::Adam adam(named, {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
+  optim::Adam adam = train::make_adam(named, o.lr);
   const std::vector<train::Batch> plan = batches(data.train, o.max_tokens, seed);
   BF16Arm arm;
   arm.groups.resize(groups.size());
@@ -47,46 +73,31 @@ BF16Arm train_bf16_arm(const IdData& data, const BF16Training& o, uint64_t seed,
       for (size_t i = 0; i < params.size(); ++i) Tensor(params[i].data()).copy_(master_copy[i]), round_to_bf16_(params[i].data());
     const train::Batch& b = plan[static_cast<size_t>(step - 1) % plan.size()];
     train::BatchTensors t = train::to_tensors(b);
-    Variable loss, logits;
-    if (keep_grads && step == steps) {  // the last step through the unfused loss, to read d loss / d logits
-      logits = model.forward(t.src, t.tgt_in);  // (B, T, V)
+    const bool last = keep_grads && step == steps;
+    Variable logits;
+    auto forward = [&] {
+      if (!last) return train::batch_loss(model, t, 0.0);
+      logits = model.forward(t.src, t.tgt_in);  // (B, T, V): the last step through the unfused loss, to read d loss / d logits
       logits.retain_grad();
-      loss = cross_entropy(reshape(logits, {-1, logits.size(2)}), t.labels, train::Vocab::kPad, 0.0);
-    } else {
-      loss = train::batch_loss(model, t, 0.0);
-    }
-    adam.zero_grad();
-    loss.backward();
-    if (keep_grads && step == steps) {
+      return cross_entropy(reshape(logits, {-1, logits.size(2)}), t.labels, train::Vocab::kPad, 0.0);
+    };
+    train::StepHooks hooks;
+    hooks.observe = [&](double, double) {
+      if (!last) return;
       arm.logit_grad = logits.grad().clone();
       for (const auto& [n, p] : named) arm.param_grads.push_back({n, p.grad().clone()});
-    }
-    arm.losses.push_back(loss.item());
-    if (master)
-      for (size_t i = 0; i < params.size(); ++i) Tensor(params[i].data()).copy_(master_copy[i]);  // Adam updates the float32 copy
-    std::vector<Tensor> before;
-    for (const auto& p : params) before.push_back(p.data().clone());
-    optim::scheduled_update(adam, params, 1.0, o.lr, step - 1, o.warmup);
-    const bool counted = step > steps / 2;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      double moved = 0, lost = 0, du = 0, w = 0;
-      for (const auto& piece : groups[g].pieces) {
-        const float* a = before[piece.param].data<float>();
-        float* p = params[piece.param].data().data<float>();
-        for (int64_t e = piece.begin; e < piece.end; ++e) {
-          const float intended = p[e];                         // Adam's float32 result
-          const float stored = master ? intended : bf16_value(intended);
-          if (intended != a[e]) moved += 1, lost += stored == a[e];
-          du += (static_cast<double>(intended) - a[e]) * (static_cast<double>(intended) - a[e]), w += static_cast<double>(a[e]) * a[e];
-          p[e] = stored;
-        }
-      }
-      if (counted) {
-        GroupStats& s = arm.groups[g];
-        s.moved += moved, s.lost += lost, s.steps += 1;
-        s.ratio_sum += w > 0 ? std::sqrt(du / w) : 0.0;
-      }
-    }
+    };
+    hooks.accept = [](double, double) { return true; };  // as the arms are compared: every step updates
+    hooks.update = [&](double lr, double) {  // Adam on the float32 copy (master) or the stored weights, then the stored rounding
+      if (master)
+        for (size_t i = 0; i < params.size(); ++i) Tensor(params[i].data()).copy_(master_copy[i]);
+      std::vector<Tensor> before;
+      for (const auto& p : params) before.push_back(p.data().clone());
+      adam.set_lr(lr);
+      adam.step();
+      store_update(arm, groups, params, before, master, step > steps / 2);
+    };
+    arm.losses.push_back(train::train_step(adam, params, forward, 1.0, optim::warmup_inverse_sqrt(o.lr, step - 1, o.warmup), hooks).loss);
     if (master)
       for (size_t i = 0; i < params.size(); ++i) master_copy[i].copy_(params[i].data());
   }
