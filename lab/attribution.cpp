@@ -14,7 +14,7 @@
 //    and three attribution methods over the source tokens: |gradient x input|, leave-one-out
 //    (the output distribution's total variation distance when the token is blanked out: masked
 //    out of attention, every other token at its own position) and |integrated gradients|
-//    (lab/attribution_maps.h); Spearman's rank correlation of every pair (the claims) and Kendall's
+//    (train/inspect/attribution.h); Spearman's rank correlation of every pair (the claims) and Kendall's
 //    tau (Jain and Wallace's statistic, reported beside it), averaged over the output tokens of a
 //    sentence and then over sentences: one number per seed.
 // 2. Counterfactuals (Jain and Wallace's section 4.2; Wiegreffe and Pinter's uniform baseline):
@@ -34,7 +34,6 @@
 #include <numeric>
 
 #include "autograd/grad_mode.h"
-#include "lab/attribution_maps.h"
 #include "lab/common.h"
 #include "lab/labs.h"
 #include "lab/real_data.h"
@@ -43,9 +42,23 @@
 #include "tensor/check.h"
 #include "tensor/kernels/random.h"
 #include "train/decode/decode.h"
+#include "train/inspect/attribution.h"
 
 namespace gf::lab {
 namespace {
+
+using train::inspect::abs_map;
+using train::inspect::attention_rollout;
+using train::inspect::attribution_maps;
+using train::inspect::AttributionMaps;
+using train::inspect::head_mean;
+using train::inspect::integrated_gradients;
+using train::inspect::IntegratedGradients;
+using train::inspect::leave_one_out;
+using train::inspect::Map;
+using train::inspect::output_distributions;
+using train::inspect::source_embeddings;
+using train::inspect::total_variation;
 
 // The maps compared: attention and the three attribution methods.
 enum MapId { kAtt = 0, kGxi = 1, kLoo = 2, kIg = 3, kMaps = 4 };

@@ -1,7 +1,6 @@
-// The pieces behind the labs on a trained translator (lab/attribution.cpp, lab/exposure.cpp) and
-// `gradflow attention --grad`: gradient-times-input against a finite-difference estimate, the
-// teacher-forced forward from given embeddings against the model's own, blank-out against a
-// direct computation, attention rollout's rows, the model cache, and the SVG panel.
+// The labs on a trained translator (attribution, exposure) and `gradflow attention --grad`: Kendall's
+// tau, the model cache, the SVG panel, and tiny runs of both labs. The maps they read
+// (train/inspect/) are tested in tests/test_inspect.cpp.
 #include <doctest/doctest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -14,7 +13,6 @@
 #include <sstream>
 
 #include "app/commands.h"
-#include "lab/attribution_maps.h"
 #include "lab/labs.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
@@ -31,121 +29,6 @@ using namespace gf;
 using namespace gf::testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-// A float64 tiny translator in eval mode (vocabularies of 7 and 9: ids 4.. are words).
-std::unique_ptr<nn::Seq2SeqTransformer> tiny_model(uint64_t seed = 5) {
-  auto m = std::make_unique<nn::Seq2SeqTransformer>(tiny_options(2), seed);
-  m->to(DType::Float64);
-  m->eval();
-  return m;
-}
-
-const std::vector<int64_t> kSrc = {4, 6, 5, 4, 6};  // (S = 5)
-const std::vector<int64_t> kOut = {7, 5, 8, 3};      // (T = 4), ends with <eos>
-
-}  // namespace
-
-TEST_CASE("gradient x input matches a central difference of log p when one source embedding is scaled") {
-  auto model = tiny_model();
-  const lab::AttributionMaps m = lab::attribution_maps(*model, kSrc, kOut);
-  const Tensor x = lab::source_embeddings(*model, kSrc);  // (S, D)
-  const double h = 1e-5;
-  double worst = 0, largest = 0;
-  for (size_t s = 0; s < kSrc.size(); ++s) {
-    Tensor up = x.clone(), down = x.clone();  // (S, D)
-    for (int64_t d = 0; d < x.size(1); ++d) {
-      up.flat_set(static_cast<int64_t>(s) * x.size(1) + d, x.flat_get(static_cast<int64_t>(s) * x.size(1) + d) * (1 + h));
-      down.flat_set(static_cast<int64_t>(s) * x.size(1) + d, x.flat_get(static_cast<int64_t>(s) * x.size(1) + d) * (1 - h));
-    }
-    const auto lp_up = lab::output_log_probs(*model, up, kOut), lp_down = lab::output_log_probs(*model, down, kOut);
-    for (size_t t = 0; t < kOut.size(); ++t) {
-      // d/deps log p(y_t | x_s (1 + eps)) at eps = 0 is g_ts . x_s
-      const double fd = (lp_up[t] - lp_down[t]) / (2 * h);
-      worst = std::max(worst, std::abs(fd - m.grad_dot[t][s]));
-      largest = std::max(largest, std::abs(fd));
-    }
-  }
-  INFO("worst difference " << worst << ", largest |g.x| " << largest);
-  CHECK(largest > 1e-3);  // the check compares something
-  CHECK(worst < 1e-7 * std::max(1.0, largest));
-}
-
-TEST_CASE("the forward from given embeddings is the model's own: log p and cross-attention agree") {
-  auto model = tiny_model();
-  const lab::AttributionMaps m = lab::attribution_maps(*model, kSrc, kOut);
-  const int64_t S = static_cast<int64_t>(kSrc.size()), T = static_cast<int64_t>(kOut.size());
-  std::vector<int64_t> in{train::Vocab::kBos};
-  in.insert(in.end(), kOut.begin(), kOut.end() - 1);
-  nn::DecoderOutput d = model->forward_with_attention(Tensor::from_vector(kSrc, {1, S}), Tensor::from_vector(in, {1, T}));
-  const Tensor logits = d.output.data().contiguous();  // (1, T, V)
-  const int64_t V = logits.size(2);
-  for (int64_t t = 0; t < T; ++t) {
-    double mx = -INFINITY, z = 0;
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, logits.flat_get(t * V + v));
-    for (int64_t v = 0; v < V; ++v) z += std::exp(logits.flat_get(t * V + v) - mx);
-    CHECK(m.log_probs[t] == doctest::Approx(logits.flat_get(t * V + kOut[t]) - mx - std::log(z)).epsilon(1e-12));
-    CHECK(lab::output_log_probs(*model, lab::source_embeddings(*model, kSrc), kOut)[t] == doctest::Approx(m.log_probs[t]).epsilon(1e-12));
-  }
-  REQUIRE(m.cross.size() == d.cross_weights.size());
-  const int64_t H = d.cross_weights[0].size(1);
-  for (size_t l = 0; l < m.cross.size(); ++l)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t s = 0; s < S; ++s) CHECK(m.cross[l][h][t][s] == doctest::Approx(d.cross_weights[l].data().at({0, h, t, s})).epsilon(1e-12));
-  // The recorders saw each self-attention: encoder (S, S) and decoder (T, T), rows summing to 1.
-  REQUIRE(m.enc_self.size() == 2);
-  REQUIRE(m.dec_self.size() == 2);
-  CHECK(m.enc_self[1][0].size() == static_cast<size_t>(S));
-  CHECK(m.dec_self[0][1].size() == static_cast<size_t>(T));
-  double row = 0;
-  for (double v : m.dec_self[0][1][2]) row += v;
-  CHECK(row == doctest::Approx(1.0));
-  CHECK(m.dec_self[0][1][0][1] == 0.0);  // causal: position 0 does not see position 1
-  // The observers are removed afterwards.
-  CHECK_FALSE(static_cast<bool>((*model->transformer->encoder->layers)[0].self_attn->weights_observer));
-}
-
-TEST_CASE("blank-out is the drop of log p when one source embedding is zeroed") {
-  auto model = tiny_model();
-  const lab::Map b = lab::blank_out(*model, kSrc, kOut);
-  const Tensor x = lab::source_embeddings(*model, kSrc);
-  const auto full = lab::output_log_probs(*model, x, kOut);
-  Tensor z = x.clone();
-  z.select(0, 2).fill_(0.0);
-  const auto blanked = lab::output_log_probs(*model, z, kOut);
-  double moved = 0;
-  for (size_t t = 0; t < kOut.size(); ++t) {
-    CHECK(b[t][2] == doctest::Approx(full[t] - blanked[t]).epsilon(1e-12));
-    moved += std::abs(b[t][2]);
-  }
-  CHECK(moved > 1e-6);
-}
-
-TEST_CASE("leave-one-out blanks a token out with every other position kept") {
-  auto model = tiny_model();
-  const lab::Map loo = lab::leave_one_out(*model, kSrc, kOut);  // (T, S)
-  const Tensor x = lab::source_embeddings(*model, kSrc);       // (S, D)
-  const int64_t S = x.size(0), D = x.size(1);
-  const lab::Map full = lab::output_distributions(*model, x.reshape({1, S, D}), kOut).at(0);  // (T, V)
-  // Without its last token: the sentence one shorter (no token moves). Blanking the last token out
-  // must give exactly that.
-  const lab::Map shorter = lab::output_distributions(*model, x.narrow(0, 0, S - 1).contiguous().reshape({1, S - 1, D}), kOut).at(0);
-  // Without its first token, every later token moved up one position: not what blanking it out does.
-  const lab::Map shifted = lab::output_distributions(*model, x.narrow(0, 1, S - 1).contiguous().reshape({1, S - 1, D}), kOut).at(0);
-  double moved = 0, differs = 0;
-  for (size_t t = 0; t < kOut.size(); ++t) {
-    CHECK(loo[t][S - 1] == doctest::Approx(lab::total_variation(full[t], shorter[t])).epsilon(1e-9));
-    differs += std::abs(loo[t][0] - lab::total_variation(full[t], shifted[t]));
-    for (double v : loo[t]) {
-      moved += v;
-      CHECK((v >= 0 && v <= 1));
-    }
-  }
-  CHECK(moved > 1e-6);   // a token's absence moves the output
-  CHECK(differs > 1e-6);  // and deleting (shifting) is another measure
-}
-
 TEST_CASE("kendall_tau: tau-b by hand, with and without ties") {
   // (1,2,3) against (1,3,2): pairs (0,1) and (0,2) concordant, (1,2) discordant: (2 - 1) / 3.
   CHECK(lab::kendall_tau({1, 2, 3}, {1, 3, 2}) == doctest::Approx(1.0 / 3.0).epsilon(1e-15));
@@ -153,45 +36,6 @@ TEST_CASE("kendall_tau: tau-b by hand, with and without ties") {
   CHECK(lab::kendall_tau({1, 1, 2}, {1, 2, 3}) == doctest::Approx(2.0 / std::sqrt(6.0)).epsilon(1e-15));
   CHECK(lab::kendall_tau({3, 2, 1}, {1, 2, 3}) == doctest::Approx(-1.0));
   CHECK(std::isnan(lab::kendall_tau({1, 1, 1}, {1, 2, 3})));  // a constant side ranks nothing
-}
-
-TEST_CASE("attention rollout: a hand-worked case, and rows that sum to 1 on a model's maps") {
-  // One encoder layer that swaps two tokens, one decoder position that attends to source 0 only.
-  const lab::Map swap = {{0, 1}, {1, 0}};
-  const lab::Rollout r = lab::attention_rollout({swap}, {{{1}}}, {{{1, 0}}});
-  // Encoder: 0.5 swap + 0.5 I = all 0.5; the decoder takes half from the source: [0.25, 0.25].
-  CHECK(r.encoder[0][0] == doctest::Approx(0.5));
-  CHECK(r.source_share[0] == doctest::Approx(0.5));
-  CHECK(r.source[0][0] == doctest::Approx(0.5));
-  CHECK(r.source[0][1] == doctest::Approx(0.5));
-  // Two encoder layers of identity attention keep the source token itself: rollout = cross-attention.
-  const lab::Map id = {{1, 0}, {0, 1}};
-  const lab::Rollout r2 = lab::attention_rollout({id, id}, {{{1}}, {{1}}}, {{{0.2, 0.8}}, {{0.2, 0.8}}});
-  CHECK(r2.source[0][1] == doctest::Approx(0.8));
-  CHECK(r2.source_share[0] == doctest::Approx(0.75));  // 0.5 + 0.25 from the two cross-attention steps
-
-  auto model = tiny_model();
-  const lab::AttributionMaps m = lab::attribution_maps(*model, kSrc, kOut);
-  std::vector<lab::Map> enc, dec, cross;
-  for (const auto& l : m.enc_self) enc.push_back(lab::head_mean(l));
-  for (const auto& l : m.dec_self) dec.push_back(lab::head_mean(l));
-  for (const auto& l : m.cross) cross.push_back(lab::head_mean(l));
-  const lab::Rollout rm = lab::attention_rollout(enc, dec, cross);
-  REQUIRE(rm.source.size() == kOut.size());
-  for (size_t t = 0; t < rm.source.size(); ++t) {
-    double sum = 0, lowest = 1;
-    for (double v : rm.source[t]) sum += v, lowest = std::min(lowest, v);
-    CHECK(lowest >= 0);
-    CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
-    CHECK(rm.source_share[t] > 0);
-    CHECK(rm.source_share[t] < 1);
-  }
-  CHECK(error_of([&] { lab::attention_rollout(enc, dec, {cross[0]}); }).find("decoder") != std::string::npos);
-}
-
-TEST_CASE("attribution_maps rejects an output without <eos>") {
-  auto model = tiny_model();
-  GF_CHECK_CONTAINS(error_of([&] { lab::attribution_maps(*model, kSrc, {7, 5}); }), "<eos>");
 }
 
 TEST_CASE("a model trained for a lab is cached and loaded back with the same weights and test pairs") {
