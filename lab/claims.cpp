@@ -217,43 +217,6 @@ std::vector<ClaimSpec> table() {
       {"entropy", "reparam_init", ClaimKind::Check,
        "σReparam starts from the function it replaces (γ initialised to σ(W)): largest |logit difference| at initialisation", Compare::Below, 1e-3,
        "the weights are scaled by γ / σ(W) = 1 up to the last power-iteration step and float32 rounding (logits of order 1-10)", false},
-      // ---- attribution
-      {"attribution", "attention_agrees", ClaimKind::Paper,
-       "the last decoder layer's cross-attention (head mean) ranks the source tokens somewhat as the attribution methods do: its mean Spearman rho with "
-       "gradient x input, leave-one-out and integrated gradients, per output token, averaged over sentences",
-       Compare::Above, 0.2,
-       "Jain and Wallace 2019, section 4.1 (attention correlates with importance measures, weakly); a map unrelated to the input scores 0 (s.e. about "
-       "0.015 over 60 sentences), so 0.2 is a clear positive agreement; a constant map (ranks nothing) scores 0",
-       true, -1.0, 1.0},
-      {"attribution", "methods_agree_gxi", ClaimKind::Paper,
-       "gradient x input agrees with the other attribution methods (leave-one-out, integrated gradients; mean Spearman rho) more than with attention: "
-       "the difference",
-       Compare::Above, 0.0,
-       "Jain and Wallace 2019, section 4.1 (gradient and leave-one-out measures agree with each other more than with attention); the paper claims a "
-       "direction, the interval across seeds is the margin",
-       false, -2.0, 2.0},
-      {"attribution", "methods_agree_loo", ClaimKind::Paper,
-       "leave-one-out agrees with the other attribution methods (gradient x input, integrated gradients) more than with attention: the difference",
-       Compare::Above, 0.0, "as methods_agree_gxi", false, -2.0, 2.0},
-      {"attribution", "methods_agree_ig", ClaimKind::Paper,
-       "integrated gradients agree with the other attribution methods (gradient x input, leave-one-out) more than with attention: the difference",
-       Compare::Above, 0.0, "as methods_agree_gxi", false, -2.0, 2.0},
-      {"attribution", "permuted_changes_output", ClaimKind::Paper,
-       "a translator's output depends on its specific attention: with every cross-attention row permuted over the source, the next-token distribution "
-       "moves by this total variation distance (mean over output tokens, median over permutations, mean over sentences)",
-       Compare::Above, 0.25,
-       "Jain and Wallace 2019, section 4.2 (the permutation counterfactual; they found little change for classifiers and left sequence-to-sequence "
-       "models out); Wiegreffe and Pinter 2019 (attention matters where the task needs it). 0.25: a quarter of the probability mass moves",
-       true, 0.0, 1.0},
-      {"attribution", "uniform_changes_output", ClaimKind::Paper,
-       "with every cross-attention row made uniform over the source, the next-token distribution moves by this total variation distance (mean over "
-       "output tokens and sentences)",
-       Compare::Above, 0.25, "Wiegreffe and Pinter 2019, section 3.1 (the uniform-attention baseline); the same 0.25 as permuted_changes_output", true, 0.0, 1.0},
-      {"attribution", "ig_complete", ClaimKind::Check,
-       "integrated gradients add up (completeness): |sum over source tokens of IG - (log p(y_t | x) - log p(y_t | 0))|, relative to the mean "
-       "|log p(y_t | x) - log p(y_t | 0)|, over every output token of the first model",
-       Compare::Below, 0.05,
-       "Sundararajan et al. 2017, axiom of completeness; exact in the limit of the path integral, here 32 midpoint steps", false},
       // ---- exposure
       {"exposure", "gap_grows", ClaimKind::Paper,
        "free-running accuracy falls behind teacher-forced accuracy later in the sequence: the gap pooled over the later half of the positions minus that "
@@ -568,15 +531,6 @@ std::vector<Effect> effects() {
       {"entropy", "worse_loss", 0.25, 0.655, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
       {"entropy", "reparam_entropy", 0.1, 0.124, 5, "half the threshold's distance from no gap (0)"},
       {"entropy", "reparam_loss", 0.25, 0.487, 5, "half the threshold's distance from equal losses (a ratio of 1), as worse_loss"},
-      // ---- attribution (pilot: docs/labs/attribution.md's output, 3 seeds)
-      {"attribution", "attention_agrees", 0.1, 0.0186, 3, "half the threshold's distance from no agreement (rho 0)"},
-      {"attribution", "methods_agree_gxi", 0.05, 0.0224, 3,
-       "0.05 of Spearman's rho, a fortieth of its range: the threshold is the sign (0), and a smaller difference in agreement ranks no "
-       "method above another for a reader"},
-      {"attribution", "methods_agree_loo", 0.05, 0.021, 3, "as methods_agree_gxi"},
-      {"attribution", "methods_agree_ig", 0.05, 0.00955, 3, "as methods_agree_gxi"},
-      {"attribution", "permuted_changes_output", 0.125, 0.0103, 3, "half the threshold's distance from no change (0)"},
-      {"attribution", "uniform_changes_output", 0.125, 0.016, 3, "half the threshold's distance from no change (0)"},
       // ---- exposure (pilot: docs/labs/exposure.md's output at the dose-response defaults, 3 seeds)
       {"exposure", "gap_grows", 0.025, 0.0161, 3, "half the threshold's distance from no growth (0)"},
       {"exposure", "derails", 0.025, 0.0497, 3, "half the threshold's distance from no amplification (0)"},

@@ -44,20 +44,16 @@ TEST_CASE("a model trained for a lab is cached and loaded back with the same wei
   const lab::Lab& attribution = lab::find_lab("attribution");
   std::map<std::string, std::string> settings{{"out", (cache / "out").string()}, {"seeds", "1"}, {"seed", "1"}};
   for (const auto& o : attribution.options) settings[o.name] = o.default_value.empty() && o.kind == lab::Option::Switch ? "0" : o.default_value;
-  settings["cache"] = cache.string();
-  settings["corpus"] = "300";
-  settings["d-model"] = "16";
-  settings["heads"] = "2";
-  settings["layers"] = "1";
-  settings["train-steps"] = "3";
-  settings["warmup"] = "2";
   std::FILE* sink = std::tmpfile();
-  lab::Report r(attribution, settings, sink);
-  lab::TrainedModel a = lab::trained_model(r, 0);
+  lab::Report r(attribution, settings, sink);  // where the model says where it came from
+  lab::TrainedModelSettings s;
+  s.cache = cache.string(), s.corpus = 300, s.d_model = 16, s.heads = 2, s.layers = 1, s.train_steps = 3, s.warmup = 2;
+  lab::TrainedModel a = lab::trained_model(s, nullptr, 1, r);
   CHECK(a.steps == 3);
   CHECK(a.train_seconds > 0);
-  REQUIRE(fs::exists(cache / lab::cache_key(r, 0) / "config.json"));
-  lab::TrainedModel b = lab::trained_model(r, 0);  // from the cache
+  REQUIRE(fs::exists(cache / lab::cache_key(s, 1) / "config.json"));
+  CHECK(lab::cache_key(s, 1) == "ko-n300-d16-h2-l1-s3-lr0.002-w2-c1-seed1");  // the key the cache has always used
+  lab::TrainedModel b = lab::trained_model(s, nullptr, 1, r);  // from the cache
   CHECK(b.train_seconds == 0);
   CHECK(b.losses == a.losses);
   REQUIRE(b.test.size() == a.test.size());
@@ -65,7 +61,7 @@ TEST_CASE("a model trained for a lab is cached and loaded back with the same wei
   CHECK(b.test[0].tgt == a.test[0].tgt);
   const auto wa = a.model->state_dict(), wb = b.model->state_dict();
   for (const auto& [name, t] : wa) CHECK(max_abs_diff(t, wb.at(name)) == 0.0);
-  CHECK(lab::cache_key(r, 0) != lab::cache_key(r, 1));  // each seed its own model
+  CHECK(lab::cache_key(s, 1) != lab::cache_key(s, 2));  // each seed its own model
   std::fclose(sink);
 }
 
@@ -115,13 +111,21 @@ nlohmann::json run_tiny_lab(const std::string& name, const fs::path& out, std::v
   return nlohmann::json::parse(train::read_file_bytes(out / (name + ".json"), "test"));
 }
 
+// A run's measurement in a lab's JSON (lab/runner.h writes every run into "runs").
+const nlohmann::json& measured(const nlohmann::json& j, uint64_t seed, double level = 0) {
+  for (const auto& run : j.at("data").at("runs"))
+    if (run.at("seed").get<uint64_t>() == seed && run.at("level").get<double>() == level) return run.at("measured");
+  FAIL("no run of seed " << seed << " at level " << level);
+  throw std::logic_error("unreachable");
+}
+
 }  // namespace
 
 TEST_CASE("the attribution lab runs end to end on a tiny model: one number per sentence and pair of maps") {
   const test::TempDir out_tmp("gradflow_test_lab_trained_attribution_lab");
   const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "4", "--permutations", "2"});
-  const auto& seed = j.at("data").at("seeds").at("1");
+  const auto& seed = measured(j, 1);
   for (const char* pair : {"att-gxi", "att-loo", "att-ig", "gxi-loo", "gxi-ig", "loo-ig"}) {
     CAPTURE(pair);
     REQUIRE(seed.at("per_sentence_spearman").at(pair).size() == 10);
@@ -138,7 +142,7 @@ TEST_CASE("the attribution lab's control: uniform cross-attention agrees with no
   const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "2", "--permutations", "2", "--control"});
   CHECK(j.at("control") == true);
-  const auto& seed = j.at("data").at("seeds").at("1");
+  const auto& seed = measured(j, 1);
   for (const char* pair : {"att-gxi", "att-loo", "att-ig"})
     for (const auto& rho : seed.at("per_sentence_spearman").at(pair)) CHECK(rho.get<double>() == 0.0);
   for (const char* cf : {"per_sentence_permuted_tv", "per_sentence_uniform_tv"})
@@ -207,4 +211,16 @@ TEST_CASE("the exposure lab refuses --ss-rates that are fewer than 4, not increa
   GF_CHECK_CONTAINS(error_with("0,0.5,1"), "--ss-rates needs 4 or more levels");
   GF_CHECK_CONTAINS(error_with("0,0.5,0.25,1"), "--ss-rates must increase");
   GF_CHECK_CONTAINS(error_with("0.25,0.5,1,2"), "--ss-rates must start at 0");
+}
+
+TEST_CASE("the attribution lab refuses --model: its claims need one model per seed") {
+  const lab::Lab& l = lab::find_lab("attribution");
+  const test::TempDir out("gradflow_test_lab_trained_attribution_model");
+  std::map<std::string, std::string> all{{"out", out.file("out")}, {"seeds", "2"}, {"seed", "1"}};
+  for (const auto& o : l.options) all[o.name] = o.default_value.empty() && o.kind == lab::Option::Switch ? "0" : o.default_value;
+  all["model"] = out.file("run");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
+  REQUIRE(sink != nullptr);
+  lab::Report report(l, all, sink.get());
+  GF_CHECK_CONTAINS(error_of([&] { l.run(report); }), "lab attribution: --model is not supported");  // before any model is loaded or trained
 }
