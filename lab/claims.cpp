@@ -217,37 +217,6 @@ std::vector<ClaimSpec> table() {
       {"entropy", "reparam_init", ClaimKind::Check,
        "σReparam starts from the function it replaces (γ initialised to σ(W)): largest |logit difference| at initialisation", Compare::Below, 1e-3,
        "the weights are scaled by γ / σ(W) = 1 up to the last power-iteration step and float32 rounding (logits of order 1-10)", false},
-      // ---- exposure
-      {"exposure", "gap_grows", ClaimKind::Paper,
-       "free-running accuracy falls behind teacher-forced accuracy later in the sequence: the gap pooled over the later half of the positions minus that "
-       "over the earlier half, teacher-forced model trained to convergence",
-       Compare::Above, 0.05,
-       "Bengio et al. 2015, section 1 (errors accumulate along the sequence); 0.05 is the threshold the lab used before intervals, kept", false},
-      {"exposure", "derails", ClaimKind::Paper,
-       "a wrong token fed back is amplified: error rate in the 3 steps after a forced wrong token minus that of decoding from the true prefix, "
-       "teacher-forced model",
-       Compare::Above, 0.05,
-       "Bengio et al. 2015, section 1 (a mistake fed back puts the model where training never showed it); 0.05 is the absolute margin the lab used "
-       "before intervals, kept",
-       true},
-      {"exposure", "ss_gap_trend", ClaimKind::Paper,
-       "scheduled sampling narrows the late-position gap, the more the faster its schedule: the least-squares slope of the late-half gap (as in "
-       "gap_grows' later half) on the schedule's speed 100/k over --ss-rates (by default 0 = teacher forcing, 0.25, 0.5, 1 = k 400, 200, 100), "
-       "every model trained by the same convergence rule on the seed's data, is below -0.01",
-       Compare::Below, -0.01,
-       "Bengio et al. 2015, sections 2-4 (scheduled sampling closes the gap between training and inference; the decay's speed sets how many "
-       "of its own tokens the model is fed). The paper gives no size: -0.01 (the gap one accuracy point narrower at k 100 than under teacher "
-       "forcing, along the fitted line) is the smallest narrowing this lab cares about, so a placebo's zero trend cannot pass. Written before "
-       "the first run of the trend, knowing the two-arm version's numbers at k 200 (the gap +0.010 to -0.013 narrower)",
-       true},
-      {"exposure", "ss_derailment_trend", ClaimKind::Paper,
-       "scheduled sampling makes the model less derailed by a wrong token, the more the faster its schedule: the least-squares slope of the "
-       "derailment (as in derails) on 100/k over --ss-rates is below -0.02",
-       Compare::Below, -0.02,
-       "Bengio et al. 2015, section 2 (the model learns to deal with its own mistakes). No size in the paper: -0.02 (two points less "
-       "derailment, of about 0.6, at k 100 than under teacher forcing, along the fitted line) is the smallest fall this lab cares about. "
-       "Written before the first run of the trend, knowing the two-arm version's numbers at k 200 (0.034 to 0.070 less)",
-       true},
       // ---- graph
       {"graph", "self_maps_quadratic", Check,
        "standard attention saves its T x T maps for backward: the self-attention weights and masks saved grow quadratically with the target "
@@ -531,11 +500,6 @@ std::vector<Effect> effects() {
       {"entropy", "worse_loss", 0.25, 0.655, 5, "half the threshold's distance from equal losses (a ratio of 1): 1.75x"},
       {"entropy", "reparam_entropy", 0.1, 0.124, 5, "half the threshold's distance from no gap (0)"},
       {"entropy", "reparam_loss", 0.25, 0.487, 5, "half the threshold's distance from equal losses (a ratio of 1), as worse_loss"},
-      // ---- exposure (pilot: docs/labs/exposure.md's output at the dose-response defaults, 3 seeds)
-      {"exposure", "gap_grows", 0.025, 0.0161, 3, "half the threshold's distance from no growth (0)"},
-      {"exposure", "derails", 0.025, 0.0497, 3, "half the threshold's distance from no amplification (0)"},
-      {"exposure", "ss_gap_trend", 0.005, 0.0201, 3, "half the threshold's distance from no trend (0)"},
-      {"exposure", "ss_derailment_trend", 0.01, 0.0108, 3, "half the threshold's distance from no trend (0)"},
       // ---- kvcache (pilot: docs/labs/kvcache.md's output, 5 seeds)
       {"kvcache", "exponent_gap", 0.25, 0.0258, 5, "half the way from the threshold (0.5) to the paper's gap of one power of t"},
       {"kvcache", "speedup_longest", 4.5, 14.4, 5, "half the threshold's distance from no speed-up (a ratio of 1)"},

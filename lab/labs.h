@@ -11,7 +11,6 @@ Lab nan_lab();          // lab/nan.cpp: a fully masked row
 Lab scale_lab();        // lab/scale.cpp: why 1/sqrt(d_k)
 Lab depth_lab();        // lab/depth.cpp: amplification and rank collapse
 Lab entropy_lab();      // lab/entropy.cpp: attention entropy collapse
-Lab exposure_lab();     // lab/exposure.cpp: exposure bias
 Lab graph_lab();        // lab/graph.cpp: the autograd graph of a decoder layer
 Lab kvcache_lab();      // lab/kvcache.cpp: cached = recomputed decoding, its cost and its bytes
 Lab gqa_lab();          // lab/gqa.cpp: grouped-query attention (Ainslie et al. 2023)

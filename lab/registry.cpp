@@ -21,7 +21,6 @@ const std::vector<Lab>& labs() {
       scale_lab(),
       depth_lab(),
       entropy_lab(),
-      exposure_lab(),
       graph_lab(),
       kvcache_lab(),
       gqa_lab(),

@@ -160,6 +160,7 @@ class Runner {
         r_.no_placebo(c.spec.id, "one condition's statistic against a threshold, no contrast between conditions");
         continue;
       }
+      for (int run = 0; run < pools * n * k; ++run) run_of(null, run);  // the whole pool first: SeedView::all() is every run of it
       Placebo p{c.spec.id, fmt::format("{} in each of the {} conditions it reads", e_.info.null_description, k), pools * n * k, n, pools, 0, 0};
       std::vector<double> first;
       for (int rep = 0; rep < pools; ++rep) {

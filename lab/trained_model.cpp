@@ -3,10 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <optional>
 #include <stdexcept>
 
 #include "lab/common.h"
@@ -199,32 +197,6 @@ TrainedModel trained_model(const TrainedModelSettings& s, const RealData* rd, ui
   m.test = std::move(data.test);
   r.say("model " + m.description);
   return m;
-}
-
-std::vector<Option> trained_model_options(int64_t default_steps, const std::map<std::string, std::string>& defaults) {
-  std::vector<Option> options = trained_model_fields().options();
-  std::map<std::string, std::string> d = defaults;
-  d["train-steps"] = std::to_string(default_steps);
-  for (const auto& [name, value] : d) {
-    auto it = std::find_if(options.begin(), options.end(), [&](const Option& o) { return o.name == name; });
-    GF_CHECK_AS(std::logic_error, it != options.end(), "trained_model_options: no option '{}'", name);
-    it->default_value = value;
-  }
-  return options;
-}
-
-TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
-  TrainedModelSettings s;
-  s.model = r.text("model"), s.cache = r.text("cache"), s.retrain = r.on("retrain");
-  s.corpus = r.integer("corpus"), s.d_model = r.integer("d-model"), s.heads = r.integer("heads"), s.layers = r.integer("layers");
-  s.train_steps = r.integer("train-steps"), s.lr = r.real("lr"), s.warmup = r.integer("warmup");
-  std::optional<RealData> real;
-  if (uses_real_data(r)) {
-    s.real.data = r.text("data"), s.real.src = r.text("src"), s.real.tgt = r.text("tgt");
-    s.real.subwords = r.integer("subwords"), s.real.data_train = r.integer("data-train"), s.real.data_max_len = r.integer("data-max-len");
-    if (s.model.empty()) real = real_data(s.real_settings(), r);
-  }
-  return trained_model(s, real ? &*real : nullptr, r.seed(seed_index), r, recipe);
 }
 
 }  // namespace gf::lab

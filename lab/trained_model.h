@@ -3,12 +3,11 @@
 // `gradflow train` (--model DIR, loaded with train::Translator::load), or a small translator trained
 // here with lab/common.h's fit() on the built-in English -> Korean corpus, or, given --data DIR
 // (lab/real_data.h), on that real task (its subword models are copied into the model's folder, so
-// Translator::load reads it as any run). A model trained here is
-// kept as a run folder (config.json, vocab.*.txt, best.safetensors: what Translator::load reads)
-// under --cache, in a folder named by every setting that shapes it, so the second lab (and a
-// re-run) loads it instead of training again; --retrain trains anyway. The key holds the settings,
-// not the code: after a change to the training code (lab::fit, the model), use --retrain.
-#include <map>
+// Translator::load reads it as any run). A model trained here is kept as a run folder (config.json,
+// vocab.*.txt, best.safetensors: what Translator::load reads) under --cache, in a folder named by
+// every setting that shapes it, so the second lab (and a re-run) loads it instead of training
+// again; --retrain trains anyway. The key holds the settings, not the code: after a change to the
+// training code (lab::fit, the model), use --retrain.
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,10 +82,5 @@ TrainedModel trained_model(const TrainedModelSettings& s, const RealData* real, 
 // The cache folder's name for these settings, e.g. "ko-n8000-d64-h4-l2-s600-lr0.002-w100-c1-seed1"
 // (a converged or scheduled-sampling recipe adds its settings).
 std::string cache_key(const TrainedModelSettings& s, uint64_t seed, const Recipe& recipe = {});
-
-// The same from a Report's flags, for a lab not yet declared with lab/experiment.h (exposure): its
-// options (the fields above with its defaults by option name, e.g. {"d-model", "32"}) and models.
-std::vector<Option> trained_model_options(int64_t default_steps, const std::map<std::string, std::string>& defaults = {});
-TrainedModel trained_model(Report& r, int seed_index = 0, const Recipe& recipe = {});
 
 }  // namespace gf::lab

@@ -14,6 +14,7 @@
 
 #include "app/commands.h"
 #include "lab/labs.h"
+#include "lab/runner.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
 #include "nn_test_util.h"
@@ -153,11 +154,10 @@ TEST_CASE("the exposure lab runs end to end on tiny models: every level, every s
   const test::TempDir out_tmp("gradflow_test_lab_trained_exposure_lab");
   const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("exposure", out, {"--min-support", "2", "--valid-every", "2", "--ss-rates", "0,10,25,50"});
-  const auto& data = j.at("data");
   // Teacher forcing, then scheduled sampling at k = 100 / rate: 10, 4, 2.
-  for (const nlohmann::json* level : {&data.at("teacher_forcing"), &data.at("scheduled_sampling").at("k10"), &data.at("scheduled_sampling").at("k4"),
-                                      &data.at("scheduled_sampling").at("k2")}) {
-    const auto& seed = level->at("1");
+  for (double level : {0.0, 10.0, 25.0, 50.0}) {
+    CAPTURE(level);
+    const auto& seed = measured(j, 1, level);
     CHECK(seed.at("positions").at("total").at(0).get<int64_t>() == 10);
     CHECK(seed.at("forced").at("sentences").get<int64_t>() == 10);
     CHECK(seed.at("forced").at("steps").at(0).get<int64_t>() == 10);  // the forced run always has a token after k
@@ -165,6 +165,7 @@ TEST_CASE("the exposure lab runs end to end on tiny models: every level, every s
     CHECK(errors <= seed.at("forced").at("reference_steps").at(0).get<int64_t>());
     CHECK(seed.at("model").at("valid_steps").size() == 2);  // measured at steps 2 and 4
   }
+  CHECK(j.at("data").at("runs").size() == 8);  // 4 levels x 2 seeds
   CHECK(j.at("claims").size() == 4);
   // The dose-response: both statistics at each of the 4 levels for both seeds, one trend per seed.
   REQUIRE(j.at("dose_response").size() == 2);
@@ -190,13 +191,59 @@ TEST_CASE("the exposure lab feeds a token other than the reference's at step k; 
   const fs::path pl = pl_tmp.path;
   const nlohmann::json p = run_tiny_lab("exposure", pl, control);
   CHECK(p.at("control") == true);
-  std::map<std::string, int> splits;
-  for (const auto& c : p.at("placebo").at("claims")) splits[c.at("id").get<std::string>()] = c.at("splits").get<int>();
-  CHECK(splits == std::map<std::string, int>{{"gap_grows", 0}, {"derails", 0}, {"ss_gap_trend", 100}, {"ss_derailment_trend", 100}});
+  // The trends' placebo: one pool of 2 seeds x 4 teacher-forced runs in the levels' places; the two
+  // claims on the teacher-forced arm alone have none.
+  std::map<std::string, std::pair<int, int>> pools;
+  for (const auto& c : p.at("placebo").at("claims")) pools[c.at("id").get<std::string>()] = {c.at("splits").get<int>(), c.at("pool").get<int>()};
+  using Pool = std::pair<int, int>;
+  CHECK(pools == std::map<std::string, Pool>{{"gap_grows", {0, 0}}, {"derails", {0, 0}}, {"ss_gap_trend", {1, 8}}, {"ss_derailment_trend", {1, 8}}});
+}
+
+namespace {
+
+// A toy lab on the runner: two conditions, and a claim whose statistic is how many runs its seed's
+// view counts in SeedView::all() (exposure's positions are computed over all of them).
+struct Toy {
+  uint64_t seed = 0;
+};
+lab::Lab toy_lab() {
+  lab::Experiment<lab::NoContext, lab::NoContext, Toy> e{
+      .info = {.name = "toy", .title = "toy", .reference = "none", .question = "none", .default_seeds = 2, .null = {"a", 0},
+               .null_description = "arm a"},
+      .settings = lab::Fields<lab::NoContext>(std::vector<lab::Field<lab::NoContext>>{}),
+      .arms = [](const lab::NoContext&) { return std::vector<lab::ArmSpec>{{"a", {}}, {"b", {}}}; },
+      .measure = [](const lab::NoContext&, lab::NoContext&, const lab::RunKey& k) { return Toy{k.seed}; },
+      .claims = [](const lab::NoContext&) {
+        return std::vector<lab::ClaimDef<Toy>>{{.spec = {.id = "runs_seen", .kind = lab::ClaimKind::Paper, .statement = "runs seen",
+                                                         .side = lab::Compare::Above, .threshold = 0, .source = "a test", .control_targets = false},
+                                                .per_seed = [](const lab::SeedView<Toy>& v) {
+                                                  return v("a").seed + v("b").seed > 0 ? static_cast<double>(v.all().size()) : 0.0;
+                                                }}};
+      }};
+  return lab::make_lab(std::move(e));
+}
+
+}  // namespace
+
+TEST_CASE("the runner's placebo measures its whole pool first: every placebo seed's SeedView::all() is every run of the pool") {
+  const lab::Lab l = toy_lab();
+  const test::TempDir out("gradflow_test_lab_trained_toy");
+  for (bool placebo : {false, true}) {
+    CAPTURE(placebo);
+    std::map<std::string, std::string> all{{"out", out.file(placebo ? "placebo" : "lab")}, {"seeds", "2"}, {"seed", "1"}};
+    if (placebo) all["control"] = "1";
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
+    REQUIRE(sink != nullptr);
+    lab::Report report(l, all, sink.get());
+    l.run(report);
+    REQUIRE(report.claims().size() == 1);
+    // The lab: 2 arms x 2 seeds. The placebo: 2 seeds x 2 conditions, each a run of arm a on a seed of its own.
+    CHECK(report.claims()[0].values == std::vector<double>{4, 4});
+  }
 }
 
 TEST_CASE("the exposure lab refuses --ss-rates that are fewer than 4, not increasing, or do not start at teacher forcing") {
-  const lab::Lab l = lab::exposure_lab();
+  const lab::Lab& l = lab::find_lab("exposure");
   const test::TempDir out("gradflow_test_lab_trained_exposure_rates");
   auto error_with = [&](const std::string& rates) {
     std::map<std::string, std::string> all{{"out", out.file("out")}, {"seeds", "2"}, {"seed", "1"}};
