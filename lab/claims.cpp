@@ -366,37 +366,6 @@ std::vector<ClaimSpec> table() {
        Below, 1e-10,
        "the same quantity computed two ways (the fused linear_cross_entropy and a direct sum); float64 rounding only",
        false},
-      // ---- crossattn
-      {"crossattn", "encoder_gradient_share", Paper,
-       "the encoder's layers get gradient of the same order as the decoder's, all of it through cross-attention: the mean encoder "
-       "layer's gradient norm over the mean decoder layer's, averaged over training",
-       Above, 0.1,
-       "Vaswani et al. 2017, Section 3.2.3: every decoder layer's cross-attention reads the encoder's output, so the loss's gradient "
-       "reaches the encoder through all of them and the two stacks train as one network; 0.1 is an order of magnitude below parity",
-       true},
-      {"crossattn", "encoder_learns", Paper,
-       "what the encoder learns carries the translation: the trained model's held-out teacher-forced token accuracy minus that of the "
-       "same model with its encoder and source embedding put back to their initial weights",
-       Above, 0.2,
-       "the decoder is trained on the representations the encoder learns; put back to its start, the encoder gives the decoder "
-       "representations it never saw. 0.2: a fifth of all tokens",
-       true, -1.0, 1.0},
-      {"crossattn", "translates", Paper,
-       "the trained model translates held-out sentences: its free-running greedy token accuracy",
-       Above, 0.5,
-       "a model that ignores the source guesses a symbol about 1 time in 10 (the default alphabet); 0.5 is far above that and below a model that has learnt the task",
-       false, 0.0, 1.0},
-      {"crossattn", "memory_paths_sum", Check,
-       "d loss / d memory is the sum of what each decoder layer's cross-attention sends back (each layer reading its own copy of the "
-       "memory): the relative difference, float64, at initialisation",
-       Below, 1e-10,
-       "the memory feeds the decoder only through cross-attention: the chain rule sums those paths exactly, up to float64 rounding",
-       false},
-      {"crossattn", "detached_encoder_zero", Check,
-       "with the memory detached (encoder_gradient = false) no encoder parameter gets any gradient: the largest one's norm, float64",
-       Below, 1e-300,
-       "detach() cuts the only path from the loss to the encoder, so backward never reaches it (its gradients stay undefined, read as 0)",
-       false},
       // ---- precision
       {"precision", "updates_round_away", Paper,
        "with the weights stored in bfloat16 (no float32 master copy), a share above 0.25 of the nonzero Adam updates of the second half of "
@@ -511,10 +480,6 @@ std::vector<Effect> effects() {
       {"smoothing", "ece_lower", 0.005, 0.0262, 5, "half the threshold's distance from no change in ECE (0)"},
       {"smoothing", "logit_gap_trend", 0.5, 0.0983, 5, "half the threshold's distance from no trend (0): the law's -1.97 lies further still"},
       {"smoothing", "tighter_clusters", 0.025, 0.0512, 5, "half the threshold's distance from no change (a ratio of 1)"},
-      // ---- crossattn (pilot: docs/labs/crossattn.md's output, 5 seeds)
-      {"crossattn", "encoder_gradient_share", 0.05, 0.0352, 5, "half the threshold's distance from no gradient (0)"},
-      {"crossattn", "encoder_learns", 0.1, 0.0476, 5, "half the threshold's distance from no difference (0)"},
-      {"crossattn", "translates", 0.2, 0.0239, 5, "half the threshold's distance from chance (about 0.1): a token accuracy of 0.7"},
       // ---- precision (pilot: docs/labs/precision.md's output, 5 seeds)
       {"precision", "updates_round_away", 0.125, 0.00515, 5, "half the threshold's distance from no update lost (0)"},
       {"precision", "stall_follows_ratio", 0.25, 0.0577, 5, "half the threshold's distance from no correlation (0)"},

@@ -15,7 +15,6 @@ Lab graph_lab();        // lab/graph.cpp: the autograd graph of a decoder layer
 Lab kvcache_lab();      // lab/kvcache.cpp: cached = recomputed decoding, its cost and its bytes
 Lab gqa_lab();          // lab/gqa.cpp: grouped-query attention (Ainslie et al. 2023)
 Lab smoothing_lab();    // lab/smoothing.cpp: label smoothing and calibration (Müller et al. 2019)
-Lab crossattn_lab();    // lab/crossattn.cpp: cross-attention, the encoder's only gradient path
 Lab precision_lab();    // lab/precision.cpp: what bfloat16 does to gradient flow
 
 }  // namespace gf::lab

@@ -25,7 +25,6 @@ const std::vector<Lab>& labs() {
       kvcache_lab(),
       gqa_lab(),
       smoothing_lab(),
-      crossattn_lab(),
       precision_lab(),
     };
     v.insert(v.begin(), old.begin(), old.end());
