@@ -7,12 +7,12 @@
 #include "app/command_flags.h"
 #include "app/flags.h"
 #include "autograd/grad_mode.h"
-#include "lab/attribution_maps.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "train/plot/svg_plot.h"
 #include "train/eval/translator.h"
 #include "train/data/utf8.h"
+#include "train/inspect/attribution.h"
 
 namespace gf::app {
 namespace {
@@ -22,7 +22,7 @@ namespace {
 Heatmap gradient_panel(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src_ids, std::vector<int64_t> out_ids,
                        const std::vector<std::string>& rows, const std::vector<std::string>& cols) {
   out_ids.push_back(train::Vocab::kEos);
-  const lab::Map g = lab::abs_map(lab::attribution_maps(model, src_ids, out_ids).grad_dot);  // (T, S)
+  const train::inspect::Map g = train::inspect::abs_map(train::inspect::attribution_maps(model, src_ids, out_ids).grad_dot);  // (T, S)
   Heatmap m{"gradient x input |dlog p/dx . x| (rows sum to 1)", {}, rows, cols};
   for (const auto& row : g) {
     double sum = 0;
@@ -40,7 +40,7 @@ Flags attention_flags() {
   Flags f("attention",
           "Translates one sentence and draws the cross-attention weights (target rows x source columns) of every decoder\n"
           "layer and head, and their average, as an SVG to open in a browser. With --grad, also the gradient-times-input\n"
-          "attribution of each output token to the source tokens (lab/attribution_maps.h), for comparison.");
+          "attribution of each output token to the source tokens (train/inspect/attribution.h), for comparison.");
   f.add_string("model", "", "run folder or weights file");
   f.add_string("src", "", "the source sentence (whitespace-tokenised, or raw text for a run with --subwords; the axes show its pieces)");
   f.add_string("out", "attention.svg", "SVG file to write");

@@ -6,40 +6,17 @@
 
 #include "app/report_page.h"
 #include "autograd/grad_mode.h"
-#include "autograd/ops/arith.h"
-#include "autograd/ops/cross_entropy.h"
-#include "autograd/ops/shape.h"
-#include "lab/common.h"
-#include "nn/masks.h"
 #include "tensor/check.h"
 #include "train/data/utf8.h"
+#include "train/inspect/attribution.h"
+#include "train/inspect/decoder_only.h"
 
 namespace gf::app {
 namespace {
 
-using lab::heads_of;
-using lab::Map;
+namespace inspect = train::inspect;
+using inspect::Map;
 using train::Vocab;
-
-// Every layer's self-attention weights during one forward of the decoder-only model (row 0 of the
-// batch); the observers are removed when it goes out of scope.
-class StackRecorder {
- public:
-  explicit StackRecorder(const nn::DecoderOnlyTransformer& model) : model_(model) {
-    auto& layers = *model.transformer->layers;
-    maps.resize(layers.size());
-    for (size_t l = 0; l < layers.size(); ++l) layers[l].self_attn->weights_observer = [this, l](const Variable& w) { maps[l] = heads_of(w.data()); };
-  }
-  ~StackRecorder() {
-    for (auto& layer : *model_.transformer->layers) layer->self_attn->weights_observer = nullptr;
-  }
-  StackRecorder(const StackRecorder&) = delete;
-  StackRecorder& operator=(const StackRecorder&) = delete;
-  std::vector<std::vector<Map>> maps;  // [layer][head]
-
- private:
-  const nn::DecoderOnlyTransformer& model_;
-};
 
 // ---------------------------------------------------------------- JSON of the maps
 
@@ -102,12 +79,12 @@ nlohmann::json seq2seq_sentence(const train::Translator& t, const train::Tokens&
                                 std::vector<int64_t> out_ids, nlohmann::json s) {
   const nn::Seq2SeqTransformer& model = t.seq2seq();
   out_ids.push_back(Vocab::kEos);
-  const lab::AttributionMaps m = lab::attribution_maps(model, src_ids, out_ids);
+  const inspect::AttributionMaps m = inspect::attribution_maps(model, src_ids, out_ids);
   std::vector<Map> enc_mean, dec_mean, cross_mean;
-  for (const auto& l : m.enc_self) enc_mean.push_back(lab::head_mean(l));
-  for (const auto& l : m.dec_self) dec_mean.push_back(lab::head_mean(l));
-  for (const auto& l : m.cross) cross_mean.push_back(lab::head_mean(l));
-  const lab::Rollout r = lab::attention_rollout(enc_mean, dec_mean, cross_mean);
+  for (const auto& l : m.enc_self) enc_mean.push_back(inspect::head_mean(l));
+  for (const auto& l : m.dec_self) dec_mean.push_back(inspect::head_mean(l));
+  for (const auto& l : m.cross) cross_mean.push_back(inspect::head_mean(l));
+  const inspect::Rollout r = inspect::attention_rollout(enc_mean, dec_mean, cross_mean);
 
   const std::vector<std::string> src = source_labels(pieces, src_ids), outputs = tokens_of(t.tgt_vocab, out_ids);
   std::vector<std::string> dec_in{"<bos>"};
@@ -135,7 +112,7 @@ nlohmann::json decoder_only_sentence(const train::Translator& t, const nn::Decod
   std::vector<int64_t> prompt = src_ids;
   prompt.push_back(sep);
   out_ids.push_back(Vocab::kEos);
-  const StackMaps m = decoder_only_maps(model, prompt, out_ids);
+  const inspect::StackMaps m = inspect::decoder_only_maps(model, prompt, out_ids);
   const std::vector<std::string> outputs = tokens_of(t.tgt_vocab, out_ids);
   std::vector<std::string> seq = source_labels(pieces, src_ids);
   seq.push_back(t.src_vocab.token(sep));
@@ -157,72 +134,6 @@ nlohmann::json decoder_only_sentence(const train::Translator& t, const nn::Decod
 }
 
 }  // namespace
-
-Map stack_rollout(const std::vector<Map>& layers) {
-  GF_CHECK(!layers.empty(), "stack_rollout: no layers");
-  const size_t L = layers[0].size();
-  Map r(L, std::vector<double>(L, 0.0));
-  for (size_t i = 0; i < L; ++i) r[i][i] = 1;
-  for (size_t l = 0; l < layers.size(); ++l) {
-    Map a = layers[l];
-    GF_CHECK(a.size() == L, "stack_rollout: layer {} has {} rows, layer 0 has {}", l, a.size(), L);
-    for (size_t i = 0; i < L; ++i) {
-      GF_CHECK(a[i].size() == L, "stack_rollout: layer {} row {} has {} values for {} rows", l, i, a[i].size(), L);
-      for (double& v : a[i]) v *= 0.5;
-      a[i][i] += 0.5;  // the residual connection, as Abnar and Zuidema add it
-    }
-    r = lab::map_product(a, r);  // (L, L)
-  }
-  return r;
-}
-
-StackMaps decoder_only_maps(const nn::DecoderOnlyTransformer& model, const std::vector<int64_t>& prompt, const std::vector<int64_t>& out) {
-  GF_CHECK(prompt.size() >= 1, "decoder_only_maps: the prompt is empty");
-  GF_CHECK(!out.empty() && out.back() == Vocab::kEos, "decoder_only_maps: the output ({} tokens) must end with <eos>", out.size());
-  const int64_t P = static_cast<int64_t>(prompt.size()), T = static_cast<int64_t>(out.size()), L = P + T - 1;
-  const int64_t D = model.options().layer.d_model;
-  std::vector<int64_t> seq = prompt;
-  seq.insert(seq.end(), out.begin(), out.end() - 1);
-  Tensor x1;
-  {
-    NoGradGuard ng;
-    const Tensor ids = Tensor::from_vector(seq, {1, L});                                              // (1, L)
-    x1 = (model.emb->forward(ids) * std::sqrt(static_cast<double>(D))).data().select(0, 0).contiguous();  // (L, D)
-  }
-  // T copies of the sequence: copy t's loss is -log p(out[t]) at position P - 1 + t alone, so one
-  // backward gives every output token's gradient, each in its own copy.
-  EnableGradGuard grad_on;
-  Variable x(x1.reshape({1, L, D}).expand({T, L, D}).contiguous(), true);  // (T, L, D)
-  StackRecorder rec(model);
-  Variable h = model.drop->forward(model.pos->forward(x));                                 // (T, L, D)
-  Variable logits = model.out->forward(model.transformer->forward(h, Tensor(), nn::make_causal_mask(L)));  // (T, L, V)
-  const int64_t V = logits.size(2);
-  std::vector<int64_t> labels(static_cast<size_t>(T * L), Vocab::kPad);  // (T, L): out[t] at (t, P - 1 + t)
-  for (int64_t t = 0; t < T; ++t) labels[t * L + P - 1 + t] = out[t];
-  // cross_entropy averages over the T labelled positions; times T it is -sum_t log p(out[t]).
-  Variable loss = cross_entropy(reshape(logits, {T * L, V}), Tensor::from_vector(labels, {T * L}), Vocab::kPad) * static_cast<double>(T);  // ()
-  loss.backward();
-
-  StackMaps m;
-  m.self = rec.maps;
-  const Tensor lg = logits.data().to(DType::Float64).contiguous();  // (T, L, V)
-  const Tensor g = x.grad().to(DType::Float64).contiguous();        // (T, L, D): d(-sum log p) / dx
-  const Tensor xe = x1.to(DType::Float64).contiguous();             // (L, D)
-  m.grad_dot.assign(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(L)));
-  for (int64_t t = 0; t < T; ++t) {
-    m.log_probs.push_back(lab::log_softmax_at(lg.data<double>() + (t * L + P - 1 + t) * V, V, out[t]));
-    for (int64_t j = 0; j < L; ++j) {
-      double dot = 0;
-      for (int64_t k = 0; k < D; ++k) dot -= g.data<double>()[(t * L + j) * D + k] * xe.data<double>()[j * D + k];  // minus: the gradient of +log p
-      m.grad_dot[t][j] = dot;
-    }
-  }
-  std::vector<Map> means;
-  for (const auto& heads : m.self) means.push_back(lab::head_mean(heads));
-  const Map r = stack_rollout(means);  // (L, L)
-  for (int64_t t = 0; t < T; ++t) m.rollout.push_back(r[P - 1 + t]);
-  return m;
-}
 
 nlohmann::json sentence_report(const train::Translator& t, const std::string& source, const std::string& reference) {
   if (size_t bad = train::utf8::find_invalid(source); bad != std::string::npos)

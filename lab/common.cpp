@@ -47,22 +47,6 @@ int64_t count_nonfinite(const Tensor& t) {
   return n;
 }
 
-std::vector<double> softmax_exact(const double* row, int64_t n) {
-  const double m = *std::max_element(row, row + n);
-  std::vector<double> p(static_cast<size_t>(n));
-  double z = 0;
-  for (int64_t v = 0; v < n; ++v) z += p[v] = std::exp(row[v] - m);
-  for (double& x : p) x /= z;
-  return p;
-}
-
-double log_softmax_at(const double* row, int64_t n, int64_t y) {
-  const double m = *std::max_element(row, row + n);
-  double z = 0;
-  for (int64_t v = 0; v < n; ++v) z += std::exp(row[v] - m);
-  return row[y] - m - std::log(z);
-}
-
 ChartSeries band_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color,
                         bool dashed) {
   ChartSeries c{name, x, {}, {}, {}, dashed, color};

@@ -11,6 +11,7 @@
 #include "lab/lab.h"
 #include "lab/stats.h"
 #include "nn/seq2seq.h"
+#include "tensor/kernels/softmax.h"
 #include "train/data/batching.h"
 #include "train/loop/grad_stats.h"
 #include "train/plot/svg_chart.h"
@@ -34,11 +35,9 @@ std::vector<int64_t> parse_increasing_ints(const std::string& text, const std::s
 // The same for numbers ("0,0.05,0.1,0.2": the levels of a dose-response).
 std::vector<double> parse_increasing_reals(const std::string& text, const std::string& what);
 
-// The reference softmax of one row of n logits, in double: the row's largest value subtracted, the
-// exponentials summed in order, each divided by the sum. (Named apart from gf::softmax, the op.)
-std::vector<double> softmax_exact(const double* row, int64_t n);
-// log softmax(row)[y] for one row of n logits, in double: row[y] - max - log(sum of exp(row - max)).
-double log_softmax_at(const double* row, int64_t n, int64_t y);
+// The double-precision softmax of one row and log p of one entry (tensor/kernels/softmax.h).
+using kernels::log_softmax_at;
+using kernels::softmax_exact;
 
 // ---------------------------------------------------------------- data
 

@@ -5,8 +5,5 @@
 
 namespace gf::lab {
 
-Lab attribution_lab();  // lab/attribution.cpp: attention is not gradient
-Lab exposure_lab();     // lab/exposure.cpp: exposure bias
-Lab crossattn_lab();    // lab/crossattn.cpp: cross-attention, the encoder's only gradient path
 
 }  // namespace gf::lab

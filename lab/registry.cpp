@@ -15,9 +15,6 @@ const std::vector<Lab>& labs() {
   static const std::vector<Lab> all = [] {
     std::vector<Lab> v = listed_labs();
     std::vector<Lab> old = {
-      attribution_lab(),
-      exposure_lab(),
-      crossattn_lab(),
     };
     v.insert(v.begin(), old.begin(), old.end());
     return v;

@@ -163,6 +163,7 @@ class Runner {
         r_.no_placebo(c.spec.id, "one condition's statistic against a threshold, no contrast between conditions");
         continue;
       }
+      for (int run = 0; run < pools * n * k; ++run) run_of(null, run);  // the whole pool first: SeedView::all() is every run of it
       // A claim that draws a null condition of its own (ClaimDef::null) names it.
       const std::string what = c.null ? "runs of " + runner_detail::condition_name(null, has_levels(null.arm)) : e_.info.null_description;
       Placebo p{c.spec.id, fmt::format("{} in each of the {} conditions it reads", what, k), pools * n * k, n, pools, 0, 0};

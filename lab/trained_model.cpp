@@ -3,10 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <optional>
 #include <stdexcept>
 
 #include "lab/common.h"
@@ -36,28 +34,28 @@ double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_
 
 // The run configuration of a model trained here: what Translator::load needs to rebuild it.
 // With --data (lab/real_data.h) its data settings, else the built-in corpus.
-train::RunConfig config_of(const Report& r, int seed_index, const RealData* real) {
+train::RunConfig config_of(const TrainedModelSettings& s, uint64_t seed, const RealData* real) {
   train::RunConfig c;
   if (real) {
     c = real->config;
   } else {
     c.data = "";  // the built-in corpus
     c.src = "en", c.tgt = "ko";
-    c.corpus_seed = r.seed(seed_index);
-    c.corpus_size = r.integer("corpus");
+    c.corpus_seed = seed;
+    c.corpus_size = s.corpus;
     c.min_freq = 1;  // builtin_corpus keeps every training token
   }
-  c.layer.d_model = r.integer("d-model");
-  c.layer.nhead = r.integer("heads");
-  c.layers = r.integer("layers");
+  c.layer.d_model = s.d_model;
+  c.layer.nhead = s.heads;
+  c.layers = s.layers;
   c.layer.dim_feedforward = 4 * c.layer.d_model;
   c.layer.dropout = 0;
   c.label_smoothing = 0;
-  c.lr = r.real("lr");
-  c.warmup = r.integer("warmup");
-  c.steps = r.integer("train-steps");
+  c.lr = s.lr;
+  c.warmup = s.warmup;
+  c.steps = s.train_steps;
   c.max_tokens = 2048;
-  c.seed = r.seed(seed_index);
+  c.seed = seed;
   c.validate();
   return c;
 }
@@ -114,30 +112,28 @@ void save_cache(const std::string& dir, const train::RunConfig& c, const IdData&
 
 }  // namespace
 
-std::vector<Option> trained_model_options(int64_t default_steps, const std::map<std::string, std::string>& defaults) {
-  std::vector<Option> options = {{"model", Option::Text, "", "a run folder from `gradflow train` to study instead of training one here"},
-          {"cache", Option::Text, "runs/lab/cache", "folder for the model trained here, reused by the next run (\"\": none)"},
-          {"retrain", Option::Switch, "", "train the model even when the cache has it"},
-          {"corpus", Option::Int, "8000", "pairs of the built-in English->Korean corpus (90% train, 5% test)"},
-          {"d-model", Option::Int, "64", "model width (ff is 4x)"},
-          {"heads", Option::Int, "4", "attention heads"},
-          {"layers", Option::Int, "2", "encoder and decoder layers (each)"},
-          {"train-steps", Option::Int, std::to_string(default_steps), "Adam steps of 2048-token batches"},
-          {"lr", Option::Real, "0.002", "Adam learning rate after warm-up"},
-          {"warmup", Option::Int, "100", "linear warm-up steps"}};
-  for (const auto& [name, value] : defaults) {
-    auto it = std::find_if(options.begin(), options.end(), [&](const Option& o) { return o.name == name; });
-    GF_CHECK_AS(std::logic_error, it != options.end(), "trained_model_options: no option '{}'", name);
-    it->default_value = value;
-  }
-  return options;
+Fields<TrainedModelSettings> trained_model_fields() {
+  using S = TrainedModelSettings;
+  return {{"model", &S::model, "a run folder from `gradflow train` to study instead of training one here"},
+          {"cache", &S::cache, "folder for the model trained here, reused by the next run (\"\": none)"},
+          {"retrain", &S::retrain, "train the model even when the cache has it"},
+          {"corpus", &S::corpus, "pairs of the built-in English->Korean corpus (90% train, 5% test)"},
+          {"d-model", &S::d_model, "model width (ff is 4x)"},
+          {"heads", &S::heads, "attention heads"},
+          {"layers", &S::layers, "encoder and decoder layers (each)"},
+          {"train-steps", &S::train_steps, "Adam steps of 2048-token batches"},
+          {"lr", &S::lr, "Adam learning rate after warm-up"},
+          {"warmup", &S::warmup, "linear warm-up steps"}};
 }
 
-std::string cache_key(const Report& r, int seed_index, const Recipe& recipe) {
-  const std::string data = uses_real_data(r) ? "data-" + real_data_key(r) : fmt::format("ko-n{}", r.integer("corpus"));
-  std::string key = fmt::format("{}-d{}-h{}-l{}-s{}-lr{}-w{}-c{}-seed{}", data, r.integer("d-model"), r.integer("heads"),
-                                r.integer("layers"), r.integer("train-steps"), r.real("lr"), r.integer("warmup"), r.seed(seed_index),
-                                r.seed(seed_index));
+Fields<TrainedModelSettings> trained_model_data_fields() {
+  return Fields<TrainedModelSettings>::nest(&TrainedModelSettings::real, real_data_fields(/*with_cache=*/false));
+}
+
+std::string cache_key(const TrainedModelSettings& s, uint64_t seed, const Recipe& recipe) {
+  const std::string data = s.real.given() ? "data-" + real_data_key(s.real_settings()) : fmt::format("ko-n{}", s.corpus);
+  std::string key = fmt::format("{}-d{}-h{}-l{}-s{}-lr{}-w{}-c{}-seed{}", data, s.d_model, s.heads, s.layers, s.train_steps, s.lr, s.warmup,
+                                seed, seed);
   if (recipe.converge)
     key += fmt::format("-conv{}x{}-{}{}", recipe.until.every, recipe.until.patience, recipe.until.min_improvement,
                        recipe.until.select_free_running ? fmt::format("-fr{}", recipe.until.select_limit) : "");
@@ -145,18 +141,17 @@ std::string cache_key(const Report& r, int seed_index, const Recipe& recipe) {
   return key;
 }
 
-TrainedModel trained_model(Report& r, int seed_index, const Recipe& recipe) {
-  if (!r.text("model").empty()) {
-    TrainedModel m = from_translator(train::Translator::load(r.text("model")), "loaded from " + r.text("model"));
+TrainedModel trained_model(const TrainedModelSettings& s, const RealData* rd, uint64_t seed, Report& r, const Recipe& recipe) {
+  if (!s.model.empty()) {
+    TrainedModel m = from_translator(train::Translator::load(s.model), "loaded from " + s.model);
     r.say("model " + m.description);
     return m;
   }
-  std::optional<RealData> real;
-  if (uses_real_data(r)) real = real_data(r);
-  const RealData* rd = real ? &*real : nullptr;
-  const train::RunConfig c = config_of(r, seed_index, rd);
-  const std::string dir = r.text("cache").empty() ? "" : (fs::path(r.text("cache")) / cache_key(r, seed_index, recipe)).string();
-  if (!dir.empty() && !r.on("retrain") && fs::exists(fs::path(dir) / "config.json")) {
+  GF_CHECK_AS(std::logic_error, s.real.given() == (rd != nullptr), "trained_model: --data {} but the task {} given", s.real.given() ? "set" : "not set",
+              rd ? "is" : "is not");
+  const train::RunConfig c = config_of(s, seed, rd);
+  const std::string dir = s.cache.empty() ? "" : (fs::path(s.cache) / cache_key(s, seed, recipe)).string();
+  if (!dir.empty() && !s.retrain && fs::exists(fs::path(dir) / "config.json")) {
     const nlohmann::json j = nlohmann::json::parse(train::read_text_file((fs::path(dir) / "lab.json").string()));
     const auto losses = j.at("losses").get<std::vector<double>>();
     TrainedModel m = from_translator(train::Translator::load(dir),

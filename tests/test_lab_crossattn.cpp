@@ -42,7 +42,7 @@ TEST_CASE("layer_grad_norms: every layer's gradient, and none for the encoder wi
     m.encoder_gradient = on;
     m.zero_grad();
     train::batch_loss(m, batch(), 0.0).backward();
-    const LayerGradNorms n = layer_grad_norms(m);
+    const StackGradNorms n = layer_grad_norms(m);
     REQUIRE(n.encoder.size() == 2);
     REQUIRE(n.decoder.size() == 2);
     for (double g : n.decoder) CHECK(g > 0);

@@ -105,18 +105,22 @@ TEST_CASE("smoothing, crossattn and attribution run their claims on a parallel c
     CHECK(c.at("log").dump().find("subword models and vocabularies loaded from") != std::string::npos);
     REQUIRE(c.at("data").at("runs").size() == 2);
     for (const auto& run : c.at("data").at("runs")) {
-      CHECK((run.at("bleu_valid").get<double>() >= 0 && run.at("bleu_valid").get<double>() <= 100));
-      CHECK(run.at("bleu_valid_encoder_reset").is_number());
+      const json& m = run.at("measured");
+      CHECK((m.at("bleu_valid").get<double>() >= 0 && m.at("bleu_valid").get<double>() <= 100));
+      CHECK(m.at("bleu_valid_encoder_reset").is_number());
     }
 
     const json a = run_on_data("attribution", data, cache, root / "attribution",
                                {"--train-steps", "10", "--warmup", "2", "--sentences", "5", "--ig-steps", "2", "--permutations", "2"});
     CHECK(a.at("data").at("model").get<std::string>().find("trained here") != std::string::npos);
-    const json& seed = a.at("data").at("seeds").at("1");
+    const json* seed = nullptr;
+    for (const auto& run : a.at("data").at("runs"))
+      if (run.at("seed") == 1) seed = &run.at("measured");
+    REQUIRE(seed != nullptr);
     for (const char* pair : {"att-gxi", "att-loo", "att-ig", "gxi-loo", "gxi-ig", "loo-ig"}) {
       CAPTURE(pair);
-      REQUIRE(seed.at("per_sentence_kendall").at(pair).size() == 5);
-      for (const auto& tau : seed.at("per_sentence_kendall").at(pair)) CHECK(std::abs(tau.get<double>()) <= 1.0);
+      REQUIRE(seed->at("per_sentence_kendall").at(pair).size() == 5);
+      for (const auto& tau : seed->at("per_sentence_kendall").at(pair)) CHECK(std::abs(tau.get<double>()) <= 1.0);
     }
     // The model trained on the data is cached as a run folder with its subword model.
     bool model_kept = false;
@@ -142,7 +146,11 @@ TEST_CASE("gqa and exposure run their claims on a parallel corpus given with --d
                              {"--train-steps", "30", "--warmup", "2", "--valid-every", "10", "--patience", "1", "--sentences", "30", "--min-support", "5"});
   CHECK(e.at("log").dump().find("subword models and vocabularies loaded from") != std::string::npos);  // learnt by gqa
   // BLEU by third of the sentence, teacher-forced and free-running (reported beside the accuracies).
-  const json& thirds = e.at("data").at("teacher_forcing").at("1").at("bleu_by_third");
+  const json* tf = nullptr;  // the teacher-forced model of seed 1
+  for (const auto& run : e.at("data").at("runs"))
+    if (run.at("seed") == 1 && run.at("level") == 0.0) tf = &run.at("measured");
+  REQUIRE(tf != nullptr);
+  const json& thirds = tf->at("bleu_by_third");
   for (const char* side : {"teacher_forced", "free_running"}) {
     CAPTURE(side);
     REQUIRE(thirds.at(side).size() == 3);

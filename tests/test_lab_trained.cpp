@@ -1,7 +1,6 @@
-// The pieces behind the labs on a trained translator (lab/attribution.cpp, lab/exposure.cpp) and
-// `gradflow attention --grad`: gradient-times-input against a finite-difference estimate, the
-// teacher-forced forward from given embeddings against the model's own, blank-out against a
-// direct computation, attention rollout's rows, the model cache, and the SVG panel.
+// The labs on a trained translator (attribution, exposure) and `gradflow attention --grad`: Kendall's
+// tau, the model cache, the SVG panel, and tiny runs of both labs. The maps they read
+// (train/inspect/) are tested in tests/test_inspect.cpp.
 #include <doctest/doctest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -14,8 +13,8 @@
 #include <sstream>
 
 #include "app/commands.h"
-#include "lab/attribution_maps.h"
 #include "lab/labs.h"
+#include "lab/runner.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"
 #include "nn_test_util.h"
@@ -31,121 +30,6 @@ using namespace gf;
 using namespace gf::testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-// A float64 tiny translator in eval mode (vocabularies of 7 and 9: ids 4.. are words).
-std::unique_ptr<nn::Seq2SeqTransformer> tiny_model(uint64_t seed = 5) {
-  auto m = std::make_unique<nn::Seq2SeqTransformer>(tiny_options(2), seed);
-  m->to(DType::Float64);
-  m->eval();
-  return m;
-}
-
-const std::vector<int64_t> kSrc = {4, 6, 5, 4, 6};  // (S = 5)
-const std::vector<int64_t> kOut = {7, 5, 8, 3};      // (T = 4), ends with <eos>
-
-}  // namespace
-
-TEST_CASE("gradient x input matches a central difference of log p when one source embedding is scaled") {
-  auto model = tiny_model();
-  const lab::AttributionMaps m = lab::attribution_maps(*model, kSrc, kOut);
-  const Tensor x = lab::source_embeddings(*model, kSrc);  // (S, D)
-  const double h = 1e-5;
-  double worst = 0, largest = 0;
-  for (size_t s = 0; s < kSrc.size(); ++s) {
-    Tensor up = x.clone(), down = x.clone();  // (S, D)
-    for (int64_t d = 0; d < x.size(1); ++d) {
-      up.flat_set(static_cast<int64_t>(s) * x.size(1) + d, x.flat_get(static_cast<int64_t>(s) * x.size(1) + d) * (1 + h));
-      down.flat_set(static_cast<int64_t>(s) * x.size(1) + d, x.flat_get(static_cast<int64_t>(s) * x.size(1) + d) * (1 - h));
-    }
-    const auto lp_up = lab::output_log_probs(*model, up, kOut), lp_down = lab::output_log_probs(*model, down, kOut);
-    for (size_t t = 0; t < kOut.size(); ++t) {
-      // d/deps log p(y_t | x_s (1 + eps)) at eps = 0 is g_ts . x_s
-      const double fd = (lp_up[t] - lp_down[t]) / (2 * h);
-      worst = std::max(worst, std::abs(fd - m.grad_dot[t][s]));
-      largest = std::max(largest, std::abs(fd));
-    }
-  }
-  INFO("worst difference " << worst << ", largest |g.x| " << largest);
-  CHECK(largest > 1e-3);  // the check compares something
-  CHECK(worst < 1e-7 * std::max(1.0, largest));
-}
-
-TEST_CASE("the forward from given embeddings is the model's own: log p and cross-attention agree") {
-  auto model = tiny_model();
-  const lab::AttributionMaps m = lab::attribution_maps(*model, kSrc, kOut);
-  const int64_t S = static_cast<int64_t>(kSrc.size()), T = static_cast<int64_t>(kOut.size());
-  std::vector<int64_t> in{train::Vocab::kBos};
-  in.insert(in.end(), kOut.begin(), kOut.end() - 1);
-  nn::DecoderOutput d = model->forward_with_attention(Tensor::from_vector(kSrc, {1, S}), Tensor::from_vector(in, {1, T}));
-  const Tensor logits = d.output.data().contiguous();  // (1, T, V)
-  const int64_t V = logits.size(2);
-  for (int64_t t = 0; t < T; ++t) {
-    double mx = -INFINITY, z = 0;
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, logits.flat_get(t * V + v));
-    for (int64_t v = 0; v < V; ++v) z += std::exp(logits.flat_get(t * V + v) - mx);
-    CHECK(m.log_probs[t] == doctest::Approx(logits.flat_get(t * V + kOut[t]) - mx - std::log(z)).epsilon(1e-12));
-    CHECK(lab::output_log_probs(*model, lab::source_embeddings(*model, kSrc), kOut)[t] == doctest::Approx(m.log_probs[t]).epsilon(1e-12));
-  }
-  REQUIRE(m.cross.size() == d.cross_weights.size());
-  const int64_t H = d.cross_weights[0].size(1);
-  for (size_t l = 0; l < m.cross.size(); ++l)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t s = 0; s < S; ++s) CHECK(m.cross[l][h][t][s] == doctest::Approx(d.cross_weights[l].data().at({0, h, t, s})).epsilon(1e-12));
-  // The recorders saw each self-attention: encoder (S, S) and decoder (T, T), rows summing to 1.
-  REQUIRE(m.enc_self.size() == 2);
-  REQUIRE(m.dec_self.size() == 2);
-  CHECK(m.enc_self[1][0].size() == static_cast<size_t>(S));
-  CHECK(m.dec_self[0][1].size() == static_cast<size_t>(T));
-  double row = 0;
-  for (double v : m.dec_self[0][1][2]) row += v;
-  CHECK(row == doctest::Approx(1.0));
-  CHECK(m.dec_self[0][1][0][1] == 0.0);  // causal: position 0 does not see position 1
-  // The observers are removed afterwards.
-  CHECK_FALSE(static_cast<bool>((*model->transformer->encoder->layers)[0].self_attn->weights_observer));
-}
-
-TEST_CASE("blank-out is the drop of log p when one source embedding is zeroed") {
-  auto model = tiny_model();
-  const lab::Map b = lab::blank_out(*model, kSrc, kOut);
-  const Tensor x = lab::source_embeddings(*model, kSrc);
-  const auto full = lab::output_log_probs(*model, x, kOut);
-  Tensor z = x.clone();
-  z.select(0, 2).fill_(0.0);
-  const auto blanked = lab::output_log_probs(*model, z, kOut);
-  double moved = 0;
-  for (size_t t = 0; t < kOut.size(); ++t) {
-    CHECK(b[t][2] == doctest::Approx(full[t] - blanked[t]).epsilon(1e-12));
-    moved += std::abs(b[t][2]);
-  }
-  CHECK(moved > 1e-6);
-}
-
-TEST_CASE("leave-one-out blanks a token out with every other position kept") {
-  auto model = tiny_model();
-  const lab::Map loo = lab::leave_one_out(*model, kSrc, kOut);  // (T, S)
-  const Tensor x = lab::source_embeddings(*model, kSrc);       // (S, D)
-  const int64_t S = x.size(0), D = x.size(1);
-  const lab::Map full = lab::output_distributions(*model, x.reshape({1, S, D}), kOut).at(0);  // (T, V)
-  // Without its last token: the sentence one shorter (no token moves). Blanking the last token out
-  // must give exactly that.
-  const lab::Map shorter = lab::output_distributions(*model, x.narrow(0, 0, S - 1).contiguous().reshape({1, S - 1, D}), kOut).at(0);
-  // Without its first token, every later token moved up one position: not what blanking it out does.
-  const lab::Map shifted = lab::output_distributions(*model, x.narrow(0, 1, S - 1).contiguous().reshape({1, S - 1, D}), kOut).at(0);
-  double moved = 0, differs = 0;
-  for (size_t t = 0; t < kOut.size(); ++t) {
-    CHECK(loo[t][S - 1] == doctest::Approx(lab::total_variation(full[t], shorter[t])).epsilon(1e-9));
-    differs += std::abs(loo[t][0] - lab::total_variation(full[t], shifted[t]));
-    for (double v : loo[t]) {
-      moved += v;
-      CHECK((v >= 0 && v <= 1));
-    }
-  }
-  CHECK(moved > 1e-6);   // a token's absence moves the output
-  CHECK(differs > 1e-6);  // and deleting (shifting) is another measure
-}
-
 TEST_CASE("kendall_tau: tau-b by hand, with and without ties") {
   // (1,2,3) against (1,3,2): pairs (0,1) and (0,2) concordant, (1,2) discordant: (2 - 1) / 3.
   CHECK(lab::kendall_tau({1, 2, 3}, {1, 3, 2}) == doctest::Approx(1.0 / 3.0).epsilon(1e-15));
@@ -155,65 +39,22 @@ TEST_CASE("kendall_tau: tau-b by hand, with and without ties") {
   CHECK(std::isnan(lab::kendall_tau({1, 1, 1}, {1, 2, 3})));  // a constant side ranks nothing
 }
 
-TEST_CASE("attention rollout: a hand-worked case, and rows that sum to 1 on a model's maps") {
-  // One encoder layer that swaps two tokens, one decoder position that attends to source 0 only.
-  const lab::Map swap = {{0, 1}, {1, 0}};
-  const lab::Rollout r = lab::attention_rollout({swap}, {{{1}}}, {{{1, 0}}});
-  // Encoder: 0.5 swap + 0.5 I = all 0.5; the decoder takes half from the source: [0.25, 0.25].
-  CHECK(r.encoder[0][0] == doctest::Approx(0.5));
-  CHECK(r.source_share[0] == doctest::Approx(0.5));
-  CHECK(r.source[0][0] == doctest::Approx(0.5));
-  CHECK(r.source[0][1] == doctest::Approx(0.5));
-  // Two encoder layers of identity attention keep the source token itself: rollout = cross-attention.
-  const lab::Map id = {{1, 0}, {0, 1}};
-  const lab::Rollout r2 = lab::attention_rollout({id, id}, {{{1}}, {{1}}}, {{{0.2, 0.8}}, {{0.2, 0.8}}});
-  CHECK(r2.source[0][1] == doctest::Approx(0.8));
-  CHECK(r2.source_share[0] == doctest::Approx(0.75));  // 0.5 + 0.25 from the two cross-attention steps
-
-  auto model = tiny_model();
-  const lab::AttributionMaps m = lab::attribution_maps(*model, kSrc, kOut);
-  std::vector<lab::Map> enc, dec, cross;
-  for (const auto& l : m.enc_self) enc.push_back(lab::head_mean(l));
-  for (const auto& l : m.dec_self) dec.push_back(lab::head_mean(l));
-  for (const auto& l : m.cross) cross.push_back(lab::head_mean(l));
-  const lab::Rollout rm = lab::attention_rollout(enc, dec, cross);
-  REQUIRE(rm.source.size() == kOut.size());
-  for (size_t t = 0; t < rm.source.size(); ++t) {
-    double sum = 0, lowest = 1;
-    for (double v : rm.source[t]) sum += v, lowest = std::min(lowest, v);
-    CHECK(lowest >= 0);
-    CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
-    CHECK(rm.source_share[t] > 0);
-    CHECK(rm.source_share[t] < 1);
-  }
-  CHECK(error_of([&] { lab::attention_rollout(enc, dec, {cross[0]}); }).find("decoder") != std::string::npos);
-}
-
-TEST_CASE("attribution_maps rejects an output without <eos>") {
-  auto model = tiny_model();
-  GF_CHECK_CONTAINS(error_of([&] { lab::attribution_maps(*model, kSrc, {7, 5}); }), "<eos>");
-}
-
 TEST_CASE("a model trained for a lab is cached and loaded back with the same weights and test pairs") {
   const test::TempDir cache_tmp("gradflow_test_lab_trained_cache");
   const fs::path cache = cache_tmp.path;
   const lab::Lab& attribution = lab::find_lab("attribution");
   std::map<std::string, std::string> settings{{"out", (cache / "out").string()}, {"seeds", "1"}, {"seed", "1"}};
   for (const auto& o : attribution.options) settings[o.name] = o.default_value.empty() && o.kind == lab::Option::Switch ? "0" : o.default_value;
-  settings["cache"] = cache.string();
-  settings["corpus"] = "300";
-  settings["d-model"] = "16";
-  settings["heads"] = "2";
-  settings["layers"] = "1";
-  settings["train-steps"] = "3";
-  settings["warmup"] = "2";
   std::FILE* sink = std::tmpfile();
-  lab::Report r(attribution, settings, sink);
-  lab::TrainedModel a = lab::trained_model(r, 0);
+  lab::Report r(attribution, settings, sink);  // where the model says where it came from
+  lab::TrainedModelSettings s;
+  s.cache = cache.string(), s.corpus = 300, s.d_model = 16, s.heads = 2, s.layers = 1, s.train_steps = 3, s.warmup = 2;
+  lab::TrainedModel a = lab::trained_model(s, nullptr, 1, r);
   CHECK(a.steps == 3);
   CHECK(a.train_seconds > 0);
-  REQUIRE(fs::exists(cache / lab::cache_key(r, 0) / "config.json"));
-  lab::TrainedModel b = lab::trained_model(r, 0);  // from the cache
+  REQUIRE(fs::exists(cache / lab::cache_key(s, 1) / "config.json"));
+  CHECK(lab::cache_key(s, 1) == "ko-n300-d16-h2-l1-s3-lr0.002-w2-c1-seed1");  // the key the cache has always used
+  lab::TrainedModel b = lab::trained_model(s, nullptr, 1, r);  // from the cache
   CHECK(b.train_seconds == 0);
   CHECK(b.losses == a.losses);
   REQUIRE(b.test.size() == a.test.size());
@@ -221,7 +62,7 @@ TEST_CASE("a model trained for a lab is cached and loaded back with the same wei
   CHECK(b.test[0].tgt == a.test[0].tgt);
   const auto wa = a.model->state_dict(), wb = b.model->state_dict();
   for (const auto& [name, t] : wa) CHECK(max_abs_diff(t, wb.at(name)) == 0.0);
-  CHECK(lab::cache_key(r, 0) != lab::cache_key(r, 1));  // each seed its own model
+  CHECK(lab::cache_key(s, 1) != lab::cache_key(s, 2));  // each seed its own model
   std::fclose(sink);
 }
 
@@ -271,13 +112,21 @@ nlohmann::json run_tiny_lab(const std::string& name, const fs::path& out, std::v
   return nlohmann::json::parse(train::read_file_bytes(out / (name + ".json"), "test"));
 }
 
+// A run's measurement in a lab's JSON (lab/runner.h writes every run into "runs").
+const nlohmann::json& measured(const nlohmann::json& j, uint64_t seed, double level = 0) {
+  for (const auto& run : j.at("data").at("runs"))
+    if (run.at("seed").get<uint64_t>() == seed && run.at("level").get<double>() == level) return run.at("measured");
+  FAIL("no run of seed " << seed << " at level " << level);
+  throw std::logic_error("unreachable");
+}
+
 }  // namespace
 
 TEST_CASE("the attribution lab runs end to end on a tiny model: one number per sentence and pair of maps") {
   const test::TempDir out_tmp("gradflow_test_lab_trained_attribution_lab");
   const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "4", "--permutations", "2"});
-  const auto& seed = j.at("data").at("seeds").at("1");
+  const auto& seed = measured(j, 1);
   for (const char* pair : {"att-gxi", "att-loo", "att-ig", "gxi-loo", "gxi-ig", "loo-ig"}) {
     CAPTURE(pair);
     REQUIRE(seed.at("per_sentence_spearman").at(pair).size() == 10);
@@ -294,7 +143,7 @@ TEST_CASE("the attribution lab's control: uniform cross-attention agrees with no
   const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("attribution", out, {"--ig-steps", "2", "--permutations", "2", "--control"});
   CHECK(j.at("control") == true);
-  const auto& seed = j.at("data").at("seeds").at("1");
+  const auto& seed = measured(j, 1);
   for (const char* pair : {"att-gxi", "att-loo", "att-ig"})
     for (const auto& rho : seed.at("per_sentence_spearman").at(pair)) CHECK(rho.get<double>() == 0.0);
   for (const char* cf : {"per_sentence_permuted_tv", "per_sentence_uniform_tv"})
@@ -305,11 +154,10 @@ TEST_CASE("the exposure lab runs end to end on tiny models: every level, every s
   const test::TempDir out_tmp("gradflow_test_lab_trained_exposure_lab");
   const fs::path out = out_tmp.path;
   const nlohmann::json j = run_tiny_lab("exposure", out, {"--min-support", "2", "--valid-every", "2", "--ss-rates", "0,10,25,50"});
-  const auto& data = j.at("data");
   // Teacher forcing, then scheduled sampling at k = 100 / rate: 10, 4, 2.
-  for (const nlohmann::json* level : {&data.at("teacher_forcing"), &data.at("scheduled_sampling").at("k10"), &data.at("scheduled_sampling").at("k4"),
-                                      &data.at("scheduled_sampling").at("k2")}) {
-    const auto& seed = level->at("1");
+  for (double level : {0.0, 10.0, 25.0, 50.0}) {
+    CAPTURE(level);
+    const auto& seed = measured(j, 1, level);
     CHECK(seed.at("positions").at("total").at(0).get<int64_t>() == 10);
     CHECK(seed.at("forced").at("sentences").get<int64_t>() == 10);
     CHECK(seed.at("forced").at("steps").at(0).get<int64_t>() == 10);  // the forced run always has a token after k
@@ -317,6 +165,7 @@ TEST_CASE("the exposure lab runs end to end on tiny models: every level, every s
     CHECK(errors <= seed.at("forced").at("reference_steps").at(0).get<int64_t>());
     CHECK(seed.at("model").at("valid_steps").size() == 2);  // measured at steps 2 and 4
   }
+  CHECK(j.at("data").at("runs").size() == 8);  // 4 levels x 2 seeds
   CHECK(j.at("claims").size() == 4);
   // The dose-response: both statistics at each of the 4 levels for both seeds, one trend per seed.
   REQUIRE(j.at("dose_response").size() == 2);
@@ -342,13 +191,59 @@ TEST_CASE("the exposure lab feeds a token other than the reference's at step k; 
   const fs::path pl = pl_tmp.path;
   const nlohmann::json p = run_tiny_lab("exposure", pl, control);
   CHECK(p.at("control") == true);
-  std::map<std::string, int> splits;
-  for (const auto& c : p.at("placebo").at("claims")) splits[c.at("id").get<std::string>()] = c.at("splits").get<int>();
-  CHECK(splits == std::map<std::string, int>{{"gap_grows", 0}, {"derails", 0}, {"ss_gap_trend", 100}, {"ss_derailment_trend", 100}});
+  // The trends' placebo: one pool of 2 seeds x 4 teacher-forced runs in the levels' places; the two
+  // claims on the teacher-forced arm alone have none.
+  std::map<std::string, std::pair<int, int>> pools;
+  for (const auto& c : p.at("placebo").at("claims")) pools[c.at("id").get<std::string>()] = {c.at("splits").get<int>(), c.at("pool").get<int>()};
+  using Pool = std::pair<int, int>;
+  CHECK(pools == std::map<std::string, Pool>{{"gap_grows", {0, 0}}, {"derails", {0, 0}}, {"ss_gap_trend", {1, 8}}, {"ss_derailment_trend", {1, 8}}});
+}
+
+namespace {
+
+// A toy lab on the runner: two conditions, and a claim whose statistic is how many runs its seed's
+// view counts in SeedView::all() (exposure's positions are computed over all of them).
+struct Toy {
+  uint64_t seed = 0;
+};
+lab::Lab toy_lab() {
+  lab::Experiment<lab::NoContext, lab::NoContext, Toy> e{
+      .info = {.name = "toy", .title = "toy", .reference = "none", .question = "none", .default_seeds = 2, .null = {"a", 0},
+               .null_description = "arm a"},
+      .settings = lab::Fields<lab::NoContext>(std::vector<lab::Field<lab::NoContext>>{}),
+      .arms = [](const lab::NoContext&) { return std::vector<lab::ArmSpec>{{"a", {}}, {"b", {}}}; },
+      .measure = [](const lab::NoContext&, lab::NoContext&, const lab::RunKey& k) { return Toy{k.seed}; },
+      .claims = [](const lab::NoContext&) {
+        return std::vector<lab::ClaimDef<Toy>>{{.spec = {.id = "runs_seen", .kind = lab::ClaimKind::Paper, .statement = "runs seen",
+                                                         .side = lab::Compare::Above, .threshold = 0, .source = "a test", .control_targets = false},
+                                                .per_seed = [](const lab::SeedView<Toy>& v) {
+                                                  return v("a").seed + v("b").seed > 0 ? static_cast<double>(v.all().size()) : 0.0;
+                                                }}};
+      }};
+  return lab::make_lab(std::move(e));
+}
+
+}  // namespace
+
+TEST_CASE("the runner's placebo measures its whole pool first: every placebo seed's SeedView::all() is every run of the pool") {
+  const lab::Lab l = toy_lab();
+  const test::TempDir out("gradflow_test_lab_trained_toy");
+  for (bool placebo : {false, true}) {
+    CAPTURE(placebo);
+    std::map<std::string, std::string> all{{"out", out.file(placebo ? "placebo" : "lab")}, {"seeds", "2"}, {"seed", "1"}};
+    if (placebo) all["control"] = "1";
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
+    REQUIRE(sink != nullptr);
+    lab::Report report(l, all, sink.get());
+    l.run(report);
+    REQUIRE(report.claims().size() == 1);
+    // The lab: 2 arms x 2 seeds. The placebo: 2 seeds x 2 conditions, each a run of arm a on a seed of its own.
+    CHECK(report.claims()[0].values == std::vector<double>{4, 4});
+  }
 }
 
 TEST_CASE("the exposure lab refuses --ss-rates that are fewer than 4, not increasing, or do not start at teacher forcing") {
-  const lab::Lab l = lab::exposure_lab();
+  const lab::Lab& l = lab::find_lab("exposure");
   const test::TempDir out("gradflow_test_lab_trained_exposure_rates");
   auto error_with = [&](const std::string& rates) {
     std::map<std::string, std::string> all{{"out", out.file("out")}, {"seeds", "2"}, {"seed", "1"}};
@@ -363,4 +258,16 @@ TEST_CASE("the exposure lab refuses --ss-rates that are fewer than 4, not increa
   GF_CHECK_CONTAINS(error_with("0,0.5,1"), "--ss-rates needs 4 or more levels");
   GF_CHECK_CONTAINS(error_with("0,0.5,0.25,1"), "--ss-rates must increase");
   GF_CHECK_CONTAINS(error_with("0.25,0.5,1,2"), "--ss-rates must start at 0");
+}
+
+TEST_CASE("the attribution lab refuses --model: its claims need one model per seed") {
+  const lab::Lab& l = lab::find_lab("attribution");
+  const test::TempDir out("gradflow_test_lab_trained_attribution_model");
+  std::map<std::string, std::string> all{{"out", out.file("out")}, {"seeds", "2"}, {"seed", "1"}};
+  for (const auto& o : l.options) all[o.name] = o.default_value.empty() && o.kind == lab::Option::Switch ? "0" : o.default_value;
+  all["model"] = out.file("run");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
+  REQUIRE(sink != nullptr);
+  lab::Report report(l, all, sink.get());
+  GF_CHECK_CONTAINS(error_of([&] { l.run(report); }), "lab attribution: --model is not supported");  // before any model is loaded or trained
 }

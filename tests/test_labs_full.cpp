@@ -256,9 +256,9 @@ TEST_CASE("lab entropy") {
   lab_and_control("entropy", "", "", {{"entropy_collapse_trend", "supported"}});
   SUBCASE("its ablation (the safe rate in both arms) supports no target") { control_no_target("entropy", "", "", "ablate"); }
 }
-// The two labs that train translators start from an empty cache, as a fresh build would; the
-// control then loads the lab's models (attribution's ablation measures them otherwise; exposure's
-// placebo takes the lab's teacher-forced models into its pool and trains the rest).
+// The two labs that train translators start from an empty cache, as a fresh build would.
+// Attribution's control (its ablation) loads the lab's models and measures them otherwise;
+// exposure's placebo trains a pool of teacher-forced models on seeds of their own.
 namespace {
 std::string fresh_cache(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("gradflow_lab_full_cache_" + name + "_" + std::to_string(::getpid()));

@@ -1,7 +1,7 @@
 // The HTML report's pieces without a browser (tests/test_report_browser.cpp opens the pages): the
-// page's JSON writer and assembly, the decoder-only model's gradient x input (against central
-// differences in float64) and rollout, grad_stats.jsonl's reader, `gradflow report` on a trained
-// run (the data's shapes, rows that sum to 1) and on bad input, and the lab pages' data.
+// page's JSON writer and assembly, grad_stats.jsonl's reader, `gradflow report` on a trained run
+// (the data's shapes, rows that sum to 1) and on bad input, and the lab pages' data. The explorer's
+// maps themselves (train/inspect/) are tested in tests/test_inspect.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,12 +10,8 @@
 #include <regex>
 
 #include "app/lab_page.h"
-#include "app/report_attention.h"
 #include "app/report_page.h"
 #include "app/run_report.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops/arith.h"
-#include "nn/masks.h"
 #include "optim/adam.h"
 #include "tests/child_process.h"
 #include "tests/temp_dir.h"
@@ -101,76 +97,6 @@ TEST_CASE("the page's scripts are readable: indented and commented, not minified
     CHECK(lines >= 20);
     CHECK(longest <= 150);
     CHECK(comments >= 3);
-  }
-}
-
-TEST_CASE("stack_rollout: one layer is 0.5 A + 0.5 I; rows of the product sum to 1") {
-  const lab::Map a = {{1, 0, 0}, {0.25, 0.75, 0}, {0.2, 0.3, 0.5}};
-  const lab::Map r1 = app::stack_rollout({a});
-  for (size_t i = 0; i < 3; ++i)
-    for (size_t j = 0; j < 3; ++j) CHECK(r1[i][j] == doctest::Approx(0.5 * a[i][j] + (i == j ? 0.5 : 0.0)));
-  const lab::Map r2 = app::stack_rollout({a, a});
-  for (const auto& row : r2) CHECK(row[0] + row[1] + row[2] == doctest::Approx(1.0));
-  // B = 0.5 A + 0.5 I = [[1, 0, 0], [0.125, 0.875, 0], [0.1, 0.15, 0.75]]; (B B)[2][0] = 0.1 + 0.15 * 0.125 + 0.75 * 0.1.
-  CHECK(r2[2][0] == doctest::Approx(0.19375).epsilon(1e-12));
-  CHECK_THROWS_WITH_AS(app::stack_rollout({a, {{1}}}), doctest::Contains("layer 1 has 1 rows, layer 0 has 3"), std::invalid_argument);
-}
-
-// g_tj = (d log p(out[t]) / d x_j) . x_j is the derivative of log p(out[t]) when x_j is scaled by
-// (1 + eps) at eps = 0: checked against central differences of the model's own log p, in float64.
-TEST_CASE("decoder_only_maps: gradient x input matches central differences; later positions get exactly 0; rollout rows sum to 1") {
-  nn::DecoderOnlyOptions o;
-  o.vocab = 13;
-  o.layer.d_model = 8, o.layer.nhead = 4, o.layer.kv_heads = 2, o.layer.dim_feedforward = 16, o.layer.dropout = 0;
-  o.num_layers = 2;
-  o.max_len = 32;
-  nn::DecoderOnlyTransformer model(o, 5);
-  model.to(DType::Float64);
-  model.eval();
-  const std::vector<int64_t> prompt = {5, 6, 7, 4}, out = {8, 9, 3};  // 4 = <sep>'s stand-in, 3 = <eos>
-  const app::StackMaps m = app::decoder_only_maps(model, prompt, out);
-  const int64_t P = 4, T = 3, L = P + T - 1, D = 8;
-  REQUIRE(m.self.size() == 2);
-  REQUIRE(m.self[0].size() == 4);  // query heads, grouped or not
-  REQUIRE(m.grad_dot.size() == static_cast<size_t>(T));
-  REQUIRE(m.grad_dot[0].size() == static_cast<size_t>(L));
-
-  // log p(out[t]) with the token embeddings x (L, D) given, as the model computes it.
-  std::vector<int64_t> seq = prompt;
-  seq.insert(seq.end(), out.begin(), out.end() - 1);
-  NoGradGuard ng;
-  const Tensor x = (model.emb->forward(Tensor::from_vector(seq, {1, L})) * std::sqrt(8.0)).data();  // (1, L, D)
-  auto log_p = [&](const Tensor& xs, int64_t t) {
-    const Tensor logits = model.out->forward(model.transformer->forward(model.pos->forward(Variable(xs)), Tensor(), nn::make_causal_mask(L))).data();
-    const double* row = logits.contiguous().data<double>() + (P - 1 + t) * o.vocab;  // (1, L, V)
-    double mx = row[0], z = 0;
-    for (int64_t v = 1; v < o.vocab; ++v) mx = std::max(mx, row[v]);
-    for (int64_t v = 0; v < o.vocab; ++v) z += std::exp(row[v] - mx);
-    return row[out[t]] - mx - std::log(z);
-  };
-  const double eps = 1e-5;
-  for (int64_t t = 0; t < T; ++t) {
-    CHECK(log_p(x, t) == doctest::Approx(m.log_probs[t]).epsilon(1e-12));
-    for (int64_t j = 0; j < L; ++j) {
-      CAPTURE(t);
-      CAPTURE(j);
-      if (j > P - 1 + t) {
-        CHECK(m.grad_dot[t][j] == 0.0);  // the causal mask: a later token cannot move this prediction
-        continue;
-      }
-      Tensor up = x.clone(), down = x.clone();
-      for (int64_t k = 0; k < D; ++k) {
-        const double v = x.contiguous().data<double>()[j * D + k];
-        up.select(0, 0).select(0, j).select(0, k).fill_(v * (1 + eps));
-        down.select(0, 0).select(0, j).select(0, k).fill_(v * (1 - eps));
-      }
-      const double fd = (log_p(up, t) - log_p(down, t)) / (2 * eps);
-      CHECK(m.grad_dot[t][j] == doctest::Approx(fd).epsilon(1e-6).scale(1e-3));
-    }
-    double s = 0;
-    for (double v : m.rollout[t]) s += v;
-    CHECK(s == doctest::Approx(1.0).epsilon(1e-12));
-    for (int64_t j = P + t; j < L; ++j) CHECK(m.rollout[t][j] == 0.0);  // nothing rolls out of the future
   }
 }
 

@@ -147,3 +147,20 @@ TEST_CASE("softmax errors") {
   CHECK_THROWS_WITH(kernels::softmax_backward(Tensor::zeros({2, 3}), Tensor::zeros({3, 2})),
                     doctest::Contains("softmax_backward: output (2, 3) and gradient (3, 2) differ in shape"));
 }
+
+TEST_CASE("softmax_exact and log_softmax_at: the double-precision row against the kernels, and a large row without overflow") {
+  const std::vector<double> row = {2.0, 1.0, 0.5, -3.0};
+  const Tensor t = Tensor::of({2.0, 1.0, 0.5, -3.0}, {1, 4}, DType::Float64);
+  const Tensor p = kernels::softmax(t), lp = kernels::log_softmax(t);
+  const std::vector<double> q = kernels::softmax_exact(row.data(), 4);
+  double sum = 0;
+  for (int64_t j = 0; j < 4; ++j) {
+    CHECK(q[j] == doctest::Approx(p.at({0, j})).epsilon(1e-15));
+    CHECK(kernels::log_softmax_at(row.data(), 4, j) == doctest::Approx(lp.at({0, j})).epsilon(1e-15));
+    sum += q[j];
+  }
+  CHECK(sum == doctest::Approx(1.0).epsilon(1e-15));
+  const std::vector<double> big = {1000.0, 999.0};  // exp(1000) overflows; the max is subtracted first
+  CHECK(kernels::log_softmax_at(big.data(), 2, 1) == doctest::Approx(-1.0 - std::log1p(std::exp(-1.0))).epsilon(1e-15));
+  CHECK(kernels::softmax_exact(big.data(), 2)[0] == doctest::Approx(1.0 / (1.0 + std::exp(-1.0))).epsilon(1e-15));
+}

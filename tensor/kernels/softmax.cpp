@@ -1,5 +1,6 @@
 #include "tensor/kernels/softmax.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -115,6 +116,22 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g) {
     });
   });
   return gx;
+}
+
+std::vector<double> softmax_exact(const double* row, int64_t n) {
+  const double m = *std::max_element(row, row + n);
+  std::vector<double> p(static_cast<size_t>(n));
+  double z = 0;
+  for (int64_t v = 0; v < n; ++v) z += p[v] = std::exp(row[v] - m);
+  for (double& x : p) x /= z;
+  return p;
+}
+
+double log_softmax_at(const double* row, int64_t n, int64_t y) {
+  const double m = *std::max_element(row, row + n);
+  double z = 0;
+  for (int64_t v = 0; v < n; ++v) z += std::exp(row[v] - m);
+  return row[y] - m - std::log(z);
 }
 
 }  // namespace gf::kernels

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "tensor/kernels/fast_math.h"  // fast::exp, the one float32 exp
 #include "tensor/tensor.h"
@@ -54,6 +55,13 @@ T log_softmax_shift(const T* p, int64_t n) {
   const double sum = lane_sum(n, [&](int64_t j) { return fast::exp(p[j] - mx); });
   return mx + static_cast<T>(std::log(sum));
 }
+
+// The plain double-precision softmax of one row of n values, and one entry of its log: the row's
+// largest value subtracted, the exponentials (std::exp) summed in order. For measurements read in
+// double (log p of a token, a next-token distribution), not for training's kernels below.
+std::vector<double> softmax_exact(const double* row, int64_t n);
+// log softmax(row)[y]: row[y] - max - log(sum of exp(row - max)).
+double log_softmax_at(const double* row, int64_t n, int64_t y);
 
 Tensor softmax(const Tensor& x);      // (..., C) -> (..., C)
 Tensor log_softmax(const Tensor& x);  // (..., C) -> (..., C)

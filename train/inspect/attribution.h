@@ -1,6 +1,8 @@
 #pragma once
-// Attention maps and gradient attribution of one translation, for the `attribution` lab and
-// `gradflow attention --grad`.
+// Which source tokens a translator's output depends on, for one translation: gradient-times-input,
+// blank-out, leave-one-out and integrated gradients over the source tokens, beside every attention
+// map of the same teacher-forced pass (train/inspect/maps.h reads them: head means, rollout). Used
+// by the `attribution` lab, `gradflow attention --grad` and `gradflow report`'s attention explorer.
 //
 // Gradient-times-input: for each output token y_t (teacher-forced on the translation itself), the
 // gradient of log p(y_t | y_<t, source) with respect to each source token's embedding x_s, as the
@@ -8,27 +10,14 @@
 // that embedding: g_ts = (d log p(y_t) / d x_s) . x_s. This is the gradient with respect to a
 // one-hot input at the token's index (Jain and Wallace 2019), and the first-order change of
 // log p(y_t) when x_s is scaled by (1 + eps): g_ts * eps. The attribution map is |g_ts|.
-//
-// Attention rollout (Abnar and Zuidema 2020), carried through the decoder. Every attention layer
-// is averaged over its heads and mixed half and half with the identity, for the residual
-// connection: A~ = 0.5 mean_h(A_h) + 0.5 I (rows sum to 1). The encoder's rollout is the product
-// R = A~_L ... A~_1 (S x S). In the decoder, each target position carries a distribution P over
-// the inputs, source tokens and target tokens, (T, S + T), starting at its own target token; each
-// decoder layer updates it as its sub-layers mix the states:
-//   self-attention:   P <- A~_self P                             (mixes target positions)
-//   cross-attention:  P <- 0.5 P + 0.5 mean_h(C_h) [R | 0]       (pulls in the encoder's output)
-// (the feed-forward blocks act on each position alone and are left out, as in the paper). Rows
-// of P sum to 1; the rollout map is P's source part, each row divided by its sum (the source
-// share, reported too).
 #include <cstdint>
 #include <vector>
 
 #include "nn/seq2seq.h"
 #include "tensor/tensor.h"
+#include "train/inspect/maps.h"
 
-namespace gf::lab {
-
-using Map = std::vector<std::vector<double>>;  // (rows, cols)
+namespace gf::train::inspect {
 
 struct AttributionMaps {
   std::vector<std::vector<Map>> cross;  // [decoder layer][head]: (T, S) cross-attention
@@ -39,26 +28,9 @@ struct AttributionMaps {
   std::vector<double> log_probs;  // (T): log p(y_t) of each output token
 };
 
-// Row 0 of a (B, H, L, S) attention-weights tensor as H maps (L, S), in double.
-std::vector<Map> heads_of(const Tensor& w);
-// The matrix product a (n, k) times b (k, m): (n, m).
-Map map_product(const Map& a, const Map& b);
-// Mean over heads: (rows, cols).
-Map head_mean(const std::vector<Map>& heads);
-// |x| of every entry.
-Map abs_map(const Map& m);
-
-struct Rollout {
-  Map source;                        // (T, S): rows sum to 1
-  std::vector<double> source_share;  // (T): P's source part before normalising, in (0, 1]
-  Map encoder;                       // (S, S): R, the encoder's rollout
-};
-// enc_self: per encoder layer (S, S), dec_self: per decoder layer (T, T), cross: per decoder layer
-// (T, S), each already averaged over heads. Throws std::invalid_argument on inconsistent sizes.
-Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Map>& dec_self, const std::vector<Map>& cross);
-
 // The maps of one translation: src (S) source ids and out (T) output ids ending with <eos>, the
-// model teacher-forced on <bos> + out[:-1] (model in eval mode; no padding).
+// model teacher-forced on <bos> + out[:-1] (model in eval mode; no padding). Its backward pass, as
+// integrated_gradients', also adds into the parameters' gradients: zero_grad() where they matter.
 AttributionMaps attribution_maps(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out);
 
 // Blank-out (occlusion) of one source token at a time: (T, S), log p(y_t) with every token in place
@@ -80,8 +52,6 @@ IntegratedGradients integrated_gradients(const nn::Seq2SeqTransformer& model, co
 // Next-token distributions of the teacher-forced output (out ends with <eos>) for source
 // embeddings xb (B, S, D): [row][t] a distribution over the target vocabulary. No graph.
 std::vector<Map> output_distributions(const nn::Seq2SeqTransformer& model, const Tensor& xb, const std::vector<int64_t>& out);
-// Total variation distance between two distributions: half the sum of |a - b|, in [0, 1].
-double total_variation(const std::vector<double>& a, const std::vector<double>& b);
 
 // Leave-one-out (Jain and Wallace 2019): (T, S), the total variation distance between the
 // next-token distribution at step t with the whole source and with token s blanked out: masked out
@@ -95,4 +65,4 @@ Tensor source_embeddings(const nn::Seq2SeqTransformer& model, const std::vector<
 // log p(out[t]) for every t, teacher-forced, with the source embeddings x (S, D) given (no graph).
 std::vector<double> output_log_probs(const nn::Seq2SeqTransformer& model, const Tensor& x, const std::vector<int64_t>& out);
 
-}  // namespace gf::lab
+}  // namespace gf::train::inspect

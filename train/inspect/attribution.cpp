@@ -1,21 +1,20 @@
-// The maps behind the `attribution` lab and `gradflow attention --grad` (declared in
-// lab/attribution_maps.h): attention per head, attention rollout, and gradient-times-input.
-#include <algorithm>
+// Gradient attribution of one translation (declared in train/inspect/attribution.h): attention per
+// head, gradient-times-input, blank-out, leave-one-out and integrated gradients.
+#include "train/inspect/attribution.h"
+
 #include <cmath>
-#include <stdexcept>
 #include <string>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arith.h"
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/shape.h"
-#include "lab/attribution_maps.h"
-#include "lab/common.h"
 #include "nn/masks.h"
 #include "tensor/check.h"
+#include "tensor/kernels/softmax.h"
 #include "train/data/vocab.h"
 
-namespace gf::lab {
+namespace gf::train::inspect {
 namespace {
 
 // Every encoder and decoder self-attention's weights during one forward, row 0 of the batch.
@@ -60,7 +59,7 @@ nn::DecoderOutput forward_from_embeddings(const nn::Seq2SeqTransformer& model, c
 Tensor teacher_input(const std::vector<int64_t>& out, int64_t B) {
   std::vector<int64_t> v;
   for (int64_t b = 0; b < B; ++b) {
-    v.push_back(train::Vocab::kBos);
+    v.push_back(Vocab::kBos);
     v.insert(v.end(), out.begin(), out.end() - 1);
   }
   return Tensor::from_vector(v, {B, static_cast<int64_t>(out.size())});
@@ -71,101 +70,16 @@ std::vector<double> diagonal_log_probs(const Tensor& logits, const std::vector<i
   const Tensor l = logits.to(DType::Float64).contiguous();  // (T, T, V)
   const int64_t T = l.size(0), V = l.size(2);
   std::vector<double> lp(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) lp[t] = log_softmax_at(l.data<double>() + (t * T + t) * V, V, out[t]);
+  for (int64_t t = 0; t < T; ++t) lp[t] = kernels::log_softmax_at(l.data<double>() + (t * T + t) * V, V, out[t]);
   return lp;
 }
 
 void check_inputs(const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
   GF_CHECK(!src.empty(), "attribution_maps: the source is empty");
-  GF_CHECK(!out.empty() && out.back() == train::Vocab::kEos, "attribution_maps: the output ({} tokens) must end with <eos>", out.size());
+  GF_CHECK(!out.empty() && out.back() == Vocab::kEos, "attribution_maps: the output ({} tokens) must end with <eos>", out.size());
 }
 
 }  // namespace
-
-std::vector<Map> heads_of(const Tensor& w) {
-  const Tensor t = w.select(0, 0).to(DType::Float64).contiguous();  // (H, L, S)
-  const int64_t H = t.size(0), L = t.size(1), S = t.size(2);
-  const double* p = t.data<double>();
-  std::vector<Map> out(static_cast<size_t>(H), Map(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(S))));
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < S; ++j) out[h][i][j] = p[(h * L + i) * S + j];
-  return out;
-}
-
-Map map_product(const Map& a, const Map& b) {
-  Map c(a.size(), std::vector<double>(b.at(0).size(), 0.0));
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t k = 0; k < b.size(); ++k)
-      for (size_t j = 0; j < c[i].size(); ++j) c[i][j] += a[i][k] * b[k][j];
-  return c;
-}
-
-Map head_mean(const std::vector<Map>& heads) {
-  GF_CHECK(!heads.empty(), "head_mean: no heads");
-  Map m(heads[0].size(), std::vector<double>(heads[0].at(0).size(), 0.0));
-  for (const Map& h : heads)
-    for (size_t i = 0; i < m.size(); ++i)
-      for (size_t j = 0; j < m[i].size(); ++j) m[i][j] += h.at(i).at(j) / static_cast<double>(heads.size());
-  return m;
-}
-
-Map abs_map(const Map& m) {
-  Map a = m;
-  for (auto& row : a)
-    for (double& v : row) v = std::abs(v);
-  return a;
-}
-
-namespace {
-
-// 0.5 A + 0.5 I for a square A: the residual connection, as Abnar and Zuidema add it.
-Map with_residual(const Map& a, const char* what) {
-  Map r = a;
-  for (size_t i = 0; i < r.size(); ++i) {
-    GF_CHECK(r[i].size() == r.size(), "attention_rollout: {} is not square: row {} has {} values for {} rows", what, i, r[i].size(),
-             r.size());
-    for (double& v : r[i]) v *= 0.5;
-    r[i][i] += 0.5;
-  }
-  return r;
-}
-
-}  // namespace
-
-Rollout attention_rollout(const std::vector<Map>& enc_self, const std::vector<Map>& dec_self, const std::vector<Map>& cross) {
-  GF_CHECK(!enc_self.empty() && !cross.empty() && dec_self.size() == cross.size(),
-           "attention_rollout: need encoder layers, and one decoder self- and cross-attention per decoder layer; got {} encoder, {} "
-           "decoder self- and {} cross-attention maps",
-           enc_self.size(), dec_self.size(), cross.size());
-  const size_t S = enc_self[0].size(), T = cross[0].size();
-  Rollout r;
-  r.encoder = Map(S, std::vector<double>(S, 0.0));
-  for (size_t i = 0; i < S; ++i) r.encoder[i][i] = 1;
-  for (const Map& a : enc_self) r.encoder = map_product(with_residual(a, "an encoder self-attention"), r.encoder);  // (S, S)
-  // P (T, S + T): source part first, then target tokens; each position starts at its own token.
-  Map P(T, std::vector<double>(S + T, 0.0));
-  for (size_t t = 0; t < T; ++t) P[t][S + t] = 1;
-  for (size_t l = 0; l < cross.size(); ++l) {
-    GF_CHECK(dec_self[l].size() == T && cross[l].size() == T && cross[l].at(0).size() == S,
-             "attention_rollout: decoder layer {} has maps of other sizes: self-attention {} rows, cross-attention {} rows; expected T = {} "
-             "rows and S = {} source columns",
-             l, dec_self[l].size(), cross[l].size(), T, S);
-    P = map_product(with_residual(dec_self[l], "a decoder self-attention"), P);  // (T, S + T)
-    const Map pulled = map_product(cross[l], r.encoder);                      // (T, S)
-    for (size_t t = 0; t < T; ++t) {
-      for (double& v : P[t]) v *= 0.5;
-      for (size_t s = 0; s < S; ++s) P[t][s] += 0.5 * pulled[t][s];
-    }
-  }
-  r.source = Map(T, std::vector<double>(S));
-  r.source_share.assign(T, 0.0);
-  for (size_t t = 0; t < T; ++t) {
-    for (size_t s = 0; s < S; ++s) r.source_share[t] += P[t][s];
-    for (size_t s = 0; s < S; ++s) r.source[t][s] = P[t][s] / r.source_share[t];
-  }
-  return r;
-}
 
 Tensor source_embeddings(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src) {
   NoGradGuard ng;
@@ -185,7 +99,7 @@ std::vector<std::vector<double>> log_probs_per_row(const nn::Seq2SeqTransformer&
   const int64_t V = l.size(2);
   std::vector<std::vector<double>> lp(static_cast<size_t>(B), std::vector<double>(static_cast<size_t>(T)));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) lp[b][t] = log_softmax_at(l.data<double>() + (b * T + t) * V, V, out[t]);
+    for (int64_t t = 0; t < T; ++t) lp[b][t] = kernels::log_softmax_at(l.data<double>() + (b * T + t) * V, V, out[t]);
   return lp;
 }
 
@@ -195,7 +109,7 @@ std::vector<Map> softmax_rows(const Tensor& logits_in) {
   const int64_t B = l.size(0), T = l.size(1), V = l.size(2);
   std::vector<Map> out(static_cast<size_t>(B), Map(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(V))));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) out[b][t] = softmax_exact(l.data<double>() + (b * T + t) * V, V);
+    for (int64_t t = 0; t < T; ++t) out[b][t] = kernels::softmax_exact(l.data<double>() + (b * T + t) * V, V);
   return out;
 }
 
@@ -205,13 +119,6 @@ std::vector<Map> output_distributions(const nn::Seq2SeqTransformer& model, const
   check_inputs({0}, out);
   NoGradGuard ng;
   return softmax_rows(forward_from_embeddings(model, Variable(xb), teacher_input(out, xb.size(0))).output.data());  // (B, T, V)
-}
-
-double total_variation(const std::vector<double>& a, const std::vector<double>& b) {
-  GF_CHECK(a.size() == b.size(), "total_variation: distributions of {} and {} values", a.size(), b.size());
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += std::abs(a[i] - b[i]);
-  return 0.5 * s;
 }
 
 Map leave_one_out(const nn::Seq2SeqTransformer& model, const std::vector<int64_t>& src, const std::vector<int64_t>& out) {
@@ -249,10 +156,10 @@ IntegratedGradients integrated_gradients(const nn::Seq2SeqTransformer& model, co
   Variable x(path, true);
   nn::DecoderOutput d = forward_from_embeddings(model, x, teacher_input(out, K * T));
   const int64_t V = d.output.size(2);
-  std::vector<int64_t> labels(static_cast<size_t>(K * T * T), train::Vocab::kPad);  // (K*T, T): out[t] at row (k, t)'s position t
+  std::vector<int64_t> labels(static_cast<size_t>(K * T * T), Vocab::kPad);  // (K*T, T): out[t] at row (k, t)'s position t
   for (int64_t k = 0; k < K; ++k)
     for (int64_t t = 0; t < T; ++t) labels[(k * T + t) * T + t] = out[t];
-  Variable loss = cross_entropy(reshape(d.output, {K * T * T, V}), Tensor::from_vector(labels, {K * T * T}), train::Vocab::kPad) *
+  Variable loss = cross_entropy(reshape(d.output, {K * T * T, V}), Tensor::from_vector(labels, {K * T * T}), Vocab::kPad) *
                   static_cast<double>(K * T);  // (): -sum over rows of log p
   loss.backward();
   const Tensor g = x.grad().to(DType::Float64).contiguous();  // (K*T, S, D)
@@ -306,10 +213,10 @@ AttributionMaps attribution_maps(const nn::Seq2SeqTransformer& model, const std:
   SelfAttentionRecorder rec(model);
   nn::DecoderOutput d = forward_from_embeddings(model, x, teacher_input(out, T));
   const int64_t V = d.output.size(2);
-  std::vector<int64_t> labels(static_cast<size_t>(T * T), train::Vocab::kPad);  // (T, T): out[t] on the diagonal
+  std::vector<int64_t> labels(static_cast<size_t>(T * T), Vocab::kPad);  // (T, T): out[t] on the diagonal
   for (int64_t t = 0; t < T; ++t) labels[t * T + t] = out[t];
   // cross_entropy averages over the T labelled positions; times T it is -sum_t log p(out[t]).
-  Variable loss = cross_entropy(reshape(d.output, {T * T, V}), Tensor::from_vector(labels, {T * T}), train::Vocab::kPad) *
+  Variable loss = cross_entropy(reshape(d.output, {T * T, V}), Tensor::from_vector(labels, {T * T}), Vocab::kPad) *
                   static_cast<double>(T);  // ()
   loss.backward();
 
@@ -334,4 +241,4 @@ AttributionMaps attribution_maps(const nn::Seq2SeqTransformer& model, const std:
   return m;
 }
 
-}  // namespace gf::lab
+}  // namespace gf::train::inspect
