@@ -219,7 +219,7 @@ lab::ClaimDef<Measured> claim_of(const LabSpec& s, const SpecClaim& c) {
 }
 
 // Every condition's mean and 95% interval of every measure, and, with a factor, a panel per measure.
-void describe(const LabSpec& s, const Context&, const lab::Grid<Measured>& g, lab::Output& r) {
+void describe(const LabSpec& s, const Context&, const lab::Grid<Measured>& g, lab::Report& r) {
   std::vector<std::string> cols{"arm", "level"};
   for (const SpecMeasure& m : s.measures) cols.push_back(m.name);
   lab::Table t("measures: mean over seeds", cols);
@@ -276,7 +276,7 @@ lab::Lab spec_lab(const LabSpec& spec) {
       .settings = lab::Fields<NoSettings>(std::vector<lab::Field<NoSettings>>{}),
       .arms = [arms](const NoSettings&) { return arms; },
       .prepare =
-          [s](const NoSettings&, lab::Output& r) {
+          [s](const NoSettings&, lab::Report& r) {
             Context c;
             c.runs_dir = (fs::path(r.out_dir()) / "runs").string();
             if (s->data_kind == "builtin") c.data = lab::builtin_corpus(s->pairs, 1);
@@ -292,7 +292,7 @@ lab::Lab spec_lab(const LabSpec& spec) {
             for (const SpecClaim& c : s->claims) out.push_back(claim_of(*s, c));
             return out;
           },
-      .describe = [s](const NoSettings&, const Context& c, const lab::Grid<Measured>& g, lab::Output& r) { describe(*s, c, g, r); }});
+      .describe = [s](const NoSettings&, const Context& c, const lab::Grid<Measured>& g, lab::Report& r) { describe(*s, c, g, r); }});
   l.first_seed = s->first_seed;
   return l;
 }

@@ -28,12 +28,12 @@ enum class ClaimKind { Paper, Check };
 struct ClaimSpec {
   std::string lab;        // "norm"
   std::string id;         // "postln_grows": stable key, used in the JSON and the tests
-  ClaimKind kind;
+  ClaimKind kind = ClaimKind::Paper;
   std::string statement;  // what the paper says, as tested here (the statistic and its threshold)
-  Compare side;
-  double threshold;       // written down before the run
+  Compare side = Compare::Above;
+  double threshold = std::numeric_limits<double>::quiet_NaN();  // written down before the run
   std::string source;     // the paper's figure/table/equation, or the reasoning behind the number
-  bool control_targets;   // the lab's --control must keep this (paper) claim from being supported
+  bool control_targets = false;  // the lab's --control must keep this (paper) claim from being supported
   // The statistic's range, for a bounded one (a share in [0, 1], a correlation in [-1, 1]): its
   // intervals are clipped to it, and a percentile bootstrap is reported beside the t interval.
   double range_lo = -std::numeric_limits<double>::infinity();

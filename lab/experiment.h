@@ -21,10 +21,10 @@
 #include "lab/fields.h"
 #include "lab/lab.h"
 #include "lab/report.h"
+#include "lab/output.h"
 
 namespace gf::lab {
 
-using Output = Report;  // what a lab's describe() prints into: tables, lines, panels, files
 
 // One condition: an arm, at one level of its factor when it has one (level 0 otherwise).
 struct Condition {
@@ -166,13 +166,13 @@ struct Experiment {
   Fields<S> settings;
   std::function<void(const S&)> validate;  // std::invalid_argument naming the flag
   std::function<std::vector<ArmSpec>(const S&)> arms;
-  std::function<C(const S&, Output&)> prepare;  // the shared context (data, caches), built once
+  std::function<C(const S&, Report&)> prepare;  // the shared context (data, caches), built once
   std::function<M(const S&, C&, const RunKey&)> measure;
   // Its claims, in the order they are reported. A function of the settings, since a statistic may
   // read the levels (the depths of a sweep); their rows (statements, thresholds) may not depend on them.
   std::function<std::vector<ClaimDef<M>>(const S&)> claims;
   // The lab's own tables and panels, from its measurements (the runner prints the rest).
-  std::function<void(const S&, const C&, const Grid<M>&, Output&)> describe;
+  std::function<void(const S&, const C&, const Grid<M>&, Report&)> describe;
 };
 
 // An empty shared context, for a lab that needs none.

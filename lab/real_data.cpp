@@ -8,7 +8,7 @@
 #include <functional>
 #include <stdexcept>
 
-#include "lab/report.h"
+#include "lab/output.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
 #include "tensor/parallel.h"
@@ -18,19 +18,6 @@
 
 namespace gf::lab {
 namespace fs = std::filesystem;
-
-void add_real_data_options(std::vector<Option>& options) {
-  auto has = [&](const std::string& name) { return std::any_of(options.begin(), options.end(), [&](const Option& o) { return o.name == name; }); };
-  options.push_back({"data", Option::Text, "",
-                     "a folder of DIR/{train,val,test*}.{SRC,TGT} (e.g. ../shared/data/multi30k): run the claims on this translation task instead "
-                     "of the toy one"});
-  options.push_back({"src", Option::Text, "de", "--data: the source language's file extension"});
-  options.push_back({"tgt", Option::Text, "en", "--data: the target language's file extension"});
-  options.push_back({"subwords", Option::Int, "8000", "--data: SentencePiece pieces of the joint subword model (0: whitespace tokens)"});
-  options.push_back({"data-train", Option::Int, "0", "--data: the first N training pairs only (0: all)"});
-  options.push_back({"data-max-len", Option::Int, "50", "--data: pairs with more subwords than this on either side are left out"});
-  if (!has("cache")) options.push_back({"cache", Option::Text, "runs/lab/cache", "--data: folder for the subword models, reused by the next run"});
-}
 
 Fields<RealDataSettings> real_data_fields(bool with_cache) {
   using S = RealDataSettings;
@@ -48,21 +35,6 @@ Fields<RealDataSettings> real_data_fields(bool with_cache) {
 }
 
 namespace {
-RealDataSettings settings_of(const Report& r) {
-  RealDataSettings s;
-  s.data = r.text("data"), s.src = r.text("src"), s.tgt = r.text("tgt");
-  s.subwords = r.integer("subwords"), s.data_train = r.integer("data-train"), s.data_max_len = r.integer("data-max-len");
-  s.cache = r.text("cache");
-  return s;
-}
-}  // namespace
-
-bool uses_real_data(const Report& r) {
-  const auto& o = r.lab().options;  // a lab without the option never uses real data
-  return std::any_of(o.begin(), o.end(), [](const Option& x) { return x.name == "data"; }) && !r.text("data").empty();
-}
-
-namespace {
 
 train::RunConfig data_config(const RealDataSettings& s) {
   train::RunConfig c;
@@ -75,8 +47,8 @@ train::RunConfig data_config(const RealDataSettings& s) {
 }
 
 // The files --data needs, each named when missing, before the trainer's loader reads them.
-void check_folder(const Report& r, const train::RunConfig& c) {
-  const std::string who = "lab " + r.lab().name + ": --data";
+void check_folder(const Output& r, const train::RunConfig& c) {
+  const std::string who = "lab " + r.name() + ": --data";
   GF_CHECK_AS(std::runtime_error, fs::exists(c.data), "{} '{}' does not exist (a folder of train.{}/train.{}, val.* and test*.*)", who, c.data,
               c.src, c.tgt);
   GF_CHECK_AS(std::runtime_error, fs::is_directory(c.data), "{} '{}' is not a folder", who, c.data);
@@ -103,7 +75,7 @@ std::vector<train::TokenPair> keep_short(const std::vector<train::TokenPair>& ra
 
 // The subword models and vocabularies in `dir`: learnt from `train` and saved, or loaded when a
 // complete earlier run left them (data.json is written last).
-std::pair<train::Vocab, train::Vocab> vocabularies(Report& r, const train::RunConfig& c, const std::vector<train::TokenPair>& train,
+std::pair<train::Vocab, train::Vocab> vocabularies(Output& r, const train::RunConfig& c, const std::vector<train::TokenPair>& train,
                                                    const std::string& dir, train::RunSegmenters& seg) {
   if (fs::exists(fs::path(dir) / "data.json")) {
     train::RunVocabularies v = train::load_run_vocabularies(c, dir);
@@ -128,8 +100,6 @@ std::pair<train::Vocab, train::Vocab> vocabularies(Report& r, const train::RunCo
 
 }  // namespace
 
-std::string real_data_key(const Report& r) { return real_data_key(settings_of(r)); }
-
 std::string real_data_key(const RealDataSettings& s) {
   const train::RunConfig c = data_config(s);
   std::error_code ec;
@@ -139,20 +109,18 @@ std::string real_data_key(const RealDataSettings& s) {
                      std::hash<std::string>{}(full.string()) & 0xffffffffu);
 }
 
-RealData real_data(Report& r) { return real_data(settings_of(r), r); }
-
-RealData real_data(const RealDataSettings& s, Report& r) {
+RealData real_data(const RealDataSettings& s, Output& r) {
   RealData d;
   d.config = data_config(s);
   const train::RunConfig& c = d.config;
   GF_CHECK_AS(std::invalid_argument, c.subwords >= 0 && c.max_len >= 1 && s.data_train >= 0,
-              "lab {}: --subwords {} and --data-train {} must be at least 0, --data-max-len {} at least 1", r.lab().name, c.subwords,
+              "lab {}: --subwords {} and --data-train {} must be at least 0, --data-max-len {} at least 1", r.name(), c.subwords,
               s.data_train, c.max_len);
   check_folder(r, c);
   train::RunData raw = train::load_run_data(c, true);
   if (const int64_t cap = s.data_train; cap > 0 && static_cast<size_t>(cap) < raw.train.size()) raw.train.resize(static_cast<size_t>(cap));
   GF_CHECK_AS(std::runtime_error, !raw.train.empty() && !raw.valid.empty(), "lab {}: --data '{}': the training ({}) or validation ({}) split is empty",
-              r.lab().name, c.data, raw.train_name, raw.valid_name);
+              r.name(), c.data, raw.train_name, raw.valid_name);
   const std::string cache = s.cache.empty() ? (fs::path(r.out_dir()) / "data").string() : s.cache;
   d.subword_dir = (fs::path(cache) / ("subwords-" + real_data_key(s))).string();
   auto [src_words, tgt_words] = vocabularies(r, c, raw.train, d.subword_dir, d.segmenters);
@@ -162,7 +130,7 @@ RealData real_data(const RealDataSettings& s, Report& r) {
   const auto test = has_test ? keep_short(raw.test, train::segment_pairs(raw.test, d.segmenters), c.max_len, &d.test_refs) : valid;
   if (!has_test) d.test_refs = d.valid_refs;
   GF_CHECK_AS(std::runtime_error, !train.empty() && !valid.empty(), "lab {}: --data '{}': no pair of {} or fewer subwords a side (--data-max-len)",
-              r.lab().name, c.data, c.max_len);
+              r.name(), c.data, c.max_len);
   d.ids.train = train::encode_pairs(train, src_words, tgt_words);
   d.ids.valid = train::encode_pairs(valid, src_words, tgt_words);
   d.ids.test = train::encode_pairs(test, src_words, tgt_words);

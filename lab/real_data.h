@@ -20,7 +20,7 @@
 
 namespace gf::lab {
 
-class Report;
+class Output;
 struct RealData;
 
 // --data and the flags that shape it, for a lab declared with lab/experiment.h (a member of its
@@ -35,15 +35,8 @@ struct RealDataSettings {
 // The fields above; with_cache false for a lab whose other settings declare --cache already.
 Fields<RealDataSettings> real_data_fields(bool with_cache = true);
 // The task, read and segmented as below; says on `r` what it read.
-RealData real_data(const RealDataSettings& s, Report& r);
+RealData real_data(const RealDataSettings& s, Output& r);
 std::string real_data_key(const RealDataSettings& s);
-
-// Appends --data, --src, --tgt, --subwords, --data-train, --data-max-len and, unless the lab has it
-// already, --cache (where the subword models are kept).
-void add_real_data_options(std::vector<Option>& options);
-
-// Whether the run was given --data.
-bool uses_real_data(const Report& r);
 
 struct RealData {
   IdData ids;  // train, valid and test (the first test* split; the validation split when none) as ids
@@ -55,12 +48,8 @@ struct RealData {
   std::string description;          // one line: the data, its sizes and its vocabulary
 };
 
-// The task --data names, built as described above. Throws std::runtime_error naming the missing file
-// or folder. Says on the report what it read and where the subword models are.
-RealData real_data(Report& r);
 
 // The part of a cache key that names the data settings, e.g. "multi30k-de-en-sw8000-n0-len50-1a2b3c4d".
-std::string real_data_key(const Report& r);
 
 // Corpus BLEU (sacreBLEU's default, 13a, as `gradflow eval` scores a subword run) of the model's greedy
 // translations of the first `limit` of `pairs` (0: all) against refs[i], detokenised by the data's

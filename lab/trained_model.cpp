@@ -141,7 +141,7 @@ std::string cache_key(const TrainedModelSettings& s, uint64_t seed, const Recipe
   return key;
 }
 
-TrainedModel trained_model(const TrainedModelSettings& s, const RealData* rd, uint64_t seed, Report& r, const Recipe& recipe) {
+TrainedModel trained_model(const TrainedModelSettings& s, const RealData* rd, uint64_t seed, Output& r, const Recipe& recipe) {
   if (!s.model.empty()) {
     TrainedModel m = from_translator(train::Translator::load(s.model), "loaded from " + s.model);
     r.say("model " + m.description);

@@ -77,7 +77,7 @@ Fields<TrainedModelSettings> trained_model_data_fields();
 // (real_data(s.real_settings(), r), read once by the lab), null without --data. The seed draws the
 // corpus (its sentences and splits), the weights and the batch order, so each run studies its own
 // test sentences. Says on the report where the model came from.
-TrainedModel trained_model(const TrainedModelSettings& s, const RealData* real, uint64_t seed, Report& r, const Recipe& recipe = {});
+TrainedModel trained_model(const TrainedModelSettings& s, const RealData* real, uint64_t seed, Output& r, const Recipe& recipe = {});
 
 // The cache folder's name for these settings, e.g. "ko-n8000-d64-h4-l2-s600-lr0.002-w100-c1-seed1"
 // (a converged or scheduled-sampling recipe adds its settings).

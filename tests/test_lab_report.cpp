@@ -20,6 +20,7 @@
 #include "lab/common.h"
 #include "lab/lab.h"
 #include "lab/report.h"
+#include "lab/runner.h"
 
 using namespace gf;
 using namespace gf::lab;
@@ -100,38 +101,30 @@ TEST_CASE("Cell: numbers to 4 significant digits, integers exactly, text as is")
 
 // ---------------------------------------------------------------- settings
 
-TEST_CASE("Report: settings are parsed, and bad or missing ones are errors naming them") {
+TEST_CASE("Report: the run's common settings are parsed once, and bad or missing ones are errors naming them") {
   const Lab l = test_lab();
   std::FILE* out = std::tmpfile();
   REQUIRE(out);
   const fs::path dir = fresh_dir("settings");
   Report r(l, settings(dir), out);
-  CHECK(r.integer("steps") == 12);
-  CHECK(r.real("lr") == doctest::Approx(1e-3));
-  CHECK(r.text("task") == "sort");
-  CHECK_FALSE(r.on("fast"));
   CHECK(r.seeds() == 3);
   CHECK(r.seed(0) == 7);
   CHECK(r.seed(2) == 9);
   CHECK(r.out_dir() == dir.string());
-  CHECK_THROWS_AS(r.integer("nope"), std::logic_error);
-
+  CHECK_FALSE(r.control());
+  CHECK(r.placebo_pools(4) == 4);
   auto with = [&](const std::string& key, const std::string& value) {
     auto s = settings(dir);
     s[key] = value;
     return s;
   };
+  CHECK(Report(l, with("pools", "60"), out).placebo_pools(4) == 60);
+  CHECK(Report(l, with("models", "a\nb\n"), out).seeds() == 2);
+  CHECK(Report(l, with("models", "a\nb\n"), out).model(1) == "b");
   for (const char* bad : {"12a", "", "1.5", "x"}) {
     CAPTURE(bad);
-    Report b(l, with("steps", bad), out);
-    CHECK_THROWS_WITH_AS(b.integer("steps"), doctest::Contains("--steps"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(Report(l, with("seeds", bad), out), doctest::Contains("--seeds"), std::invalid_argument);
   }
-  for (const char* bad : {"abc", "1e-3x", ""}) {
-    CAPTURE(bad);
-    Report b(l, with("lr", bad), out);
-    CHECK_THROWS_WITH_AS(b.real("lr"), doctest::Contains("--lr"), std::invalid_argument);
-  }
-  for (const char* yes : {"1", "true", "on"}) CHECK(Report(l, with("fast", yes), out).on("fast"));
   CHECK_THROWS_AS(Report(l, with("seeds", "0"), out), std::invalid_argument);
   auto missing = settings(dir);
   missing.erase("task");  // a lab option
@@ -140,6 +133,44 @@ TEST_CASE("Report: settings are parsed, and bad or missing ones are errors namin
   missing.erase("out");  // a common one
   CHECK_THROWS_AS(Report(l, missing, out), std::logic_error);
   std::fclose(out);
+}
+
+// A lab's own settings (lab/fields.h): a struct's defaults, one table, parsed by flag name.
+struct FieldsToy {
+  int64_t steps = 10;
+  double lr = 0.5;
+  std::string task = "copy";
+  bool fast = false;
+  std::vector<double> levels{0, 0.5, 1};
+  TaskSettings inner{.symbols = 16};
+};
+TEST_CASE("Fields: the options, defaults and parsing come from one table; a bad value names its flag") {
+  Fields<FieldsToy> f = {{"steps", &FieldsToy::steps, "steps"}, {"lr", &FieldsToy::lr, "rate"}, {"task", &FieldsToy::task, "task"},
+                         {"fast", &FieldsToy::fast, "switch"}, {"levels", &FieldsToy::levels, "levels"}};
+  f.add(Fields<FieldsToy>::nest(&FieldsToy::inner, task_fields()));
+  const auto opts = f.options();
+  REQUIRE(opts.size() == 11);
+  CHECK(opts[0].name == "steps");
+  CHECK(opts[0].kind == Option::Int);
+  CHECK(opts[0].default_value == "10");
+  CHECK(opts[1].default_value == "0.5");
+  CHECK(opts[3].default_value == "");  // a switch: off
+  CHECK(opts[4].default_value == "0,0.5,1");
+  CHECK(opts[6].name == "symbols");
+  CHECK(opts[6].default_value == "16");  // the enclosing struct's own default
+  const FieldsToy s = f.parse({{"steps", "12"}, {"lr", "1e-3"}, {"task", "sort"}, {"fast", "1"}, {"levels", "1,2,4,8"}, {"symbols", "7"}});
+  CHECK(s.steps == 12);
+  CHECK(s.lr == 1e-3);
+  CHECK(s.task == "sort");
+  CHECK(s.fast);
+  CHECK(s.levels == std::vector<double>{1, 2, 4, 8});
+  CHECK(s.inner.symbols == 7);
+  CHECK(f.parse({}).steps == 10);
+  CHECK(f.values(s).at("levels") == "1,2,4,8");
+  for (const char* bad : {"12a", "", "1.5", "x"}) CHECK_THROWS_WITH_AS(f.parse({{"steps", bad}}), doctest::Contains("--steps"), std::invalid_argument);
+  for (const char* bad : {"abc", "1e-3x", "", "nan"}) CHECK_THROWS_WITH_AS(f.parse({{"lr", bad}}), doctest::Contains("--lr"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(f.parse({{"levels", "1,,2"}}), doctest::Contains("--levels"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(f.parse({{"fast", "maybe"}}), doctest::Contains("--fast"), std::invalid_argument);
 }
 
 // ---------------------------------------------------------------- intervals
@@ -178,7 +209,7 @@ TEST_CASE("Report::finish: AGREES when every paper claim's interval and every ch
   r.add_panel(Chart{"c", "x", "y", false, false, {{"s", {1, 2}, {3, 4}, {}, {}, false, ""}}, {}});
   r.write_file("extra.dot", "digraph {}\n");
   r.paper("grows", {1.5, 1.6, 1.7}, "ratios");  // t(2) 4.303 * 0.1 / sqrt(3): [1.352, 1.848], above 1
-  r.paper("small", bootstrap_interval({0.1, 0.2, 0.3, 0.2}, 1));
+  r.paper("small", {0.1, 0.2, 0.3, 0.2});
   r.check("exact_zero", 0, "0 of 28 non-zero");
   CHECK(r.finish() == 0);
   CHECK(r.verdict() == "check: AGREES with Nobody 2024: supports 2, contradicts 0, unsettled 0 of 2 paper claims (1 exact check passes)");
@@ -219,7 +250,8 @@ TEST_CASE("Report::finish: AGREES when every paper claim's interval and every ch
   CHECK(g["control_targets"] == true);
   CHECK(g["evidence"] == "ratios");
   CHECK(g["values"].size() == 3);
-  CHECK(j["claims"][1]["method"] == "bootstrap 95%");
+  CHECK(j["claims"][1]["method"] == "t 95%");
+  CHECK(j["claims"][1]["values"].size() == 4);
   CHECK(j["claims"][1]["side"] == "below");
   const nlohmann::json& c = j["claims"][2];
   CHECK(c["kind"] == "check");
@@ -496,8 +528,6 @@ TEST_CASE("Report claims: unknown ids, the wrong kind, a claim twice or a row ne
   CHECK_THROWS_WITH_AS(r.check("grows", 1), doctest::Contains("is a paper claim"), std::logic_error);
   CHECK_THROWS_WITH_AS(r.paper("exact_zero", {1, 2}), doctest::Contains("is a check claim"), std::logic_error);
   CHECK_THROWS_WITH_AS(r.paper("grows", {1.5}), doctest::Contains("at least 2 seeds"), std::invalid_argument);
-  Interval one{1, 1, 1, 1, "t 95%"};
-  CHECK_THROWS_AS(r.paper("grows", one), std::invalid_argument);
   r.paper("grows", {1.5, 1.6});
   CHECK_THROWS_WITH_AS(r.paper("grows", {1.5, 1.6}), doctest::Contains("twice"), std::logic_error);
   r.check("exact_zero", 0);
@@ -654,63 +684,6 @@ TEST_CASE("fit: a tiny model learns a copy task (the loss falls)") {
   CHECK_THROWS_AS(fit(model, d.train, o), std::invalid_argument);
 }
 
-TEST_CASE("Report placebo: the rule's false-positive rate over splits of one pool; an effect where there is none fails it") {
-  Lab l = test_lab();
-  l.control = "placebo: two groups of seeds of one arm";
-  l.placebo = true;
-  std::FILE* out = std::tmpfile();
-  REQUIRE(out);
-  auto placebo_settings = [](const fs::path& dir) {
-    auto s = settings(dir);
-    s["control"] = "1";
-    s["seeds"] = "5";
-    return s;
-  };
-  // A pool of 12 runs whose statistic is noise: the contrast "grows above 1" between two groups of
-  // them is far from its threshold, so the rule never calls it supported.
-  std::vector<double> pool;
-  std::mt19937_64 rng(5);
-  std::normal_distribution<double> noise(0.0, 0.3);
-  {
-    const fs::path dir = fresh_dir("placebo");
-    Report r(l, placebo_settings(dir), out, test_specs());
-    REQUIRE(r.placebo_mode());
-    CHECK(r.placebo_pool() == 12);
-    for (int i = 0; i < r.placebo_pool(); ++i) pool.push_back(noise(rng));
-    r.placebo("grows", [&](int a, int b) { return pool[b] - pool[a]; }, "run a as before, b as after");
-    r.no_placebo("small", "one arm's statistic");
-    CHECK(r.finish() == 0);
-    CHECK(r.verdict().rfind("placebo: the rule calls a claim with no effect supported in at most 0.05 of splits, for 1 of 2", 0) == 0);
-    REQUIRE(r.placebos().size() == 2);
-    CHECK(r.placebos()[0].splits == kPlaceboSplits);
-    CHECK(r.placebos()[0].supported == 0);
-    CHECK(r.placebos()[1].splits == 0);
-    const nlohmann::json j = read_json(dir / "testlab.json");
-    CHECK(j["placebo"]["ok"] == true);
-    CHECK(j["placebo"]["claims"][0]["rate"] == 0.0);
-    CHECK(j["placebo"]["claims"][1]["rate"].is_null());
-  }
-  {
-    // A placebo that finds an effect (a statistic that does not depend on the split): FAILS, exit 3.
-    Report r(l, placebo_settings(fresh_dir("placebo_fails")), out, test_specs());
-    r.placebo("grows", [&](int a, int) { return 2.0 + pool[a]; }, "not a contrast at all");
-    r.no_placebo("small", "one arm's statistic");
-    CHECK(r.finish() == 3);
-    CHECK(r.placebos()[0].supported == kPlaceboSplits);
-    CHECK(r.verdict() == "placebo: FAILS: the rule calls a claim with no effect supported in more than 0.05 of splits: grows");
-  }
-  {
-    // Every paper claim needs a placebo or a reason why it has none.
-    Report r(l, placebo_settings(fresh_dir("placebo_missing")), out, test_specs());
-    r.placebo("grows", [&](int a, int b) { return pool[b] - pool[a]; }, "run a as before, b as after");
-    CHECK_THROWS_WITH_AS(r.finish(), doctest::Contains("'small' has no placebo"), std::logic_error);
-  }
-  // Outside a placebo lab's --control, a placebo is the lab's bug.
-  Report plain(l, settings(fresh_dir("placebo_plain")), out, test_specs());
-  CHECK_THROWS_AS(plain.placebo("grows", [](int, int) { return 0.0; }, "x"), std::logic_error);
-  std::fclose(out);
-}
-
 TEST_CASE("Report --ablate: a placebo lab's second control, named in the verdict; --control and --ablate are two runs") {
   Lab l = test_lab();
   l.control = "placebo: two groups of seeds of one arm";
@@ -816,66 +789,85 @@ TEST_CASE("Report::dose_response: an increasing statistic's trend is supported, 
                   std::invalid_argument);
 }
 
-TEST_CASE("Report::placebo_trend: runs of one level under the level labels; no run twice in a split; a real trend fails it") {
-  Lab l = test_lab();
-  l.control = "placebo: runs of one level";
-  l.placebo = true;
-  const std::vector<ClaimSpec> specs = {
-      {"testlab", "grows", ClaimKind::Paper, "the statistic rises with the level", Compare::Above, 0.0, "Nobody 2024", false},
-      {"testlab", "small", ClaimKind::Paper, "a side effect", Compare::Below, 0.5, "Nobody 2024", false}};
+
+// ---------------------------------------------------------------- the runner's placebo
+
+namespace {
+
+// A toy experiment: arms "a" and "b" (b with a factor of 4 levels); each run's measurement is a draw
+// of noise from its seed, plus `effect` in arm b. Its null condition is arm a.
+struct Toy {
+  double effect = 0;
+};
+struct ToyRun {
+  double x = 0;
+  uint64_t seed = 0;
+};
+void to_json(nlohmann::json& j, const ToyRun& m) { j = {{"x", m.x}}; }
+Lab toy_experiment(double effect, int pools) {
+  static std::map<uint64_t, int> measured;  // how often each seed was measured, across the test
+  Experiment<Toy, NoContext, ToyRun> e{
+      .info = {.name = "toyrunner", .title = "t", .reference = "Nobody 2024", .question = "q", .default_seeds = 5,
+               .null = {"a", 0}, .null_description = "arm a", .placebo_pools = pools},
+      .settings = Fields<Toy>(std::vector<Field<Toy>>{}),
+      .arms = [](const Toy&) { return std::vector<ArmSpec>{{"a", {}}, {"b", {1, 2, 3, 4}}}; },
+      .measure =
+          [effect](const Toy&, NoContext&, const RunKey& k) {
+            std::mt19937_64 rng(k.seed);
+            std::normal_distribution<double> z(0, 1);
+            ++measured[k.seed];
+            return ToyRun{z(rng) + (k.cond.arm == "b" ? effect * k.cond.level : 0), k.seed};
+          },
+      .claims =
+          [](const Toy&) {
+            ClaimDef<ToyRun> contrast{.spec = {.id = "b_above_a", .kind = ClaimKind::Paper, .statement = "b above a", .side = Compare::Above,
+                                               .threshold = 0, .source = "s"},
+                                      .per_seed = [](const SeedView<ToyRun>& v) { return v("b", 4).x - v("a").x; }};
+            ClaimDef<ToyRun> rising{.spec = {.id = "b_rises", .kind = ClaimKind::Paper, .statement = "b rises", .side = Compare::Above,
+                                             .threshold = 0, .source = "s"},
+                                    .trend = TrendDef<ToyRun>{"level", "b", [](const ToyRun& m) { return m.x; }, TrendKind::Slope, "level", "x"}};
+            ClaimDef<ToyRun> alone{.spec = {.id = "a_alone", .kind = ClaimKind::Paper, .statement = "a near 0", .side = Compare::Below,
+                                            .threshold = 10, .source = "s"},
+                                   .per_seed = [](const SeedView<ToyRun>& v) { return v("a").x; }};
+            return std::vector<ClaimDef<ToyRun>>{contrast, rising, alone};
+          }};
+  return make_lab(e);
+}
+
+nlohmann::json run_toy(const Lab& l, bool control, const std::string& dir, int* code) {
   std::FILE* out = std::tmpfile();
-  REQUIRE(out);
-  auto s = [](const fs::path& dir) {
-    auto m = settings(dir);
-    m["control"] = "1";
-    m["seeds"] = "5";
-    return m;
-  };
-  const std::vector<double> levels = {1, 2, 4, 8};
-  std::mt19937_64 rng(3);
-  std::normal_distribution<double> noise(0.0, 1.0);
-  std::vector<double> pool;
-  {
-    const fs::path dir = fresh_dir("placebo_trend");
-    Report r(l, s(dir), out, specs);
-    CHECK(r.trend_placebo_pool(4) == 22);
-    for (int i = 0; i < r.trend_placebo_pool(4); ++i) pool.push_back(noise(rng));
-    int calls = 0;
-    r.placebo_trend("grows", 4, [&](const std::vector<int>& runs) {
-      ++calls;
-      REQUIRE(runs.size() == 4);
-      std::vector<double> y;
-      for (int run : runs) y.push_back(pool[static_cast<size_t>(run)]);
-      return trend(levels, y, TrendKind::Slope);
-    }, "runs of one level as levels 1, 2, 4, 8");
-    CHECK(calls == 5 * kPlaceboSplits);
-    r.no_placebo("small", "one arm's statistic");
-    CHECK(r.finish() == 0);
-    REQUIRE(r.placebos().size() == 2);
-    CHECK(r.placebos()[0].pool == 22);
-    CHECK(r.placebos()[0].rate() <= kPlaceboMaxRate);
-  }
-  {
-    // Every placebo seed's runs are its own within a split: the 5 x 4 indices of one split differ.
-    Report r(l, s(fresh_dir("placebo_trend_distinct")), out, specs);
-    std::set<int> seen;
-    int in_split = 0;
-    bool distinct = true;
-    r.placebo_trend("grows", 4, [&](const std::vector<int>& runs) {
-      if (in_split++ % 5 == 0) seen.clear();
-      for (int run : runs) distinct = distinct && seen.insert(run).second;
-      return 0.0;
-    }, "indices only");
-    CHECK(distinct);
-  }
-  {
-    // A "placebo" whose statistic carries a trend regardless of the runs: FAILS.
-    Report r(l, s(fresh_dir("placebo_trend_fails")), out, specs);
-    r.placebo_trend("grows", 4, [&](const std::vector<int>& runs) { return 1.0 + 0.1 * pool[static_cast<size_t>(runs[0])]; }, "a trend");
-    r.no_placebo("small", "one arm's statistic");
-    CHECK(r.finish() == 3);
-    CHECK(r.placebos()[0].supported == kPlaceboSplits);
-  }
-  Report r(l, s(fresh_dir("placebo_trend_few")), out, specs);
-  CHECK_THROWS_AS(r.placebo_trend("grows", 3, [](const std::vector<int>&) { return 0.0; }, "x"), std::invalid_argument);
+  Report r(l, {{"out", fresh_dir(dir).string()}, {"seeds", "5"}, {"seed", "1"}, {"control", control ? "1" : "0"}}, out);
+  l.run(r);
+  *code = r.finish();
+  std::fclose(out);
+  return read_json(fs::path(GRADFLOW_BINARY_DIR) / "test_lab_report" / dir / "toyrunner.json");
+}
+
+}  // namespace
+
+TEST_CASE("runner placebo: each claim's own statistic over pools that share no run; no effect passes, a real one fails") {
+  int code = -1;
+  const nlohmann::json j = run_toy(toy_experiment(0, 60), true, "toy_placebo", &code);
+  const auto& ps = j.at("placebo").at("claims");
+  const bool within = ps[0].at("rate").get<double>() <= 0.05 && ps[1].at("rate").get<double>() <= 0.05;
+  CHECK(code == (within ? 0 : 3));
+  REQUIRE(ps.size() == 3);
+  CHECK(ps[0].at("id") == "b_above_a");
+  CHECK(ps[0].at("splits") == 60);
+  CHECK(ps[0].at("pool") == 60 * 5 * 2);  // pools x seeds x the 2 conditions it reads
+  CHECK(ps[0].at("rate").get<double>() <= 0.1);  // about 2.5% in expectation (the one-sided 95% rule)
+  CHECK(ps[1].at("pool") == 60 * 5 * 4);  // the trend reads 4 levels
+  CHECK(ps[1].at("rate").get<double>() <= 0.1);
+  CHECK(ps[2].at("splits") == 0);  // one condition against a threshold: no placebo
+  CHECK(ps[2].at("how").get<std::string>().find("no placebo") != std::string::npos);
+  // The statistic is the claim's own; with every condition replaced by arm a on seeds of its own, a
+  // real effect in arm b cannot show, whatever its size.
+  const nlohmann::json big = run_toy(toy_experiment(5, 20), true, "toy_placebo_big", &code);
+  CHECK(big.at("claims")[0].at("values") == j.at("claims")[0].at("values"));  // the first pool's: the same runs of arm a
+  CHECK(big.at("claims")[1].at("values") == j.at("claims")[1].at("values"));
+  // The lab itself, with the effect, finds it.
+  const nlohmann::json lab = run_toy(toy_experiment(5, 20), false, "toy_lab", &code);
+  CHECK(lab.at("claims")[0].at("outcome") == "supported");
+  CHECK(lab.at("claims")[1].at("outcome") == "supported");
+  CHECK(lab.at("data").at("runs").size() == 5 * 5);  // 5 conditions x 5 seeds, each kept
 }

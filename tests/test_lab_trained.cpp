@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "app/commands.h"
-#include "lab/labs.h"
 #include "lab/runner.h"
 #include "lab/report.h"
 #include "lab/trained_model.h"

@@ -80,7 +80,7 @@ struct Context {
   train::Vocab src_words, tgt_words;
 };
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   c.out = &r;
   if (s.model.real.given()) c.real = real_data(s.model.real_settings(), r);
@@ -106,7 +106,7 @@ std::vector<std::string> words(const train::Vocab& v, const std::vector<int64_t>
   return w;
 }
 
-void print_agreement(Output& r, const std::vector<const SeedStudy*>& res) {
+void print_agreement(Report& r, const std::vector<const SeedStudy*>& res) {
   r.section("agreement over the source tokens: Spearman rho per output token, mean over a sentence's tokens, mean over sentences");
   Table t("agreement", {"seed", "sentences", "att-gxi", "att-loo", "att-ig", "gxi-loo", "gxi-ig", "loo-ig", "all-layer att vs methods",
                         "rollout vs methods", "teacher-forced accuracy"});
@@ -138,7 +138,7 @@ void print_agreement(Output& r, const std::vector<const SeedStudy*>& res) {
   r.print(m);
 }
 
-void print_counterfactuals(Output& r, const std::vector<const SeedStudy*>& res, int64_t permutations) {
+void print_counterfactuals(Report& r, const std::vector<const SeedStudy*>& res, int64_t permutations) {
   r.section("counterfactual attention: total variation distance of the next-token distribution from the model's own (mean over output tokens)");
   Table t("counterfactuals", {"seed", "permuted (median of draws), mean over sentences", "permuted, sentence median", "uniform, mean over sentences",
                               "uniform, sentence median"});
@@ -161,7 +161,7 @@ ChartSeries cumulative(const std::string& name, std::vector<double> v, bool dash
   return c;
 }
 
-void figure(Output& r, const std::vector<const SeedStudy*>& res, const Context& c) {
+void figure(Report& r, const std::vector<const SeedStudy*>& res, const Context& c) {
   const Sentence& ex = res[0]->sentences.front();
   const auto rows = words(c.tgt_words, ex.out), cols = words(c.src_words, ex.src);
   const char* att = r.ablation_mode() ? " (control: uniform)" : " (last layer, head mean)";
@@ -198,7 +198,7 @@ void figure(Output& r, const std::vector<const SeedStudy*>& res, const Context& 
   r.add_panel(cf);
 }
 
-void describe(const Settings& s, const Context& c, const Runs& g, Output& r) {
+void describe(const Settings& s, const Context& c, const Runs& g, Report& r) {
   const std::vector<const SeedStudy*> res = g.of("trained");
   print_agreement(r, res);
   print_counterfactuals(r, res, s.permutations);

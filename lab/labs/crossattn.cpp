@@ -87,7 +87,7 @@ struct Context {
   std::optional<RealData> real;  // --data: its test split cut to --eval pairs
 };
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   if (s.real.given()) {
     c.real = real_data(s.real, r);
@@ -198,7 +198,7 @@ std::vector<std::vector<double>> per_layer(const std::vector<const Run*>& runs, 
   return rows;
 }
 
-void print_tables(Output& r, const Settings& s, const Context& c, const std::vector<const Run*>& runs) {
+void print_tables(Report& r, const Settings& s, const Context& c, const std::vector<const Run*>& runs) {
   r.section("the gradient reaching each layer (Frobenius over its parameters; mean [t 95% interval] over seeds)");
   Table t("layers", {"stack", "layer", "at initialisation", "mean over training"});
   for (int side = 0; side < 2; ++side) {
@@ -249,7 +249,7 @@ void print_tables(Output& r, const Settings& s, const Context& c, const std::vec
     r.say(fmt::format("A model that ignores the source can guess a symbol right about 1 time in {}.", s.task.symbols));
 }
 
-void add_figure(Output& r, const Settings& s, const std::vector<const Run*>& runs) {
+void add_figure(Report& r, const Settings& s, const std::vector<const Run*>& runs) {
   std::vector<double> x;
   for (int64_t l = 1; l <= s.layers; ++l) x.push_back(static_cast<double>(l));
   for (int training = 0; training < 2; ++training)
@@ -277,7 +277,7 @@ void add_figure(Output& r, const Settings& s, const std::vector<const Run*>& run
                     seeds, Chart::Corner::BottomRight});
 }
 
-void describe(const Settings& s, const Context& c, const Grid<Run>& g, Output& r) {
+void describe(const Settings& s, const Context& c, const Grid<Run>& g, Report& r) {
   const std::vector<const Run*> runs = g.of("trained");
   print_tables(r, s, c, runs);
   add_figure(r, s, runs);

@@ -161,7 +161,7 @@ std::vector<double> each_seed(const Grid<Measured>& g, const std::function<doubl
 
 // ---------------------------------------------------------------- tables and panels
 
-void describe_amplification(const Settings& s, const Context& c, const Grid<Measured>& g, Output& r) {
+void describe_amplification(const Settings& s, const Context& c, const Grid<Measured>& g, Report& r) {
   const std::vector<double> x = levels(s);
   r.section(fmt::format("(a) |F(x, W + dW) - F(x, W)| / |F(x, W)| with each stack parameter moved by {} x |W| (rms over {} draws; mean [min, max] over seeds)",
                         s.eps, s.draws));
@@ -203,7 +203,7 @@ void describe_amplification(const Settings& s, const Context& c, const Grid<Meas
   for (int pre = 0; pre < 2; ++pre) j[kLn[pre]] = {{"relative_change_mean", means(change[pre])}, {"slope_squared", slope_sq[pre]}};
 }
 
-void describe_collapse(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_collapse(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("(b) rank collapse and (c) query/key against value gradients through {} attention-only layers (d_model {}, {} heads, {} tokens, {} sequences, float64)",
                         s.attn_layers, s.attn_d_model, s.attn_heads, s.tokens, s.attn_batch));
   r.say("res: |X - 1 x^T| / |X| of the layer's output (layer 0: the input), mean [min, max] over seeds; QK/V: sqrt((|gW_Q|^2 + |gW_K|^2) / 2) / |gW_V|");
@@ -244,7 +244,7 @@ void describe_collapse(const Settings& s, const Grid<Measured>& g, Output& r) {
 
 // The two dose-responses on depth (their slopes are what the amplification claims read), and the
 // comparison the lab does not claim.
-void describe_trends(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_trends(const Settings& s, const Grid<Measured>& g, Report& r) {
   for (int pre = 0; pre < 2; ++pre) {
     std::vector<std::vector<double>> lg;
     for (int i = 0; i < g.seeds(); ++i) lg.push_back(log_sq_change(g.seed(i), kLn[pre], s));
@@ -258,7 +258,7 @@ void describe_trends(const Settings& s, const Grid<Measured>& g, Output& r) {
                     "this many seeds", iv.mean, iv.lo, iv.hi));
 }
 
-void describe(const Settings& s, const Context& c, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context& c, const Grid<Measured>& g, Report& r) {
   describe_amplification(s, c, g, r);
   describe_collapse(s, g, r);
   describe_trends(s, g, r);

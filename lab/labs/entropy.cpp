@@ -126,7 +126,7 @@ EntropySetup setup_of(const Settings& s, const IdData& data) {
   return e;
 }
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   if (s.real.given()) {
     c.real = real_data(s.real, r).ids;
@@ -179,7 +179,7 @@ std::vector<std::vector<const Measured*>> groups(const Settings& s, const Grid<M
   return out;
 }
 
-void print_runs(const std::vector<std::vector<const Measured*>>& runs, Output& r) {
+void print_runs(const std::vector<std::vector<const Measured*>>& runs, Report& r) {
   r.section("per run: final loss, least head's entropy (H / log(visible keys); 1 = uniform over the keys, 0 = one key), logit-scale bound");
   Table t("runs", {"lr", "arm", "seed", "steps run", "diverged at", "first loss", "final loss", "least head H at end", "mean head H at end",
                    "lowest least head H", "max σ(Wq)σ(Wk) at end"});
@@ -246,7 +246,7 @@ std::string level_color(size_t k, size_t n) {
   return ramp[n <= 1 ? last : std::min(last, k * last / (n - 1))];
 }
 
-void add_figure(const Settings& s, const Grid<Measured>& g, Output& r, bool ablate) {
+void add_figure(const Settings& s, const Grid<Measured>& g, Report& r, bool ablate) {
   const std::vector<const Measured*> safe = g.of(kPlain, s.safe()), high = g.of(kPlain, s.high()), reparam = g.of(kReparam);
   const double last = static_cast<double>(safe.front()->run.at.back());
   const std::vector<double> ticks = step_ticks(safe.front()->run.at.back());
@@ -272,7 +272,7 @@ void add_figure(const Settings& s, const Grid<Measured>& g, Output& r, bool abla
   if (!ablate) r.add_panel(head_map(*safe.front(), r.seed(0)));
 }
 
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   print_runs(groups(s, g, r.ablate()), r);
   add_figure(s, g, r, r.ablate());
 }

@@ -85,7 +85,7 @@ struct Context {
   std::optional<RealData> real;  // --data: the task, read once
 };
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   c.out = &r;
   if (s.model.real.given()) c.real = real_data(s.model.real_settings(), r);
@@ -162,7 +162,7 @@ std::string list(const std::vector<double>& v) {
 
 // ---------------------------------------------------------------- the lab's own output
 
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   Levels res(s.ss_rates.size());
   for (size_t l = 0; l < s.ss_rates.size(); ++l) res[l] = g.of(kArm, s.ss_rates[l]);
   const size_t P = positions(g.all(), s.min_support);

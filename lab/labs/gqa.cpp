@@ -69,7 +69,7 @@ struct Context {
   std::shared_ptr<const nn::Seq2SeqTransformer> start;  // the multi-head checkpoint (none with --scratch)
 };
 
-Context prepare(const S& s, Output& r) {
+Context prepare(const S& s, Report& r) {
   Context c;
   if (s.real.given()) {
     c.real = std::make_shared<const RealData>(real_data(s.real, r));
@@ -133,7 +133,7 @@ std::vector<double> minus_multihead(const G& g, int64_t G_, double (*f)(const Gq
 }
 const GqaArm& first_seed(const G& g, int64_t G_) { return g.at("G", static_cast<double>(G_), 0); }
 
-void describe_quality(const S& s, const Context& c, const G& g, Output& r) {
+void describe_quality(const S& s, const Context& c, const G& g, Report& r) {
   r.section("held-out quality after the same steps on the same batches (mean [t 95% interval] over seeds)");
   Table q("quality", {"arm", "kv heads built", "parameters", s.scratch ? "-" : "accuracy just converted", "teacher-forced token accuracy",
                       "teacher-forced NLL", "free-running token accuracy", "free-running exact", "accuracy - multi-head's"});
@@ -166,7 +166,7 @@ void describe_quality(const S& s, const Context& c, const G& g, Output& r) {
                       "{} more steps for every arm (the multi-head arm continues as it is).", s.steps, s.uptrain));
 }
 
-void describe_heads(const S& s, const G& g, Output& r) {
+void describe_heads(const S& s, const G& g, Report& r) {
   r.section("the KV cache per target token (decoding's DecodeStats) against 2 x layers x kv_heads x d_k x 4 bytes");
   Table c("cache", {"arm", "kv heads built", "formula (bytes/token)", "measured self-attention", "measured cross-attention (per source token)",
                     "share of multi-head's"});
@@ -193,7 +193,7 @@ void describe_heads(const S& s, const G& g, Output& r) {
   r.say("G parts that are uncorrelated add to sqrt(G) times one part; parts that agree, to G times.");
 }
 
-void describe_figure(const S& s, const G& g, Output& r) {
+void describe_figure(const S& s, const G& g, Report& r) {
   // Training loss, mean over seeds, as a moving average.
   std::vector<ChartSeries> curves;
   const int64_t length = s.scratch ? s.steps + s.uptrain : s.uptrain;
@@ -241,7 +241,7 @@ void describe_figure(const S& s, const G& g, Output& r) {
   r.add_panel(Chart{"self-attention KV cache per target token", "key/value heads", "bytes", true, true, {measured, formula}, x, Chart::Corner::TopLeft});
 }
 
-void describe(const S& s, const Context& c, const G& g, Output& r) {
+void describe(const S& s, const Context& c, const G& g, Report& r) {
   describe_quality(s, c, g, r);
   describe_heads(s, g, r);
   describe_figure(s, g, r);

@@ -69,7 +69,7 @@ struct Context {
   uint64_t seed = 0;
 };
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   nn::make_causal_mask(std::max(s.tgt_len, *std::max_element(s.lengths.begin(), s.lengths.end())));  // its cache, made before memory is counted
   r.say(fmt::format("one TransformerDecoderLayer ({}, d_model {}, {} heads, ff {}, dropout {}), batch {}, source length {}, float32",
                     s.pre_ln ? "Pre-LN" : "Post-LN", s.d_model, s.heads, s.ff, s.dropout, s.batch, s.src_len));
@@ -139,7 +139,7 @@ GraphSweep sweep_of(const Settings& s, const V& v, const std::string& arm) {
 
 // ---------------------------------------------------------------- tables and panels
 
-void describe_picture(const Settings& s, const Graph& g, const std::string& dot, Output& r) {
+void describe_picture(const Settings& s, const Graph& g, const std::string& dot, Report& r) {
   r.section(fmt::format("the graph at target length {}", s.tgt_len));
   size_t leaves = 0, saved = 0;
   for (const auto& n : g.nodes) leaves += n.leaf, saved += n.saved.size();
@@ -168,7 +168,7 @@ void describe_picture(const Settings& s, const Graph& g, const std::string& dot,
   }
 }
 
-void describe_lengths(const GraphSweep& s, Output& r) {
+void describe_lengths(const GraphSweep& s, Report& r) {
   r.section("saved bytes against the target length T (distinct buffers)");
   Table t("lengths", {"T", "nodes", "listed", "held", "self-attn maps", "cross-attn maps", "other activations", "leaves'", "self maps share"});
   auto bytes = [](double b) { return static_cast<int64_t>(b); };
@@ -200,7 +200,7 @@ void describe_lengths(const GraphSweep& s, Output& r) {
   r.print(big);
 }
 
-void describe_backward(const Settings& s, const AfterBackward& freed, const AfterBackward& kept, Output& r) {
+void describe_backward(const Settings& s, const AfterBackward& freed, const AfterBackward& kept, Report& r) {
   r.section(fmt::format("backward at T = {}", s.tgt_len));
   Table bt("backward", {"backward", "saved before", "saved after", "op nodes", "released", "live bytes: forward adds", "after backward, beyond start",
                         "gradients + output"});
@@ -218,7 +218,7 @@ void describe_backward(const Settings& s, const AfterBackward& freed, const Afte
   r.print(bias);
 }
 
-void figure(const GraphSweep& s, Output& r) {
+void figure(const GraphSweep& s, Report& r) {
   const auto& b = s.bytes;
   auto named = [&](const char* name, SavedKind k) { return fmt::format("{} (slope {:.2f})", name, loglog_slope(s.T, b.at(k))); };
   r.add_panel(Chart{"saved bytes against the target length", "target length T", "bytes (distinct buffers)", true, true,
@@ -242,7 +242,7 @@ void figure(const GraphSweep& s, Output& r) {
 }
 
 // The first seed's runs (byte counts do not depend on the seed).
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   const V v = g.seed(0);
   describe_picture(s, v(kPicture).graph, v(kPicture).dot, r);
   const GraphSweep sweep = sweep_of(s, v, kComposed);

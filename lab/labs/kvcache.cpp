@@ -82,7 +82,7 @@ void to_json(nlohmann::json& j, const Measured& m) {
        {"bytes_per_token_measured", m.bytes.self}};
 }
 
-void introduce(const Settings& s, Output& r) {
+void introduce(const Settings& s, Report& r) {
   r.say(fmt::format("Post-LN translator, d_model {}, {} heads ({} key/value heads), {}+{} layers, FFN {}, at its initialisation (the seed draws",
                     s.d_model, s.heads, s.kv_heads > 0 ? s.kv_heads : s.heads, s.layers, s.layers, 4 * s.d_model));
   r.say(fmt::format("it and {} source sentences of {}-{} symbols out of {}); greedy decoding of {} steps, never stopping at <eos>.", s.rows, s.min_len,
@@ -132,7 +132,7 @@ std::string with_interval(const std::vector<double>& v, const char* format = "{:
   return fmt::format(fmt::runtime(std::string(format) + " [" + format + ", " + format + "]"), i.mean, i.lo, i.hi);
 }
 
-void describe_exact(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_exact(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section("cached against recomputed greedy decoding, and each sentence alone against its row of a padded batch");
   Table t("exactness", {"seed", "dtype", "cached vs recomputed: max |dlogit| / max |logit|", "tokens differing", "alone vs batch: max |dlogit| / max |logit|",
                         "tokens differing", "translate_batch cached vs not: tokens differing"});
@@ -169,7 +169,7 @@ std::vector<Spread> timing_spread(const Grid<Measured>& g, const Settings& s, do
   return spread_per_column(rows);
 }
 
-void describe_timing(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_timing(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("time of one decoding step at position t, {} rows, float32 (the fastest of {} runs; mean [min, max] over seeds)", s.rows,
                         s.reps));
   Table t("step time", {"t", "cached (ms)", "min", "max", "recomputed (ms)", "min", "max", "recomputed / cached"});
@@ -196,7 +196,7 @@ void describe_timing(const Settings& s, const Grid<Measured>& g, Output& r) {
                     Chart::Corner::TopLeft});
 }
 
-void describe_figure(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_figure(const Settings& s, const Grid<Measured>& g, Report& r) {
   std::vector<ChartSeries> diffs, bytes;
   std::vector<double> x(s.lengths.begin(), s.lengths.end());
   for (int k = 0; k < 2; ++k) {
@@ -219,7 +219,7 @@ void describe_figure(const Settings& s, const Grid<Measured>& g, Output& r) {
   r.add_panel(Chart{fmt::format("self-attention cache of {} rows", s.rows), "positions held", "KiB", true, true, bytes, x, Chart::Corner::TopLeft});
 }
 
-void describe(const Settings& s, const NoContext&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const NoContext&, const Grid<Measured>& g, Report& r) {
   describe_exact(s, g, r);
   describe_timing(s, g, r);
   describe_figure(s, g, r);
@@ -327,7 +327,7 @@ Lab kvcache_lab() {
       .settings = fields(),
       .validate = validate,
       .arms = arms,
-      .prepare = [](const Settings& s, Output& r) { introduce(s, r); return NoContext{}; },
+      .prepare = [](const Settings& s, Report& r) { introduce(s, r); return NoContext{}; },
       .measure = measure,
       .claims = claims,
       .describe = describe});

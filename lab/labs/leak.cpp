@@ -73,7 +73,7 @@ struct Context {
   std::map<uint64_t, IdData> data;
 };
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   r.say(fmt::format("task {} over {} symbols, lengths {}-{}; Pre-LN, d_model {}, {} heads, {} layers; {} steps of Adam at lr {} "
                     "(warm-up {}), {} tokens a batch; {} seeds",
                     s.task.task, s.task.symbols, s.task.min_len, s.task.max_len, s.d_model, s.heads, s.layers, s.steps, s.lr, s.steps / 10,
@@ -128,7 +128,7 @@ double tail_mean(const std::vector<double>& v) {
   return s / static_cast<double>(k);
 }
 
-void print_tables(const Grid<Measured>& g, Output& r) {
+void print_tables(const Grid<Measured>& g, Report& r) {
   r.section("teacher-forced against free-running, on held-out sequences");
   Table t("leak", {"seed", "mask", "train loss (last 20)", "TF nll", "TF acc", "free-running token acc", "free-running exact"});
   for (int i = 0; i < g.seeds(); ++i)
@@ -192,7 +192,7 @@ ChartSeries probe_curve(const std::vector<const Measured*>& arms, bool free_runn
   return s;
 }
 
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   print_tables(g, r);
   const std::vector<const Measured*> masked = g.of("causal"), open = g.of("none");
   std::vector<double> step_ticks;  // explicit ticks keep the step axis from 0

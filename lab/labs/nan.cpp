@@ -97,7 +97,7 @@ struct Context {
 
 nn::Seq2SeqOptions shape(const Settings& s, const IdData& data) { return small_model(data, s.d_model, 2, s.layers, 2 * s.d_model, false); }
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   c.data = builtin_corpus(s.pairs);
   c.pairs = c.data.train;
@@ -159,7 +159,7 @@ std::vector<RunRow> run_rows(const Settings& s, const Grid<Measured>& g, int see
   return out;
 }
 
-void describe_batch(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_batch(const Settings& s, const Grid<Measured>& g, Report& r) {
   const OneStep &naive0 = g.at("naive", 0, 0).step, &guarded0 = g.at("guarded", 0, 0).step;
   r.section(fmt::format("1. one batch of {} rows, the last with an empty source: NaN entries of each parameter's gradient (seed {})", s.batch,
                         g.at("naive", 0, 0).seed));
@@ -200,7 +200,7 @@ void describe_batch(const Settings& s, const Grid<Measured>& g, Output& r) {
   r.add_panel(mods);
 }
 
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   describe_batch(s, g, r);
   r.section(fmt::format("3. {} Adam steps (the empty source in step 2's batch): loss per step, NaN parameter entries after", s.steps));
   std::vector<std::string> cols{"seed", "softmax", "fix", "lr"};

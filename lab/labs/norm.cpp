@@ -89,7 +89,7 @@ struct Context {
   std::map<std::tuple<Arch, double, uint64_t>, Measured> trained;  // under --ablate every arm is Pre-LN: one run serves them all
 };
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   if (s.real.given()) c.data = real_data(s.real, r).ids, c.real = true;
   else c.data = builtin_corpus(s.pairs, 1);
@@ -182,7 +182,7 @@ ChartSeries series(const std::string& name, const std::vector<double>& x, const 
   return c;
 }
 
-void describe_init(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_init(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("|d loss / d linear2.weight| per layer at initialisation ({} seeds x {} batches; mean [min, max] over seeds)", g.seeds(),
                         s.batches));
   Table t("layers", {"stack", "layer", "Post-LN", "Post-LN min", "Post-LN max", "Pre-LN", "Pre-LN min", "Pre-LN max", "DeepNorm"});
@@ -229,7 +229,7 @@ void describe_init(const Settings& s, const Grid<Measured>& g, Output& r) {
   r.say("|x|: Frobenius norm over the batch; Post-LN's is fixed by its LayerNorm, Pre-LN's grows with every layer it adds to.");
 }
 
-void describe_depth(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_depth(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section("the last layer's |d loss / d linear2.weight| against depth L (layers in each stack; mean [min, max] over seeds)");
   std::vector<double> x(s.depths.begin(), s.depths.end());
   std::vector<Spread> enc[2], dec[2];
@@ -252,7 +252,7 @@ void describe_depth(const Settings& s, const Grid<Measured>& g, Output& r) {
                     x, Chart::Corner::BottomLeft});
 }
 
-void describe_training(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_training(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("training {} steps at lr {}, Adam, no clipping: Post-LN with {} warm-up steps, Pre-LN with 0 and {:g}, DeepNorm with 0 "
                         "({} seeds)", s.steps, s.lr, fmt::join(s.warmups, ", "), s.warmups.back(), g.seeds()));
   Table t("warmup", {"model", "warm-up", "test NLL", "95% interval", "min", "max", "diverged"});
@@ -286,7 +286,7 @@ void describe_training(const Settings& s, const Grid<Measured>& g, Output& r) {
                     curves, {}, Chart::Corner::TopRight});
 }
 
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   describe_init(s, g, r);
   describe_depth(s, g, r);
   describe_training(s, g, r);

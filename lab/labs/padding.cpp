@@ -86,7 +86,7 @@ nn::Seq2SeqTransformer& float64_model(const Settings& s, Context& c, uint64_t se
   return *c.f64;
 }
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   c.data = builtin_corpus(s.pairs);
   c.by_len = by_length(c.data);
@@ -169,7 +169,7 @@ PaddingRun measure(const Settings& s, Context& c, const RunKey& k) {
   return m;
 }
 
-void describe(const Settings& s, const Context&, const Grid<PaddingRun>& g, Output& r) { describe_padding(s.lengths, g, r); }
+void describe(const Settings& s, const Context&, const Grid<PaddingRun>& g, Report& r) { describe_padding(s.lengths, g, r); }
 
 // ---------------------------------------------------------------- claims
 

@@ -121,7 +121,7 @@ double tail_mean(const std::vector<double>& v) {
   return std::accumulate(v.end() - static_cast<std::ptrdiff_t>(n), v.end(), 0.0) / static_cast<double>(n);
 }
 
-void describe_master(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_master(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("1. master weights: {} Adam steps, lr {} (warm-up {}, then 1/sqrt(step)); second half of training", s.train.steps,
                         s.train.lr, s.train.warmup));
   Table t1("master_weights", {"seed", "arm", "final loss (mean of last 20)", "held-out NLL", "updates lost to rounding"});
@@ -169,7 +169,7 @@ void describe_master(const Settings& s, const Grid<Measured>& g, Output& r) {
   r.add_panel(stall);
 }
 
-void describe_range(const Grid<Measured>& g, Output& r) {
+void describe_range(const Grid<Measured>& g, Report& r) {
   r.section("2. range: the master arm's gradients at its last step, shares of the nonzero entries");
   Table t("range", {"tensor", "nonzero entries", "max |g|", "< 2^-25 (float16: 0)", "< 2^-14 (float16 subnormal)", "bfloat16: 0",
                     "loss scale for float16"});
@@ -199,7 +199,7 @@ void describe_range(const Grid<Measured>& g, Output& r) {
                        {"float16: 0", "float16 subnormal", "bfloat16: 0"}, shares, false, "share of nonzero entries", 0.0, 1.0});
 }
 
-void describe_softmax(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_softmax(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section("3. softmax over L keys: total variation distance from the exact weights (mean over query rows)");
   Table t("softmax_vs_length", {"L", "bf16 products, float32 softmax (gradflow)", "bfloat16 throughout (running sum in bfloat16)"});
   std::vector<double> products, all;
@@ -219,7 +219,7 @@ void describe_softmax(const Settings& s, const Grid<Measured>& g, Output& r) {
                     Chart::Corner::TopLeft});
 }
 
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   describe_master(s, g, r);
   describe_range(g, r);
   describe_softmax(s, g, r);

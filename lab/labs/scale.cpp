@@ -143,7 +143,7 @@ std::vector<std::vector<double>> per_seed_levels(const Grid<Measured>& g, const 
   return rows;
 }
 
-void describe_normal(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_normal(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("1. the paper's assumption: q, k, v ~ N(0, 1); {} sequences of {} queries x {} keys per d_k, {} seeds; float64", s.batch,
                         s.queries, s.keys, g.seeds()));
   Table t("scale", {"d_k", "var unscaled", "var scaled", "max p unscaled", "max p scaled", "H unscaled", "H scaled", "saturated unscaled",
@@ -178,7 +178,7 @@ void describe_normal(const Settings& s, const Grid<Measured>& g, Output& r) {
                     x});
 }
 
-void describe_real(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_real(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("2. q, k, v from the initialised in_proj of a one-head Pre-LN layer reading {} real sentences (built-in corpus, "
                         "its most frequent source length; the seed draws the weights and the sentences), float64; means over {} seeds",
                         s.sentences, g.seeds()));
@@ -198,7 +198,7 @@ void describe_real(const Settings& s, const Grid<Measured>& g, Output& r) {
                     true, {band_series("unscaled", x, gu, "#1f77b4"), band_series("scaled", x, gs, "#d62728")}, x});
 }
 
-void describe_training(const Settings& s, const Grid<Measured>& g, Output& r) {
+void describe_training(const Settings& s, const Grid<Measured>& g, Report& r) {
   r.section(fmt::format("3. training a Post-LN translator (d_model {}, {} head(s): d_k {}, {} layers) on the {} task, {} steps of Adam at lr {}, "
                         "with and without 1/sqrt(d_k); the seed draws the data, the weights and the batches",
                         s.train_d_model, s.train_heads, s.train_d_model / s.train_heads, s.train_layers, s.task.task, s.steps, s.lr));
@@ -220,7 +220,7 @@ void describe_training(const Settings& s, const Grid<Measured>& g, Output& r) {
   r.add_panel(Chart{"3. training loss with and without 1/sqrt(d_k) (band: seeds)", "step", "cross-entropy", false, true, curves, {}});
 }
 
-void describe(const Settings& s, const Context&, const Grid<Measured>& g, Output& r) {
+void describe(const Settings& s, const Context&, const Grid<Measured>& g, Report& r) {
   describe_normal(s, g, r);
   describe_real(s, g, r);
   describe_training(s, g, r);

@@ -113,7 +113,7 @@ const Task& task_of(const Settings& s, Context& c, uint64_t seed) {
   return *c.task;
 }
 
-Context prepare(const Settings& s, Output& r) {
+Context prepare(const Settings& s, Report& r) {
   Context c;
   const int64_t warmup = s.steps / 10;
   if (s.real.given()) {
@@ -170,7 +170,7 @@ std::vector<double> column(const G& g, double eps, double (*f)(const SmoothingRu
 
 double over(const SmoothingRun& a) { return a.end.held_out.confidence - a.end.held_out.accuracy; }
 
-void describe_arms(const Settings& s, const Context& c, const G& g, Output& r) {
+void describe_arms(const Settings& s, const Context& c, const G& g, Report& r) {
   r.section("held-out calibration, and the last layers on training tokens (mean [t 95% interval] over seeds)");
   Table t("smoothing", {"eps", "held-out accuracy", "mean confidence", "confidence - accuracy", "ECE (15 bins)", "held-out NLL",
                         "logit gap, training tokens", "logit gap, held-out", "clusters: templates' span, clean labels", "every direction",
@@ -210,7 +210,7 @@ void describe_arms(const Settings& s, const Context& c, const G& g, Output& r) {
   r.say("label as trained on (a replaced label puts a token in a class its input does not belong to; only memorising pulls it in).");
 }
 
-void describe_figure(const Settings& s, const G& g, Output& r) {
+void describe_figure(const Settings& s, const G& g, Report& r) {
   const double levels[2] = {0.0, s.eps};
   std::vector<ChartSeries> rel;  // the reliability diagram: bins pooled over seeds
   for (int k = 0; k < 2; ++k) {
@@ -260,7 +260,7 @@ void describe_figure(const Settings& s, const G& g, Output& r) {
 }
 
 // --data: BLEU on the validation split per eps level, beside Vaswani et al.'s (reported, not claimed).
-void describe_bleu(const Settings& s, const Context& c, const G& g, Output& r) {
+void describe_bleu(const Settings& s, const Context& c, const G& g, Report& r) {
   r.section(fmt::format("BLEU on the first {} validation sentences (greedy, sacreBLEU 13a), per eps level (mean [t 95% interval] over seeds)",
                         std::min<size_t>(static_cast<size_t>(s.eval), c.real->ids.valid.size())));
   // Vaswani et al. 2017, Table 3, rows (D) and base: the big EN-DE task's development set (newstest2013).
@@ -275,7 +275,7 @@ void describe_bleu(const Settings& s, const Context& c, const G& g, Output& r) {
   r.say("Reported, not claimed. The paper's numbers are a 65M-parameter model's on WMT English-German: compare the direction, not the size.");
 }
 
-void describe(const Settings& s, const Context& c, const G& g, Output& r) {
+void describe(const Settings& s, const Context& c, const G& g, Report& r) {
   describe_arms(s, c, g, r);
   describe_figure(s, g, r);
   if (c.real) describe_bleu(s, c, g, r);

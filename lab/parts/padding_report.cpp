@@ -41,7 +41,7 @@ PadGradient worst_gradient(const Grid<PaddingRun>& g, const std::string& arm) {
 
 namespace {
 
-void describe_masks(const Grid<PaddingRun>& g, Output& r) {
+void describe_masks(const Grid<PaddingRun>& g, Report& r) {
   r.section("1. one sentence alone and as row 0 of a batch with the 7 longest (float64): largest |difference| / largest |value|");
   Table t1("alone_vs_batch", {"seed", "masks", "src/tgt len", "batch src/tgt len", "encoder out", "logits", "attention", "gradients",
                               "weight on PAD keys"});
