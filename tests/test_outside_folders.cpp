@@ -113,3 +113,49 @@ TEST_CASE("the signal handler leaves errno as the interrupted code had it") {
   CHECK(seen == EDOM);
 }
 
+TEST_CASE("a lock file that is a symbolic link or a FIFO is refused, naming it; the link's target is not emptied") {
+  TempDir tmp("gf_outside");
+  tmp.write("victim.txt", kVictim);
+  fs::create_directories(tmp.path / "run");
+  fs::create_symlink(tmp.path / "victim.txt", tmp.path / "run" / train::RunFolderLock::kFileName);
+  CHECK_THROWS_WITH_AS(train::RunFolderLock::take((tmp.path / "run").string(), "--resume"), doctest::Contains("is a symbolic link"),
+                       std::runtime_error);
+  CHECK(slurp(tmp.path / "victim.txt") == kVictim);  // before the fix: emptied by the lock's ftruncate
+  // A FIFO: refused at once (opening one for writing could wait for a reader).
+  fs::create_directories(tmp.path / "fifo");
+  REQUIRE(::mkfifo((tmp.path / "fifo" / train::RunFolderLock::kFileName).c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(train::RunFolderLock::take((tmp.path / "fifo").string(), "--out"), doctest::Contains("FIFO"), std::runtime_error);
+}
+
+TEST_CASE("grad_stats.jsonl that is a symbolic link is refused, naming it; the link's target is not overwritten") {
+  TempDir tmp("gf_outside");
+  tmp.write("victim.txt", kVictim);
+  train::RunConfig c = gf::test::tiny_run();
+  std::vector<std::string> tokens(train::Vocab::kSpecials.begin(), train::Vocab::kSpecials.end());
+  tokens.push_back("a");
+  const train::Vocab v(tokens);
+  const auto model = train::make_translation_model(c, v, v, 1);
+  fs::create_directories(tmp.path / "run");
+  fs::create_symlink(tmp.path / "victim.txt", tmp.path / "run" / train::GradStatsRecorder::kJsonl);
+  for (const int64_t resume_step : {int64_t{0}, int64_t{5}}) {
+    CAPTURE(resume_step);
+    CHECK_THROWS_WITH_AS(train::GradStatsRecorder(*model, (tmp.path / "run").string(), 1, resume_step),
+                         doctest::Contains("grad_stats.jsonl' is a symbolic link"), std::runtime_error);
+    CHECK(slurp(tmp.path / "victim.txt") == kVictim);  // before the fix: truncated (a new run) through the link
+  }
+}
+
+TEST_CASE("save_corpus writes through the atomic writer: a link at the old predictable temporary name is not followed") {
+  TempDir tmp("gf_outside");
+  tmp.write("victim.txt", kVictim);
+  const fs::path data = tmp.path / "data";
+  fs::create_directories(data);
+  // The old writer's temporary file was FILE.tmp.PID, opened through any link already there.
+  for (const char* name : {"train.en", "train.ko", "val.en", "val.ko", "test.en", "test.ko"})
+    fs::create_symlink(tmp.path / "victim.txt", data / (std::string(name) + ".tmp." + std::to_string(::getpid())));
+  train::save_corpus(train::make_korean_corpus(1, 100), data);
+  CHECK(slurp(tmp.path / "victim.txt") == kVictim);
+  CHECK(fs::is_regular_file(fs::symlink_status(data / "train.en")));  // not the link renamed into place
+  CHECK(slurp(data / "train.en").find("\n") != std::string::npos);
+}
+

@@ -1,9 +1,14 @@
 #include "train/loop/grad_stats.h"
 
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -14,7 +19,10 @@
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
+#include "tensor/io/plain_file.h"
+#include "train/data/line_reader.h"
 #include "train/run/batch_loss.h"
+#include "train/run/json_fields.h"
 #include "train/run/checkpoint.h"
 #include "train/plot/svg_chart.h"
 #include "train/eval/translator.h"
@@ -335,6 +343,16 @@ std::vector<StatsJson> read_records(const std::string& path, int64_t last_step, 
   return kept;
 }
 
+// Every byte of `text` to fd; std::runtime_error naming `path` when a write fails.
+void write_fully(int fd, const std::string& text, const std::string& path) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    GF_CHECK_AS(std::runtime_error, w > 0, "grad stats: writing '{}' failed: {}", path, std::strerror(w < 0 ? errno : EIO));
+    done += static_cast<size_t>(w);
+  }
+}
+
 }  // namespace
 
 GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step)
@@ -348,6 +366,11 @@ GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::s
   for (const auto& [name, v] : named)
     if (std::find(seen.begin(), seen.end(), v.impl().get()) == seen.end()) seen.push_back(v.impl().get()), params_.push_back(v);
   const std::string path = run_file(dir, kJsonl);
+  // Its own regular file, never a link planted in the folder: refused before anything is read or written.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    GF_FAIL_AS(std::runtime_error, "grad stats: '{}' is {}; gradflow writes it only as a regular file of its own (remove it)", path,
+               file_kind(st.st_mode));
   if (resume_step > 0 && std::filesystem::exists(path)) {
     bool changed = false;
     records_ = read_records(path, resume_step, changed);
@@ -357,8 +380,11 @@ GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::s
       write_file_atomic(path, text);
     }
   }
-  out_.open(path, resume_step > 0 ? std::ios::app : std::ios::trunc);
-  GF_CHECK_AS(std::runtime_error, out_, "grad stats: cannot open '{}' for writing", path);
+  out_ = open_own_file(path, O_WRONLY | O_CREAT | (resume_step > 0 ? O_APPEND : O_TRUNC), "grad stats");
+}
+
+GradStatsRecorder::~GradStatsRecorder() {
+  if (out_ >= 0) ::close(out_);
 }
 
 void GradStatsRecorder::begin_step(int64_t step, const Batch& batch) {
@@ -417,9 +443,7 @@ void GradStatsRecorder::after_update(double loss, double lr) {
   // What recording this step cost (entropies, norms, the parameter copy; not writing the line): not a
   // statistic of the run, and the one field that differs between identical runs.
   line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + now_seconds() - t0);
-  out_ << line.dump() << '\n';
-  out_.flush();
-  GF_CHECK_AS(std::runtime_error, out_, "grad stats: writing '{}' failed", run_file(dir_, kJsonl));
+  write_fully(out_, line.dump() + "\n", run_file(dir_, kJsonl));
   records_.push_back(std::move(line));
   before_.clear();
   step_ = 0;

@@ -11,9 +11,10 @@
 // The pieces are public for the labs: head_entropy() on any attention weights, EntropyProbe on
 // every attention of a translator.
 #include <cstdint>
-#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -119,7 +120,12 @@ class GradStatsRecorder {
   // past resume_step (written by a run killed before its next checkpoint) are dropped, as those
   // steps run again. Attention entropy is recorded for the encoder-decoder and the decoder-only
   // model (another module gets none).
+  // grad_stats.jsonl is opened with O_NOFOLLOW and must be a regular file (tensor/io/plain_file.h):
+  // a symbolic link there is refused, naming it, and its target left as it was.
   GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step = 0);
+  ~GradStatsRecorder();
+  GradStatsRecorder(const GradStatsRecorder&) = delete;
+  GradStatsRecorder& operator=(const GradStatsRecorder&) = delete;
 
   bool due(int64_t step) const { return step == 1 || step % every_ == 0; }
   // The trainer's step, in order: begin_step before the forward (1-based step; arms the entropy
@@ -142,7 +148,7 @@ class GradStatsRecorder {
   std::vector<Variable> params_;
   std::vector<GradGroup> groups_;
   std::unique_ptr<EntropyProbe> probe_;  // null for a model it does not know
-  std::ofstream out_;
+  int out_ = -1;                         // grad_stats.jsonl, appended to (open_own_file: a regular file, no link)
   std::vector<StatsJson> records_;
   // The step in progress when due (0: none), its gradient norms and the parameters before the update.
   int64_t step_ = 0;
