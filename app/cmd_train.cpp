@@ -169,7 +169,7 @@ int cmd_train(int argc, char** argv) {
     GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
     if (dist::is_root()) lock = train::RunFolderLock::take(opt.out, "--resume");
     const std::string config_file = train::run_file(opt.out, "config.json");
-    const train::RunConfig resumed = train::RunConfig::from_json(train::read_text_file(config_file), config_file);
+    const train::RunConfig resumed = train::RunConfig::read(config_file);
     c = train_config(f, &resumed);
   } else {
     GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),

@@ -5,6 +5,7 @@
 // gradient statistics when the run recorded them (grad_stats.jsonl), and an attention explorer
 // for a few sentences (app/report_attention.h). docs/report.md describes the page.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,8 +30,13 @@ void write_run_report(const std::string& run_dir, const std::string& out_file, c
 // grad_stats.jsonl's lines as the page's heat maps need them (exposed for tests): "steps",
 // "loss", "lr", "groups" (names), "grad_norm" / "param_norm" / "update_ratio" ([group][column]),
 // "heads" ([{"attention","head"}]), "entropy" and "uniform" ([head][column]), "recorded" (lines
-// in the file). With more than max_steps lines, every k-th and the last are kept. Throws naming the
-// file and line for a malformed line other than a torn last one.
+// in the file). With more than max_steps lines, every k-th and the last are kept. Every line is
+// checked (train::parse_stats_record: nesting, types, every key the page reads); throws naming the
+// file, the line and the missing or mistyped key for a malformed line other than a torn last one
+// (one that is not JSON at all, as a run killed mid-write leaves). The file is read as a regular
+// file within train::kMaxGradStatsBytes, twice, holding only the columns drawn.
 nlohmann::json grad_stats_data(const std::string& jsonl_path, size_t max_steps);
+// The same of grad_stats.jsonl's text held in memory; `name` stands for the file in errors.
+nlohmann::json grad_stats_data_of(std::string_view text, const std::string& name, size_t max_steps);
 
 }  // namespace gf::app

@@ -159,3 +159,104 @@ TEST_CASE("save_corpus writes through the atomic writer: a link at the old predi
   CHECK(slurp(data / "train.en").find("\n") != std::string::npos);
 }
 
+TEST_CASE("a grad_stats.jsonl line missing a key the report reads is named by file, line and key") {
+  TempDir tmp("gf_outside");
+  const json good = {{"step", 1}, {"loss", 5.0}, {"lr", 1e-3},
+                     {"groups", {{{"name", "emb"}, {"grad_norm", 1.0}, {"param_norm", 2.0}, {"update_ratio", 0.1}}}},
+                     {"attention", {{{"name", "enc0.self"}, {"entropy", {0.5, 0.7}}, {"uniform", 1.0}}}}};
+  json no_entropy = good;
+  no_entropy["step"] = 2;
+  no_entropy["attention"][0].erase("entropy");  // before the fix: const operator[] on a missing key, undefined behaviour
+  tmp.write("a.jsonl", good.dump() + "\n" + no_entropy.dump() + "\n" + good.dump() + "\n");
+  CHECK_THROWS_WITH_AS(app::grad_stats_data(tmp.file("a.jsonl"), 10),
+                       doctest::Contains("a.jsonl line 2: not a grad-stats record: missing field 'attention[0].entropy'"), std::runtime_error);
+  json bad_name = good;
+  bad_name["groups"][0]["name"] = 7;
+  tmp.write("b.jsonl", good.dump() + "\n" + bad_name.dump() + "\n");
+  CHECK_THROWS_WITH_AS(app::grad_stats_data(tmp.file("b.jsonl"), 10), doctest::Contains("b.jsonl line 2: not a grad-stats record: 'groups[0].name' must be a string, got 7"),
+                       std::runtime_error);
+}
+
+TEST_CASE("config.json, state.json and grad_stats.jsonl nested too deep are refused; state.json's steps and counts are capped") {
+  TempDir tmp("gf_outside");
+  std::string deep = "{\"x\": ";
+  for (int i = 0; i < 20000; ++i) deep += "[";
+  for (int i = 0; i < 20000; ++i) deep += "]";
+  deep += "}";
+  CHECK_THROWS_WITH_AS(train::RunConfig::from_json(deep, "config.json"), doctest::Contains("config.json: malformed run config: nested more than 16 levels"),
+                       std::runtime_error);  // before the fix: read as the default config, the key ignored
+  CHECK_THROWS_WITH_AS(train::state_from_json(deep, "state.json"), doctest::Contains("nested more than 16 levels"), std::runtime_error);
+  tmp.write("g.jsonl", deep + "\n{\"step\": 1}\n");
+  CHECK_THROWS_WITH_AS(app::grad_stats_data(tmp.file("g.jsonl"), 10), doctest::Contains("line 1: not a grad-stats record: nested more than 16 levels"),
+                       std::runtime_error);
+  // A step near INT64_MAX ran the report's schedule loop past the end of int64 (and until memory ran out).
+  const fs::path run = trained(tmp);
+  json state = json::parse(slurp(run / "state.json"));
+  const json good = state;
+  for (const char* key : {"step", "epoch", "batch_in_epoch", "skipped_long", "skipped_nonfinite"}) {
+    CAPTURE(key);
+    state = good;
+    state[key] = 9223372036854775000LL;
+    const std::string expected = "'" + std::string(key) + "' must be an integer from 0 to 10^15, got 9223372036854775000";
+    CHECK_THROWS_WITH_AS(train::state_from_json(state.dump(), "state.json"), doctest::Contains(expected.c_str()), std::runtime_error);
+  }
+  state = good;
+  state["train_curve"] = {{1e300, 5.0}};
+  CHECK_THROWS_WITH_AS(train::state_from_json(state.dump(), "state.json"), doctest::Contains("'train_curve[0][0]' must be a step from 0 to 10^15"),
+                       std::runtime_error);
+  // The report on that folder: a clear error, at once.
+  state = good;
+  state["step"] = 9223372036854775000LL;
+  tmp.write("run/state.json", state.dump());
+  const Ran r = gradflow({"report", run.string(), "--out", tmp.file("r.html")}, tmp, "report", bounded());
+  CHECK(r.exit_code() == 1);
+  CHECK(r.err.find("state.json: malformed run state: 'step' must be an integer from 0 to 10^15") != std::string::npos);
+  tmp.write("run/state.json", good.dump());
+  tmp.write("run/config.json", deep);
+  const Ran d = gradflow({"report", run.string(), "--out", tmp.file("d.html")}, tmp, "deep", bounded());
+  CHECK(d.exit_code() == 1);  // before the fix: a page of hundreds of MB (the unknown key, indented at every level)
+  CHECK(d.err.find("config.json: malformed run config: nested more than 16 levels") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path / "d.html"));
+}
+
+TEST_CASE("every file read from a run folder has a size bound: a link to /dev/zero or a huge file is refused by name") {
+  TempDir tmp("gf_outside");
+  const fs::path good = trained(tmp, "good");
+  tmp.write("in.txt", "i read a book .\n");
+  struct Case {
+    const char* file;
+    const char* command;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"config.json", "translate", "config.json' is a character device, not a regular file"},
+      {"vocab.src.txt", "translate", "vocab.src.txt' is a character device, not a regular file"},
+      {"config.json", "report", "config.json' is a character device, not a regular file"},
+      {"state.json", "report", "state.json' is a character device, not a regular file"},
+      {"grad_stats.jsonl", "report", "grad_stats.jsonl' is a character device, not a regular file"},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.file);
+    CAPTURE(k.command);
+    const fs::path run = tmp.path / "zero";
+    fs::remove_all(run);
+    fs::copy(good, run, fs::copy_options::recursive);
+    fs::remove(run / k.file);
+    fs::create_symlink("/dev/zero", run / k.file);
+    const Ran r = std::string(k.command) == "translate"
+                      ? gradflow({"translate", "--model", run.string(), "--input", tmp.file("in.txt")}, tmp, "zero", bounded())
+                      : gradflow({"report", run.string(), "--out", tmp.file("z.html")}, tmp, "zero", bounded());
+    INFO(r.err);
+    CHECK(r.exit_code() == 1);  // before the fix: reading until memory ran out
+    CHECK(r.err.find(k.expected) != std::string::npos);
+  }
+  // A sparse 2 GiB vocabulary: refused from its size, before any of it is read.
+  const fs::path run = tmp.path / "big";
+  fs::copy(good, run, fs::copy_options::recursive);
+  fs::resize_file(run / "vocab.tgt.txt", 2LL << 30);
+  const Ran big = gradflow({"translate", "--model", run.string(), "--input", tmp.file("in.txt")}, tmp, "big", bounded());
+  INFO(big.err);
+  CHECK(big.exit_code() == 1);
+  CHECK(big.err.find("vocab.tgt.txt' holds 2147483648 bytes, more than the 67108864 read from such a file") != std::string::npos);
+}
+

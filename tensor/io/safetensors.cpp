@@ -382,11 +382,13 @@ namespace {
 // Reads `path` through `use(file_size, read)`, the file open for its duration.
 template <class F>
 auto with_file(const std::string& path, F&& use) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // Non-blocking until it is known to be a regular file: opening a FIFO must not wait for a writer.
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) bad(path, "cannot open: {}", std::strerror(errno));
   struct stat st;
   if (::fstat(f.fd, &st) != 0) bad(path, "cannot stat: {}", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
+  ::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
   ReadFn read = [&](uint64_t offset, void* dst, size_t n) {
     char* p = static_cast<char*>(dst);
     while (n > 0) {

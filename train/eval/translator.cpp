@@ -83,7 +83,7 @@ Translator Translator::load(const std::string& path, DType weights) {
   Translator t;
   std::string cfg = run_file(dir, "config.json");
   GF_CHECK_AS(std::runtime_error, fs::exists(cfg), "'{}' has no config.json: not a gradflow run folder", dir);
-  t.config = RunConfig::from_json(read_text_file(cfg), cfg);
+  t.config = RunConfig::read(cfg);
   RunVocabularies v = load_run_vocabularies(t.config, dir);
   t.segmenters = std::move(v.segmenters);
   t.src_vocab = std::move(v.src);

@@ -318,28 +318,24 @@ double sum_sq(const Tensor& a, int64_t begin, int64_t end, const Tensor& b = Ten
 
 double ratio(double num, double den) { return den > 0 ? num / den : (num > 0 ? INFINITY : 0.0); }
 
-double number(const StatsJson& j) { return j.is_number() ? j.get<double>() : NAN; }  // NaN was written as null
-
 // 6 significant digits are plenty for a statistic and keep a line a third as long.
 double short_number(double x) { return std::isfinite(x) ? std::stod(fmt::format("{:.6g}", x)) : x; }
 
 // The lines of an existing grad_stats.jsonl with step <= last_step; a torn last line (a run killed
-// mid-write), or any line that is not an object with an integer "step", is dropped. Sets `changed`
+// mid-write), or any line that is not a record (parse_stats_record), is dropped. Sets `changed`
 // when anything was dropped.
 std::vector<StatsJson> read_records(const std::string& path, int64_t last_step, bool& changed) {
   std::vector<StatsJson> kept;
   changed = false;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    StatsJson j = StatsJson::parse(line, nullptr, /*allow_exceptions=*/false);
-    // (An integer test first: get<int64_t>() of 1e300 would be undefined behaviour, of "6" a type error.)
-    if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer() || j["step"].get<int64_t>() > last_step) {
-      changed = true;
-      continue;
+  for_each_stats_line(path, [&](size_t, const std::string& line) {
+    try {
+      StatsJson j = parse_stats_record(line);
+      if (json_fields::integer_at(j, "step") <= last_step) return kept.push_back(std::move(j));
+    } catch (const json_fields::FieldError&) {
+    } catch (const nlohmann::json::exception&) {
     }
-    kept.push_back(std::move(j));
-  }
+    changed = true;
+  });
   return kept;
 }
 
@@ -464,6 +460,92 @@ void GradStatsRecorder::write_svg() const {
   if (!records_.empty()) write_file_atomic(run_file(dir_, kSvg), grad_stats_svg(records_));
 }
 
+// ---------------------------------------------------------------- reading grad_stats.jsonl
+
+namespace {
+
+using json_fields::as_array;
+using json_fields::as_object;
+using json_fields::at_index;
+using json_fields::member;
+
+// A statistic: a number (a record still in memory may hold NaN or Inf) or null (how the file
+// writes a non-finite one), NaN for null.
+double statistic(const StatsJson& v, const std::string& key) {
+  if (v.is_null()) return NAN;
+  if (!v.is_number()) json_fields::bad_field(key, v, "a number or null");
+  return v.get<double>();
+}
+double statistic_at(const StatsJson& obj, const char* key, const std::string& path = "") { return statistic(member(obj, key, path), path + key); }
+
+int64_t step_of(const StatsJson& record) {
+  const int64_t step = json_fields::integer_at(record, "step");
+  if (step < 0 || step > kMaxStateCount) json_fields::bad_field("step", record["step"], "an integer from 0 to 10^15");
+  return step;
+}
+
+// The lines of a reader, each non-empty one to each(); its errors (a line over the bound, invalid
+// UTF-8) as std::runtime_error: a damaged file, not a bad argument.
+void each_line(LineReader& in, const std::function<void(size_t, const std::string&)>& each) {
+  std::string line;
+  for (;;) {
+    try {
+      if (!in.next(line)) return;
+    } catch (const std::invalid_argument& e) {
+      GF_FAIL_AS(std::runtime_error, "grad stats: {}", e.what());
+    }
+    if (!line.empty()) each(in.lines(), line);
+  }
+}
+
+}  // namespace
+
+StatsJson parse_stats_record(std::string_view line) {
+  StatsJson j = json_fields::parse<StatsJson>(line, json_fields::kMaxRunJsonDepth);
+  as_object(j, "the line");
+  (void)step_of(j);
+  (void)statistic_at(j, "loss");
+  (void)statistic_at(j, "lr");
+  const StatsJson& groups = as_array(member(j, "groups"), "groups");
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string at = at_index("groups", i) + ".";
+    as_object(groups[i], at_index("groups", i));
+    (void)json_fields::string_at(groups[i], "name", at);
+    for (const char* stat : {"grad_norm", "param_norm", "update_ratio"}) (void)statistic_at(groups[i], stat, at);
+  }
+  if (const StatsJson* attention = json_fields::find_member(j, "attention")) {
+    as_array(*attention, "attention");
+    for (size_t i = 0; i < attention->size(); ++i) {
+      const StatsJson& a = (*attention)[i];
+      const std::string at = at_index("attention", i) + ".";
+      as_object(a, at_index("attention", i));
+      (void)json_fields::string_at(a, "name", at);
+      const StatsJson& entropy = as_array(member(a, "entropy", at), at + "entropy");
+      for (size_t h = 0; h < entropy.size(); ++h) (void)statistic(entropy[h], at_index(at + "entropy", h));
+      (void)statistic_at(a, "uniform", at);
+    }
+  }
+  return j;
+}
+
+void for_each_stats_line(const std::string& path, const std::function<void(size_t, const std::string&)>& each) {
+  struct Fd {
+    int fd;
+    ~Fd() { ::close(fd); }
+  } f{open_regular_file(path, "grad stats")};
+  struct stat st;
+  GF_CHECK_AS(std::runtime_error, ::fstat(f.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) <= kMaxGradStatsBytes,
+              "grad stats: '{}' holds {} bytes, more than the {} read from such a file", path, static_cast<uint64_t>(st.st_size),
+              kMaxGradStatsBytes);
+  LineReader in(f.fd, path, kMaxGradStatsLineBytes);
+  each_line(in, each);
+}
+
+void for_each_stats_line_of(std::string_view text, const std::string& name, const std::function<void(size_t, const std::string&)>& each) {
+  LineReader in(text, name, kMaxGradStatsLineBytes);
+  each_line(in, each);
+}
+
 // ---------------------------------------------------------------- the figure
 
 namespace {
@@ -477,12 +559,12 @@ ValueMap stat_map(const std::vector<StatsJson>& records, const std::string& titl
   m.log_scale = true;
   std::map<std::string, size_t> row;
   for (size_t c = 0; c < records.size(); ++c) {
-    m.col_labels.push_back(std::to_string(records[c]["step"].get<int64_t>()));
-    for (const auto& g : records[c]["groups"]) {
-      const std::string name = g["name"].get<std::string>();
+    m.col_labels.push_back(std::to_string(step_of(records[c])));
+    for (const auto& g : as_array(member(records[c], "groups"), "groups")) {
+      const std::string name = json_fields::string_at(as_object(g, "groups[]"), "name", "groups[].");
       auto [it, fresh] = row.emplace(name, m.row_labels.size());
       if (fresh) m.row_labels.push_back(name), m.values.emplace_back(records.size(), NAN);
-      m.values[it->second][c] = number(g[stat]);
+      m.values[it->second][c] = statistic_at(g, stat.c_str(), "groups[].");
     }
   }
   return m;
@@ -509,14 +591,19 @@ ValueMap entropy_map(const std::vector<StatsJson>& records) {
   m.lo = 0, m.hi = 1;
   std::map<std::string, size_t> row;
   for (size_t c = 0; c < records.size(); ++c) {
-    m.col_labels.push_back(std::to_string(records[c]["step"].get<int64_t>()));
-    for (const auto& a : records[c]["attention"]) {
-      const double uniform = number(a["uniform"]);
-      for (size_t h = 0; h < a["entropy"].size(); ++h) {
-        const std::string name = fmt::format("{}.h{}", a["name"].get<std::string>(), h);
+    m.col_labels.push_back(std::to_string(step_of(records[c])));
+    const StatsJson* attention = json_fields::find_member(records[c], "attention");
+    if (!attention) continue;
+    for (const auto& a : as_array(*attention, "attention")) {
+      as_object(a, "attention[]");
+      const double uniform = statistic_at(a, "uniform", "attention[].");
+      const StatsJson& entropy = as_array(member(a, "entropy", "attention[]."), "attention[].entropy");
+      const std::string site = json_fields::string_at(a, "name", "attention[].");
+      for (size_t h = 0; h < entropy.size(); ++h) {
+        const std::string name = fmt::format("{}.h{}", site, h);
         auto [it, fresh] = row.emplace(name, m.row_labels.size());
         if (fresh) m.row_labels.push_back(name), m.values.emplace_back(records.size(), NAN);
-        m.values[it->second][c] = uniform > 0 ? number(a["entropy"][h]) / uniform : NAN;
+        m.values[it->second][c] = uniform > 0 ? statistic(entropy[h], "attention[].entropy[]") / uniform : NAN;
       }
     }
   }
@@ -532,11 +619,11 @@ std::string grad_stats_svg(const std::vector<StatsJson>& all) {
   std::vector<StatsJson> records;
   for (size_t i = 0; i < all.size(); i += k) records.push_back(all[i]);
   if ((all.size() - 1) % k != 0) records.push_back(all.back());
-  const int64_t first = all.front()["step"].get<int64_t>(), last = all.back()["step"].get<int64_t>();
+  const int64_t first = step_of(all.front()), last = step_of(all.back());
 
   Chart loss{"training loss at the recorded steps", "step", "loss", false, false, {}, {}};
   ChartSeries s{"loss", {}, {}, {}, {}, false, ""};
-  for (const auto& r : all) s.x.push_back(static_cast<double>(r["step"].get<int64_t>())), s.y.push_back(number(r["loss"]));
+  for (const auto& r : all) s.x.push_back(static_cast<double>(step_of(r))), s.y.push_back(statistic_at(r, "loss"));
   loss.series.push_back(std::move(s));
   loss.x_ticks = step_ticks(last);  // the axis spans the run, not beyond
   std::vector<Panel> panels;

@@ -157,6 +157,29 @@ class GradStatsRecorder {
   double seconds_ = 0;           // wall time the recorder spent on this step so far
 };
 
+// ---------------------------------------------------------------- reading grad_stats.jsonl
+
+// grad_stats.jsonl as its readers (a resumed run, gradflow report) take it: a regular file of at
+// most kMaxGradStatsBytes, lines of at most kMaxGradStatsLineBytes, each nested at most
+// json_fields::kMaxRunJsonDepth deep. A run folder someone hands over is outside input.
+constexpr uint64_t kMaxGradStatsBytes = uint64_t{1} << 30;
+constexpr size_t kMaxGradStatsLineBytes = size_t{16} << 20;
+
+// One line, parsed (nesting bounded) and checked as the figure and the report read it: an object
+// with an integer "step" (0 to 10^15), "loss" and "lr" (numbers or null), "groups" (an array of
+// objects with a string "name" and "grad_norm", "param_norm" and "update_ratio", numbers or null),
+// and optionally "attention" (an array of objects with a string "name", "entropy" an array of
+// numbers or null, and "uniform" a number or null). Throws json_fields::FieldError naming the key
+// ("missing field 'groups[3].name'"), or nlohmann's parse_error for text that is not JSON.
+StatsJson parse_stats_record(std::string_view line);
+
+// Calls each(line number, text) for every non-empty line of the grad_stats.jsonl at `path`, read
+// as above (std::runtime_error naming the file, and the line, for a file or line over its bound,
+// or a file that is not a regular file).
+void for_each_stats_line(const std::string& path, const std::function<void(size_t, const std::string&)>& each);
+// The same over text held in memory; `name` stands for the file in errors.
+void for_each_stats_line_of(std::string_view text, const std::string& name, const std::function<void(size_t, const std::string&)>& each);
+
 // The figure of grad_stats.jsonl's lines: heat maps of groups x steps (gradient norm, update ratio,
 // parameter norm, log scale) and heads x steps (entropy / its uniform maximum), and the loss. With
 // more than kMaxColumns lines it draws every k-th (and the last), so that the picture stays a

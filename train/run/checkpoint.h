@@ -68,6 +68,16 @@ struct SavedState {
 };
 std::vector<SavedState> saved_states(const std::string& dir);
 
-std::string read_text_file(const std::string& path);
+// Size bounds of the files read from a run folder (tensor/io/plain_file.h), far above what a run
+// writes: a folder someone else made is outside input.
+constexpr uint64_t kMaxStateBytes = uint64_t{64} << 20;     // state.json: its curves hold a point per 20 steps
+constexpr uint64_t kMaxTextFileBytes = uint64_t{64} << 20;  // read_text_file's default
+// The largest step, epoch or count state.json may hold (1e15): far beyond any run, and small enough
+// that no loop or sum over steps overflows an int64 and every step is exact as a double.
+constexpr int64_t kMaxStateCount = 1'000'000'000'000'000;
+
+// A regular file's bytes (symbolic links followed), at most max_bytes; std::runtime_error naming
+// the file when it is missing, not a regular file (a FIFO, /dev/zero) or larger.
+std::string read_text_file(const std::string& path, uint64_t max_bytes = kMaxTextFileBytes);
 
 }  // namespace gf::train
