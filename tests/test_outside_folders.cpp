@@ -177,6 +177,21 @@ TEST_CASE("a grad_stats.jsonl line missing a key the report reads is named by fi
                        std::runtime_error);
 }
 
+TEST_CASE("a lab's JSON with a mistyped or missing key is named by file and key") {
+  TempDir tmp("gf_outside");
+  const fs::path lab = gf::test::write_toy_lab(tmp.path, false);
+  json j = json::parse(slurp(lab / "toy.json"));
+  j["title"] = 5;
+  tmp.write("toy/toy.json", j.dump());
+  CHECK_THROWS_WITH_AS(app::lab_page_data(lab.string()), doctest::Contains("toy.json: malformed lab output: 'title' must be a string, got 5"),
+                       std::runtime_error);
+  j["title"] = "ok";
+  j["claims"][1].erase("id");
+  tmp.write("toy/toy.json", j.dump());
+  CHECK_THROWS_WITH_AS(app::lab_page_data(lab.string()), doctest::Contains("toy.json: malformed lab output: missing field 'claims[1].id'"),
+                       std::runtime_error);
+}
+
 TEST_CASE("config.json, state.json and grad_stats.jsonl nested too deep are refused; state.json's steps and counts are capped") {
   TempDir tmp("gf_outside");
   std::string deep = "{\"x\": ";
@@ -260,3 +275,27 @@ TEST_CASE("every file read from a run folder has a size bound: a link to /dev/ze
   CHECK(big.err.find("vocab.tgt.txt' holds 2147483648 bytes, more than the 67108864 read from such a file") != std::string::npos);
 }
 
+TEST_CASE("a lab page takes only a valid lab name; its links are path segments the page encodes") {
+  TempDir tmp("gf_outside");
+  fs::create_directories(tmp.path / "elsewhere");
+  const fs::path lab = gf::test::write_toy_lab(tmp.path / "labs", false);
+  json j = json::parse(slurp(lab / "toy.json"));
+  for (const std::string& name : {std::string("../../elsewhere/page"), tmp.file("elsewhere/page"), std::string("")}) {
+    CAPTURE(name);
+    j["lab"] = name;
+    tmp.write("labs/toy/toy.json", j.dump());
+    const Ran r = gradflow({"report", lab.string()}, tmp, "report");
+    INFO(r.out, r.err);
+    CHECK(r.exit_code() == 1);  // before the fix: the page written at NAME.html, outside the folder
+    CHECK(r.err.find("toy.json: malformed lab output: 'lab' must be a lab's name") != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp.path / "elsewhere" / "page.html"));
+  }
+  // A lab folder named like a URL scheme: the index's link is the folder's name as one segment.
+  j["lab"] = "toy";
+  const fs::path parent = tmp.path / "labs2";
+  tmp.write("labs2/javascript:alert(1)/toy.json", j.dump());
+  const std::string index = app::write_lab_index(parent.string());
+  const std::string page = slurp(index);
+  CHECK(page.find("\"page\": [\"javascript:alert(1)\",\"toy.html\"]") != std::string::npos);  // before: "javascript:alert(1)/toy.html"
+  CHECK(app::asset("common.js").find("encodeURIComponent") != std::string::npos);
+}
