@@ -159,6 +159,56 @@ TEST_CASE("save_corpus writes through the atomic writer: a link at the old predi
   CHECK(slurp(data / "train.en").find("\n") != std::string::npos);
 }
 
+TEST_CASE("train --out refuses a non-empty folder that holds no gradflow run, and changes nothing in it") {
+  TempDir tmp("gf_outside");
+  // A Hugging Face model's folder: a shard named like a checkpoint, and a config.json.
+  tmp.write("hf/config.json", "{\"architectures\": [\"MarianMTModel\"], \"d_model\": 512}\n");
+  save_safetensors(tmp.file("hf/model-00001-of-00002.safetensors"), {{"w", Tensor::zeros({4})}}, {{"format", "pt"}});
+  const auto before = listing(tmp.path / "hf");
+  const std::vector<std::string> tiny = {"--steps", "1", "--d-model", "32", "--heads", "2", "--ff", "64", "--layers", "1", "--samples", "0",
+                                         "--quiet"};
+  auto train_into = [&](const std::string& out, const std::string& tag) {
+    std::vector<std::string> a{"train"};
+    a.insert(a.end(), tiny.begin(), tiny.end());
+    a.insert(a.end(), {"--out", out});
+    return gradflow(a, tmp, tag);
+  };
+  const Ran r = train_into(tmp.file("hf"), "hf");
+  INFO(r.out, r.err);
+  CHECK(r.exit_code() == 2);
+  CHECK(r.err.find("--out '" + tmp.file("hf") + "' is not empty and holds no gradflow run") != std::string::npos);
+  CHECK(r.err.find("model-00001-of-00002.safetensors") != std::string::npos);
+  CHECK(listing(tmp.path / "hf") == before);  // before the fix: the shard deleted, config.json replaced
+  // An empty folder, and a gradflow run's folder (trained again only with --resume), are not refused for that.
+  fs::create_directories(tmp.path / "empty");
+  CHECK(train_into(tmp.file("empty"), "empty").exit_code() == 0);
+  const Ran again = train_into(tmp.file("empty"), "again");
+  CHECK(again.exit_code() == 2);
+  CHECK(again.err.find("already holds a run; use --resume") != std::string::npos);
+}
+
+TEST_CASE("a save deletes only its own checkpoint files: the exact name pattern and gradflow's format metadata") {
+  TempDir tmp("gf_outside");
+  const std::string dir = tmp.path.string();
+  const std::map<std::string, Tensor> w{{"w", Tensor::zeros({3})}};
+  const std::map<std::string, std::string> gradflow_meta{{"format", "gradflow"}};
+  save_safetensors(tmp.file("model-0000002.safetensors"), w, gradflow_meta);           // an old checkpoint of its own: goes
+  save_safetensors(tmp.file("optim-0000002.safetensors"), w, gradflow_meta);           // likewise
+  save_safetensors(tmp.file("model-0000001.safetensors"), w, {{"format", "pt"}});       // its name, another program's file: stays
+  save_safetensors(tmp.file("model-00001-of-00002.safetensors"), w, gradflow_meta);    // not its exact pattern: stays
+  tmp.write("optim-0000003.safetensors", "not a safetensors file at all");             // unreadable: stays
+  train::RunState s;
+  s.step = 5;
+  train::save_checkpoint(dir, s, w, w, gradflow_meta);
+  CHECK(s.model_file == "model-0000005.safetensors");
+  CHECK_FALSE(fs::exists(tmp.path / "model-0000002.safetensors"));
+  CHECK_FALSE(fs::exists(tmp.path / "optim-0000002.safetensors"));
+  CHECK(fs::exists(tmp.path / "model-0000001.safetensors"));  // before the fix: every model-*/optim-*.safetensors went
+  CHECK(fs::exists(tmp.path / "model-00001-of-00002.safetensors"));
+  CHECK(fs::exists(tmp.path / "optim-0000003.safetensors"));
+  CHECK(fs::exists(tmp.path / s.model_file));
+}
+
 TEST_CASE("a grad_stats.jsonl line missing a key the report reads is named by file, line and key") {
   TempDir tmp("gf_outside");
   const json good = {{"step", 1}, {"loss", 5.0}, {"lr", 1e-3},

@@ -412,6 +412,13 @@ SafetensorsFile load_safetensors(const std::string& path) {
   return with_file(path, [&](uint64_t size, const ReadFn& read) { return decode(size, read, path); });
 }
 
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  return with_file(path, [&](uint64_t size, const ReadFn& read) {
+    uint64_t data_start = 0;
+    return read_header(size, read, path, data_start).metadata;
+  });
+}
+
 std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {
   return with_file(path, [&](uint64_t size, const ReadFn& read) {
     uint64_t data_start = 0;

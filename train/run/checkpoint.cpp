@@ -1,5 +1,7 @@
 #include "train/run/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +10,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 
@@ -132,11 +135,35 @@ void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::st
   s.optim_digest = optim_digest;
   write_file_atomic(state.string(), state_to_json(s));
   // Only now are the other checkpoints' files unreferenced (also those of a run killed mid-save).
+  // Only its own: the exact name, and gradflow's format in the header.
+  static const std::regex checkpoint_name("(model|optim)-[0-9]{7,}\\.safetensors");
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    const bool checkpoint_file = (name.starts_with("model-") || name.starts_with("optim-")) && name.ends_with(".safetensors");
-    if (checkpoint_file && !keep.count(name)) fs::remove(e.path(), ec);
+    if (std::regex_match(name, checkpoint_name) && !keep.count(name) && own_weights_file(e.path().string())) fs::remove(e.path(), ec);
+  }
+}
+
+bool holds_run(const std::string& dir) {
+  try {
+    const json j = parse(read_regular_file((fs::path(dir) / "config.json").string(), RunConfig::kMaxConfigBytes, "run config"),
+                         kMaxRunJsonDepth);
+    const json* format = j.is_object() ? find_member(j, "format") : nullptr;
+    return format && format->is_string() && format->get<std::string>().starts_with("gradflow-run-");
+  } catch (const std::exception&) {  // missing, not a regular file, too large, not JSON: not a run's
+    return false;
+  }
+}
+
+bool own_weights_file(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  try {
+    const std::map<std::string, std::string> meta = read_safetensors_metadata(path);
+    const auto f = meta.find("format");
+    return f != meta.end() && f->second == kGradflowFormat;
+  } catch (const std::exception&) {
+    return false;
   }
 }
 
