@@ -235,8 +235,8 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
 
   const std::vector<BadInput> table = {
       // ---- command line
-      {"--beam 0", "translate --model good --beam 0", 2, "--beam must be at least 1, got 0", "--beam"},
-      {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be at least 1, got -3", "--beam"},
+      {"--beam 0", "translate --model good --beam 0", 2, "--beam must be 1 to 256, got 0", "--beam"},
+      {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be 1 to 256, got -3", "--beam"},
       {"an unknown --beam-stop", "translate --model good --beam 2 --beam-stop never", 2, "--beam-stop must be heuristic or exact, got 'never'", "--beam-stop"},
       {"--batch-size 0", "translate --model good --batch-size 0", 2, "--batch-size must be at least 1", "--batch-size"},
       {"a negative learning rate", "train --lr -1", 2, "--lr must be positive, got -1", "--lr"},

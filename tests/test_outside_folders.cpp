@@ -284,6 +284,24 @@ TEST_CASE("config.json, state.json and grad_stats.jsonl nested too deep are refu
   CHECK_FALSE(fs::exists(tmp.path / "d.html"));
 }
 
+TEST_CASE("--beam is bounded, and batch x beam rows are in the memory check") {
+  TempDir tmp("gf_outside");
+  const fs::path run = trained(tmp);
+  tmp.write("in.txt", "i read a book .\n");
+  const Ran huge = gradflow({"translate", "--model", run.string(), "--input", tmp.file("in.txt"), "--beam", "9223372036854775807"}, tmp, "huge");
+  INFO(huge.out, huge.err);
+  CHECK(huge.exit_code() == 2);  // before the fix: K + 1 overflowed, an empty line and exit 0
+  CHECK(huge.err.find("--beam must be 1 to 256, got 9223372036854775807") != std::string::npos);
+  CHECK(huge.out.empty());
+  const Ran rows = gradflow({"translate", "--model", run.string(), "--input", tmp.file("in.txt"), "--beam", "200", "--batch-size", "100000000"},
+                            tmp, "rows");
+  INFO(rows.out, rows.err);
+  CHECK(rows.exit_code() == 1);  // before the fix: not checked (here, with one line, it ran)
+  CHECK(rows.err.find("--batch-size 100000000 x --beam 200 = 20000000000 rows decoded at once need") != std::string::npos);
+  const Ran ok = gradflow({"translate", "--model", run.string(), "--input", tmp.file("in.txt"), "--beam", "4"}, tmp, "ok");
+  CHECK(ok.exit_code() == 0);
+}
+
 TEST_CASE("every file read from a run folder has a size bound: a link to /dev/zero or a huge file is refused by name") {
   TempDir tmp("gf_outside");
   const fs::path good = trained(tmp, "good");
