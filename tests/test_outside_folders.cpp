@@ -302,6 +302,36 @@ TEST_CASE("--beam is bounded, and batch x beam rows are in the memory check") {
   CHECK(ok.exit_code() == 0);
 }
 
+TEST_CASE("a checkpoint with gradflow's format but no digest is refused by name; state.json's digest is compared wherever it names the weights") {
+  TempDir tmp("gf_outside");
+  const fs::path run = trained(tmp);
+  tmp.write("in.txt", "i read a book .\n");
+  const train::RunState state = train::load_state(run.string());
+  // best.safetensors with its digest stripped (the key renamed) and a weight changed: it loaded unchecked.
+  std::string best = slurp(run / "best.safetensors");
+  const size_t key = best.find("gradflow.digest");
+  REQUIRE(key != std::string::npos);
+  best.replace(key, 15, "gradflow.digesT");
+  best[best.size() - 1] ^= 0x40;
+  tmp.write("run/best.safetensors", best);
+  const Ran stripped = gradflow({"translate", "--model", run.string(), "--input", tmp.file("in.txt")}, tmp, "stripped");
+  INFO(stripped.err);
+  CHECK(stripped.exit_code() == 1);
+  CHECK(stripped.err.find("best.safetensors': it carries gradflow's format metadata (\"format\": \"gradflow\") but no digest") != std::string::npos);
+  // Without best.safetensors, Translator::load falls back to the checkpoint state.json names: another
+  // complete checkpoint put in its place (its own digest intact) is caught by state.json's copy.
+  fs::remove(run / "best.safetensors");
+  rewrite_weights(run / state.model_file, [](auto& t) { t.at("out.bias").template data<float>()[0] += 1.0f; });
+  for (const std::string& model : {run.string(), (run / state.model_file).string()}) {
+    CAPTURE(model);
+    const Ran swapped = gradflow({"translate", "--model", model, "--input", tmp.file("in.txt")}, tmp, "swapped");
+    INFO(swapped.err);
+    CHECK(swapped.exit_code() == 1);  // before the fix: translated with the swapped weights
+    CHECK(swapped.err.find(state.model_file + "': its digest is xxh3-64:") != std::string::npos);
+    CHECK(swapped.err.find("but the run state recorded " + state.model_digest) != std::string::npos);
+  }
+}
+
 TEST_CASE("every file read from a run folder has a size bound: a link to /dev/zero or a huge file is refused by name") {
   TempDir tmp("gf_outside");
   const fs::path good = trained(tmp, "good");

@@ -248,6 +248,13 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
     h.entries.push_back(parse_entry(it.key(), it.value(), data_size, what));
   }
   check_layout(h.entries, data_size, what);
+  // gradflow's training writer always records a digest beside its format: one without is a file
+  // whose digest was stripped (or changed after it was written), which would otherwise load unchecked.
+  if (h.digest.empty())
+    if (auto f = h.metadata.find("format"); f != h.metadata.end() && f->second == kGradflowFormat)
+      bad(what, "it carries gradflow's format metadata (\"format\": \"{}\") but no digest (\"{}\"): the digest was removed or the file "
+          "was changed after gradflow wrote it; refusing to load it unchecked",
+          kGradflowFormat, kDigestKey);
   return h;
 }
 

@@ -10,6 +10,9 @@
 // without the digest and the data) as "__metadata__"."gradflow.digest"; the readers check it when
 // present, so a file damaged after it was written is refused by name wherever it is loaded (resume
 // then falls back to the previous checkpoint). read_safetensors_header reads no data: it cannot.
+// A file whose metadata says "format": "gradflow" (kGradflowFormat: what the training writer puts
+// in every file) always carries a digest; one that does not is refused by name, by every reader,
+// header readers included: its digest was stripped.
 //
 // The reader trusts nothing: every malformed file is rejected with a std::runtime_error that
 // names the file and what is wrong, before any out-of-bounds read or any allocation larger than

@@ -56,11 +56,12 @@ void check_checkpoint_fits(const Translator& t, const std::string& cfg, const st
 }
 
 // t.weights_file into t.net; errors name the file (a run folder holds several) and, in a run
-// folder, the latest checkpoint to use instead of a broken one.
-void load_weights(Translator& t, const std::string& cfg, const std::string& run_dir) {
+// folder, the latest checkpoint to use instead of a broken one. `recorded`: the digest a state of
+// the folder records for the file ("" when none names it).
+void load_weights(Translator& t, const std::string& cfg, const std::string& run_dir, const std::string& recorded) {
   SafetensorsFile f;
   try {
-    f = load_safetensors(t.weights_file);
+    f = load_recorded(t.weights_file, recorded);
   } catch (const std::exception& e) {
     const std::string instead = latest_instead(run_dir);
     if (instead.empty()) throw;
@@ -88,20 +89,24 @@ Translator Translator::load(const std::string& path, DType weights) {
   t.segmenters = std::move(v.segmenters);
   t.src_vocab = std::move(v.src);
   t.tgt_vocab = std::move(v.tgt);
+  std::string recorded;  // the digest state.json records for the weights, when it names them
   if (fs::is_directory(p)) {
     if (fs::exists(run_file(dir, "best.safetensors"))) {
       t.weights_file = run_file(dir, "best.safetensors");
     } else {
-      t.weights_file = run_file(dir, load_state(dir).model_file);
+      const RunState state = load_state(dir);
+      t.weights_file = run_file(dir, state.model_file);
+      recorded = state.model_digest;
     }
   } else {
     t.weights_file = p.string();
+    recorded = recorded_digest(dir, p.filename().string());
   }
   // Before anything is built: the checkpoint must be this config's model, and the model must fit.
   check_checkpoint_fits(t, cfg, fs::is_directory(p) ? dir : "");
   check_decoding_memory(t.config, t.src_vocab.size(), t.tgt_vocab.size(), cfg);
   t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
-  load_weights(t, cfg, fs::is_directory(p) ? dir : "");  // the file's tensors are freed before the weights are laid out
+  load_weights(t, cfg, fs::is_directory(p) ? dir : "", recorded);  // the file's tensors are freed before the weights are laid out
   t.net->module().eval();
   nn::lay_out_for_decoding(t.net->module(), weights);  // this model only translates and scores
   return t;

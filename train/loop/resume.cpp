@@ -13,20 +13,16 @@ namespace gf::train {
 namespace fs = std::filesystem;
 namespace {
 
-// Reads a checkpoint file, which checks its own digest, and compares that with the state's copy.
-SafetensorsFile load_recorded(const std::string& dir, const std::string& file, const std::string& digest) {
-  const std::string path = run_file(dir, file);
-  SafetensorsFile f = load_safetensors(path);
-  GF_CHECK_AS(std::runtime_error, digest.empty() || f.digest == digest, "safetensors: '{}': its digest is {} but the run state recorded {}",
-              path, f.digest.empty() ? "missing" : f.digest, digest);
-  return f;
+// A checkpoint file the state names, its digest compared with the state's copy.
+SafetensorsFile load_named(const std::string& dir, const std::string& file, const std::string& digest) {
+  return load_recorded(run_file(dir, file), digest);
 }
 
 // Loads the weights and optimizer state a saved state names; returns what failed, or "".
 std::string try_load(const std::string& dir, const RunState& st, nn::Module& model, optim::Adam& adam) {
   try {
-    model.load_state_dict(load_recorded(dir, st.model_file, st.model_digest).tensors, true);
-    adam.load_state_dict(load_recorded(dir, st.optim_file, st.optim_digest).tensors);
+    model.load_state_dict(load_named(dir, st.model_file, st.model_digest).tensors, true);
+    adam.load_state_dict(load_named(dir, st.optim_file, st.optim_digest).tensors);
     GF_CHECK_AS(std::runtime_error, adam.steps() == st.step, "optimizer state is at step {} but the run state says {}", adam.steps(), st.step);
     return "";
   } catch (const std::exception& e) {
