@@ -332,6 +332,25 @@ TEST_CASE("a checkpoint with gradflow's format but no digest is refused by name;
   }
 }
 
+TEST_CASE("translate never writes a line break inside an output line: a byte piece <0x0A> becomes a space") {
+  TempDir tmp("gf_outside");
+  const Ran t = gradflow({"train", "--subwords", "600", "--steps", "1", "--d-model", "32", "--heads", "2", "--ff", "64", "--layers", "1",
+                          "--samples", "0", "--quiet", "--out", tmp.file("sw")},
+                         tmp, "train");
+  REQUIRE(t.exit_code() == 0);
+  // The model made to say the newline's byte piece at every step.
+  const train::Vocab tgt = train::Vocab::load(tmp.path / "sw" / "vocab.tgt.txt");
+  const int64_t newline = tgt.id("<0x0A>");
+  REQUIRE(newline != train::Vocab::kUnk);
+  rewrite_weights(tmp.path / "sw" / "best.safetensors", [&](auto& w) { w.at("out.bias").template data<float>()[newline] = 100.0f; });
+  tmp.write("in.txt", "i read a book .\nyou go home .\n");
+  const Ran r = gradflow({"translate", "--model", tmp.file("sw"), "--input", tmp.file("in.txt")}, tmp, "translate");
+  INFO(r.err);
+  REQUIRE(r.exit_code() == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 2);  // one line out per line in; before the fix, dozens
+  CHECK(r.out.find('\r') == std::string::npos);
+}
+
 TEST_CASE("every file read from a run folder has a size bound: a link to /dev/zero or a huge file is refused by name") {
   TempDir tmp("gf_outside");
   const fs::path good = trained(tmp, "good");

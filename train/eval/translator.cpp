@@ -74,6 +74,15 @@ void load_weights(Translator& t, const std::string& cfg, const std::string& run_
   }
 }
 
+// A translation as one line of text: a subword model's byte pieces decode to any byte, a line
+// break (<0x0A>, <0x0D>) among them, which would break translate's one output line per input line;
+// each vertical whitespace character becomes a space.
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n' || c == '\r' || c == '\v' || c == '\f') c = ' ';
+  return text;
+}
+
 }  // namespace
 
 Translator Translator::load(const std::string& path, DType weights) {
@@ -169,7 +178,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
     }
     for (size_t b = 0; b < rows.size(); ++b) {
       Tokens toks = tgt_vocab.decode(hyps[b]);
-      out[rows[b]] = segmenters.tgt.join(toks);
+      out[rows[b]] = one_line(segmenters.tgt.join(toks));
       if (pieces) pieces->output[rows[b]] = std::move(toks);
     }
   }
