@@ -219,8 +219,8 @@ int cmd_train(int argc, char** argv) {
   train::train_translator(c, opt);
   if (f.on("report") && dist::is_root()) {
     const std::string page = train::run_file(opt.out, "report.html");
-    write_run_report(opt.out, page, RunReportOptions{});
-    fmt::print("report: {}\n", page);
+    const nlohmann::json outside = write_run_report(opt.out, page, RunReportOptions{});
+    fmt::print("{}report: {}\n", outside_files_text(outside), page);
   }
   return 0;
 }

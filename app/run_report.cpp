@@ -111,8 +111,38 @@ nlohmann::json model_json(const train::Translator& t) {
           {"tgt_vocab", t.tgt_vocab.size()}};
 }
 
-// The explorer's sentences: --src, or the first test sentences that are not too long to read.
-nlohmann::json attention_json(const train::Translator& t, const RunReportOptions& o) {
+// Whether `path` (canonical) lies within `root` (canonical).
+bool within(const fs::path& path, const fs::path& root) {
+  auto [r, p] = std::mismatch(root.begin(), root.end(), path.begin(), path.end());
+  return r == root.end();
+}
+
+// Adds `file` to `outside` ({"path", "why"}) when it lies outside the run folder (after symbolic
+// links), once.
+void note_outside(nlohmann::json& outside, const std::string& run_dir, const std::string& file, const std::string& why) {
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(file, ec), root = fs::weakly_canonical(run_dir, ec);
+  if (!ec && within(real, root)) return;
+  for (const auto& o : outside)
+    if (o["path"] == real.string()) return;
+  outside.push_back({{"path", real.string()}, {"why", why}});
+}
+
+// The files of the run folder the report reads, any of them a symbolic link to a place outside it.
+void note_links_out(nlohmann::json& outside, const std::string& run_dir, const train::Translator& t) {
+  std::vector<std::string> names = {"config.json", "state.json", "vocab.src.txt", "vocab.tgt.txt", "grad_stats.jsonl",
+                                    fs::path(t.weights_file).filename().string()};
+  if (t.config.subwords > 0)
+    for (const std::string& m : train::subword_model_files(t.config)) names.push_back(m);
+  for (const std::string& name : names) {
+    const std::string file = train::run_file(run_dir, name);
+    if (fs::is_symlink(file)) note_outside(outside, run_dir, file, fmt::format("the run folder's {} is a link to it", name));
+  }
+}
+
+// The explorer's sentences: --src, or the first test sentences that are not too long to read. The
+// data files read for them go into `outside`.
+nlohmann::json attention_json(const train::Translator& t, const RunReportOptions& o, const std::string& run_dir, nlohmann::json& outside) {
   nlohmann::json a = {{"sentences", nlohmann::json::array()}, {"note", nullptr}};
   const int64_t H = t.config.layer.nhead, KV = t.config.layer.key_value_heads();
   nlohmann::json groups = nlohmann::json::array();  // the key/value head of each query head
@@ -124,12 +154,14 @@ nlohmann::json attention_json(const train::Translator& t, const RunReportOptions
     return a;
   }
   train::RunData data;
+  std::vector<std::string> files;
   try {
-    data = train::load_run_data(t.config, false, train::kMaxLineBytes, train::korean_run_data);
+    data = train::load_run_data(t.config, false, train::kMaxLineBytes, train::korean_run_data, &files);
   } catch (const std::exception& e) {
     a["note"] = fmt::format("the run's test sentences could not be read ({}); give sentences with --src", e.what());
-    return a;
   }
+  for (const std::string& f : files) note_outside(outside, run_dir, f, "a data file the run's config.json names (the explorer's sentences)");
+  if (!a["note"].is_null()) return a;
   const std::vector<train::TokenPair>& pairs = data.test.empty() ? data.valid : data.test;
   a["from"] = data.test.empty() ? data.valid_name : data.test_name;
   auto join = [](const train::Tokens& tokens) {
@@ -268,13 +300,25 @@ nlohmann::json run_report_data(const std::string& run_dir, const RunReportOption
                  {"lr_note", lr_note(t.config)}};
   const std::string stats = train::run_file(run_dir, "grad_stats.jsonl");
   d["grad_stats"] = fs::exists(stats) ? grad_stats_data(stats, o.max_steps) : nlohmann::json();
-  d["attention"] = attention_json(t, o);
+  nlohmann::json outside = nlohmann::json::array();
+  note_links_out(outside, run_dir, t);
+  if (!o.sources_file.empty()) note_outside(outside, run_dir, o.sources_file, "--input: the explorer's sentences");
+  d["attention"] = attention_json(t, o, run_dir, outside);
+  d["outside_files"] = outside;
   return d;
 }
 
-void write_run_report(const std::string& run_dir, const std::string& out_file, const RunReportOptions& o) {
+nlohmann::json write_run_report(const std::string& run_dir, const std::string& out_file, const RunReportOptions& o) {
   const nlohmann::json data = run_report_data(run_dir, o);
   write_file_atomic(out_file, html_page("gradflow run report: " + run_dir, data, PageKind::Run));
+  return data["outside_files"];
+}
+
+std::string outside_files_text(const nlohmann::json& outside_files) {
+  std::string text;
+  for (const auto& f : outside_files)
+    text += fmt::format("report: read from outside the run folder: {} ({})\n", f["path"].get<std::string>(), f["why"].get<std::string>());
+  return text;
 }
 
 }  // namespace gf::app

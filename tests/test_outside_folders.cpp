@@ -351,6 +351,49 @@ TEST_CASE("translate never writes a line break inside an output line: a byte pie
   CHECK(r.out.find('\r') == std::string::npos);
 }
 
+TEST_CASE("report names every file it read from outside the run folder, in its output and on the page, and reads only regular files") {
+  TempDir tmp("gf_outside");
+  const fs::path data = tmp.path / "data";
+  train::save_corpus(train::make_korean_corpus(1, 600), data);
+  train::RunConfig c = gf::test::tiny_run(600);
+  c.data = data.string();
+  c.steps = 4;
+  const train::TrainOptions o = gf::test::quiet_options(tmp.file("run"));
+  train::train_translator(c, o);
+  const Ran r = gradflow({"report", o.out, "--sentences", "1"}, tmp, "report");
+  INFO(r.err);
+  REQUIRE(r.exit_code() == 0);
+  const std::string test_en = fs::canonical(data / "test.en").string();
+  CHECK(r.out.find("report: read from outside the run folder: " + test_en + " (a data file the run's config.json names") != std::string::npos);
+  const std::string page = slurp(fs::path(o.out) / "report.html");
+  const size_t at = page.find("<script type=\"application/json\" id=\"report-data\">");
+  REQUIRE(at != std::string::npos);
+  const json d = json::parse(page.substr(page.find('\n', at) + 1, page.find("</script>", at) - page.find('\n', at) - 1));
+  bool listed = false;
+  for (const json& f : d.value("outside_files", json::array())) listed = listed || f.value("path", "") == test_en;
+  CHECK(listed);
+  // A link in the folder to a file elsewhere is named too.
+  tmp.write("elsewhere/vocab.txt", slurp(fs::path(o.out) / "vocab.src.txt"));
+  fs::remove(fs::path(o.out) / "vocab.src.txt");
+  fs::create_symlink(tmp.path / "elsewhere" / "vocab.txt", fs::path(o.out) / "vocab.src.txt");
+  const Ran linked = gradflow({"report", o.out, "--sentences", "1"}, tmp, "linked");
+  CHECK(linked.exit_code() == 0);
+  CHECK(linked.out.find("read from outside the run folder: " + fs::canonical(tmp.path / "elsewhere" / "vocab.txt").string() +
+                        " (the run folder's vocab.src.txt is a link to it)") != std::string::npos);
+  // A data file that is a FIFO: not opened (it would wait for a writer forever); the page says why.
+  fs::remove(data / "test.en");
+  REQUIRE(::mkfifo((data / "test.en").c_str(), 0600) == 0);
+  const Ran fifo = gradflow({"report", o.out, "--sentences", "1"}, tmp, "fifo");
+  INFO(fifo.err);
+  CHECK(fifo.exit_code() == 0);  // before the fix: it hung on the FIFO (and was killed after 120 s)
+  CHECK(slurp(fs::path(o.out) / "report.html").find("is a FIFO, not a regular file") != std::string::npos);
+  // --input as a FIFO: refused by name.
+  REQUIRE(::mkfifo(tmp.file("in.fifo").c_str(), 0600) == 0);
+  const Ran in = gradflow({"report", o.out, "--input", tmp.file("in.fifo")}, tmp, "input");
+  CHECK(in.exit_code() == 2);
+  CHECK(in.err.find("in.fifo' is a FIFO, not a regular file") != std::string::npos);
+}
+
 TEST_CASE("every file read from a run folder has a size bound: a link to /dev/zero or a huge file is refused by name") {
   TempDir tmp("gf_outside");
   const fs::path good = trained(tmp, "good");
