@@ -62,7 +62,7 @@ train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) 
   const int64_t vocab = t.tgt_vocab.size();
   GF_CHECK_AS(UsageError, f.integer("beam") <= vocab, "{}: --beam {} is more than the model's {} output tokens", f.command(),
               f.integer("beam"), vocab);
-  train::check_decoding_rows_memory(t.config, t.src_vocab.size(), vocab, f.integer("batch-size"), f.integer("beam"), f.command());
+  train::check_decoding_rows_memory(t.config, t.src_vocab.size(), vocab, f.integer("batch-size"), f.integer("beam"));
   train::DecodeOptions o = t.default_decode_options();
   o.beam = f.integer("beam");
   o.length_penalty = f.real("length-penalty");

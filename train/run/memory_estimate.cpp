@@ -226,17 +226,16 @@ double decoding_row_bytes(const RunConfig& c, int64_t src_vocab, int64_t tgt_voc
   return 4 * (layers * 2 * kv * positions + 2 * vocab + 4 * d + ff);
 }
 
-void check_decoding_rows_memory(const RunConfig& c, int64_t src_vocab, int64_t tgt_vocab, int64_t batch, int64_t beam,
-                                const std::string& command, double max_memory) {
+void check_decoding_rows_memory(const RunConfig& c, int64_t src_vocab, int64_t tgt_vocab, int64_t batch, int64_t beam, double max_memory) {
   const double rows = static_cast<double>(batch) * static_cast<double>(beam);
   const double weights = decoding_memory(c, src_vocab, tgt_vocab).total(), per_rows = rows * decoding_row_bytes(c, src_vocab, tgt_vocab);
   std::string limit;
   const double allowed = limit_or_available(max_memory, limit);
   if (allowed < 0 || weights + per_rows <= allowed) return;
   GF_FAIL_AS(std::runtime_error,
-             "{}: --batch-size {} x --beam {} = {:.0f} rows decoded at once need {} for their KV caches and scores beside {} for the weights; "
+             "--batch-size {} x --beam {} = {:.0f} rows decoded at once need {} for their KV caches and scores beside {} for the weights; "
              "{} (lower --batch-size or --beam)",
-             command, batch, beam, rows, gib(per_rows), gib(weights), limit);
+             batch, beam, rows, gib(per_rows), gib(weights), limit);
 }
 
 double parse_memory_size(const std::string& text) {

@@ -58,11 +58,11 @@ void check_decoding_memory(const RunConfig& config, int64_t src_vocab, int64_t t
 double decoding_row_bytes(const RunConfig& config, int64_t src_vocab, int64_t tgt_vocab);
 // Refuses decoding `batch` sentences with `beam` hypotheses each at once when the weights and
 // batch x beam rows (decoding_row_bytes) exceed `max_memory` (0: available_memory()), with
-// std::runtime_error naming both flags and the figures: "translate: --batch-size 64 x --beam 256 =
-// 16384 rows decoded at once need 57.3 GiB for their KV caches and scores beside 403 MiB for the
-// weights; 21.0 GiB are available (lower --batch-size or --beam)".
+// std::runtime_error naming both flags and the figures: "--batch-size 64 x --beam 256 = 16384 rows
+// decoded at once need 57.3 GiB for their KV caches and scores beside 403 MiB for the weights;
+// 21.0 GiB are available (lower --batch-size or --beam)".
 void check_decoding_rows_memory(const RunConfig& config, int64_t src_vocab, int64_t tgt_vocab, int64_t batch, int64_t beam,
-                                const std::string& command, double max_memory = 0);
+                                double max_memory = 0);
 
 // "8G", "512M", "1.5T", "64K", "1000000" (bytes), binary units, an optional "iB"/"B" after the
 // letter. Throws std::invalid_argument for anything else, or a size that is not positive.
