@@ -55,7 +55,7 @@ Flags train_flags() {
   f.add_double("minutes", 0, fmt::format("stop after this much time (built-in default: {})", builtin_recipe().config.minutes));
   f.add_int("seed", 1, "random seed (data order, initial weights, dropout)");
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
-  f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
+  f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg: new or empty (a folder of other files is refused, nothing in it changed)");
   f.add_string("resume", "", "continue the run in this folder (budget flags, --schedule, --decay-fraction, --patience and --precision may "
                "be given again)");
   f.add_int("threads", 0, "threads (default: the hardware's)");

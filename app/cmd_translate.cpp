@@ -32,7 +32,7 @@ namespace gf::app {
 namespace {
 
 void add_decode_flags(Flags& f) {
-  f.add_int("beam", 1, "beam size (1 = greedy)");
+  f.add_int("beam", 1, "beam size (1 = greedy; at most 256 and the output vocabulary; --batch-size x --beam rows are in the memory check)");
   f.add_double("length-penalty", 1.0, "beam search: a hypothesis scores log p / (tokens + 1)^this; 0 = raw log p, favouring short outputs; above 1 favours ever longer ones");
   f.add_string("beam-stop", "heuristic",
                "beam search: when a sentence stops. heuristic: also once K hypotheses are finished and no live one scores, at its present "
