@@ -160,7 +160,7 @@ nlohmann::json attention_json(const train::Translator& t, const RunReportOptions
   } catch (const std::exception& e) {
     a["note"] = fmt::format("the run's test sentences could not be read ({}); give sentences with --src", e.what());
   }
-  for (const std::string& f : files) note_outside(outside, run_dir, f, "a data file the run's config.json names (the explorer's sentences)");
+  for (const std::string& f : files) note_outside(outside, run_dir, f, "a data file the run's config.json names, for the explorer's sentences");
   if (!a["note"].is_null()) return a;
   const std::vector<train::TokenPair>& pairs = data.test.empty() ? data.valid : data.test;
   a["from"] = data.test.empty() ? data.valid_name : data.test_name;

@@ -4,6 +4,7 @@
 // code on it: a clear error naming the file and what is wrong, nothing written outside the folder,
 // nothing of the user's lost. Most cases run build/gradflow; the rest call the library.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -433,6 +434,32 @@ TEST_CASE("every file read from a run folder has a size bound: a link to /dev/ze
   INFO(big.err);
   CHECK(big.exit_code() == 1);
   CHECK(big.err.find("vocab.tgt.txt' holds 2147483648 bytes, more than the 67108864 read from such a file") != std::string::npos);
+  // Weights whose header claims 2^33 values (32 GiB, sparse on disk): refused from the header, before
+  // any of it is allocated, by translate (the model's size bounds the file) and by --resume.
+  auto sparse_weights = [](const fs::path& file) {
+    const uint64_t n = uint64_t{1} << 33;
+    std::string header = fmt::format(R"({{"huge":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{}]}}}})", n, 4 * n);
+    header += std::string((8 - header.size() % 8) % 8, ' ');
+    const uint64_t length = header.size();
+    std::string bytes(reinterpret_cast<const char*>(&length), 8);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes << header;
+    fs::resize_file(file, 8 + length + 4 * n);
+  };
+  const fs::path huge = tmp.path / "huge";
+  fs::copy(good, huge, fs::copy_options::recursive);
+  sparse_weights(huge / "best.safetensors");
+  const Ran t = gradflow({"translate", "--model", huge.string(), "--input", tmp.file("in.txt")}, tmp, "huge", bounded());
+  INFO(t.err);
+  CHECK(t.exit_code() == 1);  // before the fix: std::bad_alloc (or the memory exhausted)
+  CHECK(t.err.find("best.safetensors' does not fit the model of") != std::string::npos);
+  CHECK(t.err.find("it holds 8589934592 values") != std::string::npos);
+  const train::RunState state = train::load_state(huge.string());
+  sparse_weights(huge / state.model_file);
+  const Ran r = gradflow({"train", "--resume", huge.string(), "--steps", "6", "--quiet"}, tmp, "huge-resume", bounded());
+  INFO(r.err);
+  CHECK(r.exit_code() == 1);
+  CHECK(r.err.find(state.model_file + "': 343597") != std::string::npos);  // 2^35 bytes and the header
+  CHECK(r.err.find("more than a checkpoint of this model can hold") != std::string::npos);
 }
 
 TEST_CASE("a lab page takes only a valid lab name; its links are path segments the page encodes") {

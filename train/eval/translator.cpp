@@ -31,7 +31,9 @@ std::string latest_instead(const std::string& run_dir) {
 // config.json, d_model 100000 beside a small checkpoint) is refused here, naming both files and
 // both sizes, so nothing of its size is allocated. A smaller difference (a tensor missing, extra
 // or mis-shaped) is left to load_state_dict, which names the tensor, after building a model no
-// larger than twice the checkpoint.
+// larger than twice the checkpoint. The other way round, a checkpoint holding more than twice the
+// config's values (a file made to be huge, sparse on disk) is refused before any of its data is
+// read: the weights file is bounded by the model it is for.
 void check_checkpoint_fits(const Translator& t, const std::string& cfg, const std::string& run_dir) {
   std::vector<SafetensorsEntry> entries;
   try {
@@ -48,7 +50,7 @@ void check_checkpoint_fits(const Translator& t, const std::string& cfg, const st
     values += n;
   }
   const double expected = checkpoint_values(t.config, t.src_vocab.size(), t.tgt_vocab.size());
-  GF_CHECK_AS(std::runtime_error, expected <= 2 * values,
+  GF_CHECK_AS(std::runtime_error, expected <= 2 * values && values <= 2 * expected,
               "'{}' does not fit the model of {}: it holds {:.0f} values, and that config (d_model {}, {} layers, ff {}, vocabularies of {} "
               "and {} tokens) describes {:.0f}",
               t.weights_file, cfg, values, t.config.layer.d_model, t.config.layers, t.config.layer.dim_feedforward, t.src_vocab.size(),
