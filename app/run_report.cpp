@@ -228,14 +228,14 @@ nlohmann::json grad_stats_of(const StatsLines& walk, const std::string& name, si
     if (next_col >= cols.size() || cols[next_col] != at) return;
     ++next_col;
     steps.push_back(static_cast<double>(integer_at(j, "step")));
-    loss.push_back(number_or_null_at(j, "loss"));
-    lr.push_back(number_or_null_at(j, "lr"));
+    loss.push_back(train::stats_number_at(j, "loss"));
+    lr.push_back(train::stats_number_at(j, "lr"));
     std::map<std::string, const train::StatsJson*> by_name;
     for (const auto& grp : record_groups) by_name[string_at(grp, "name")] = &grp;
     for (size_t r = 0; r < groups.size(); ++r)
       for (auto& [key, rows] : stat) {
         auto it = by_name.find(groups[r]);
-        rows[r].push_back(it == by_name.end() ? NAN : number_or_null_at(*it->second, key.c_str()));
+        rows[r].push_back(it == by_name.end() ? NAN : train::stats_number_at(*it->second, key.c_str()));
       }
     std::map<std::string, const train::StatsJson*> att;
     if (attention)
@@ -244,8 +244,8 @@ nlohmann::json grad_stats_of(const StatsLines& walk, const std::string& name, si
       auto it = att.find(heads[r].first);
       const train::StatsJson* e = it == att.end() ? nullptr : &member(*it->second, "entropy");
       const bool has = e && heads[r].second < e->size();
-      entropy[r].push_back(has ? number_or_null((*e)[heads[r].second], "entropy") : NAN);
-      uniform[r].push_back(has ? number_or_null_at(*it->second, "uniform") : NAN);
+      entropy[r].push_back(has ? train::stats_number((*e)[heads[r].second], "entropy") : NAN);
+      uniform[r].push_back(has ? train::stats_number_at(*it->second, "uniform") : NAN);
     }
   });
   nlohmann::json g;

@@ -226,6 +226,12 @@ TEST_CASE("a grad_stats.jsonl line missing a key the report reads is named by fi
   tmp.write("b.jsonl", good.dump() + "\n" + bad_name.dump() + "\n");
   CHECK_THROWS_WITH_AS(app::grad_stats_data(tmp.file("b.jsonl"), 10), doctest::Contains("b.jsonl line 2: not a grad-stats record: 'groups[0].name' must be a string, got 7"),
                        std::runtime_error);
+  // A number too large for a double is not JSON that nlohmann reads: that line is named too.
+  std::string inf = good.dump();
+  inf.replace(inf.find("\"loss\":5.0"), 10, "\"loss\":1e999");
+  tmp.write("c.jsonl", good.dump() + "\n" + inf + "\n" + good.dump() + "\n");
+  CHECK_THROWS_WITH_AS(app::grad_stats_data(tmp.file("c.jsonl"), 10), doctest::Contains("c.jsonl line 2: not a grad-stats record: "),
+                       std::runtime_error);
 }
 
 TEST_CASE("a lab's JSON with a mistyped or missing key is named by file and key") {

@@ -469,15 +469,6 @@ using json_fields::as_object;
 using json_fields::at_index;
 using json_fields::member;
 
-// A statistic: a number (a record still in memory may hold NaN or Inf) or null (how the file
-// writes a non-finite one), NaN for null.
-double statistic(const StatsJson& v, const std::string& key) {
-  if (v.is_null()) return NAN;
-  if (!v.is_number()) json_fields::bad_field(key, v, "a number or null");
-  return v.get<double>();
-}
-double statistic_at(const StatsJson& obj, const char* key, const std::string& path = "") { return statistic(member(obj, key, path), path + key); }
-
 int64_t step_of(const StatsJson& record) {
   const int64_t step = json_fields::integer_at(record, "step");
   if (step < 0 || step > kMaxStateCount) json_fields::bad_field("step", record["step"], "an integer from 0 to 10^15");
@@ -500,18 +491,28 @@ void each_line(LineReader& in, const std::function<void(size_t, const std::strin
 
 }  // namespace
 
+double stats_number(const StatsJson& v, const std::string& key) {
+  if (v.is_null()) return NAN;
+  if (!v.is_number()) json_fields::bad_field(key, v, "a number or null");
+  return v.get<double>();
+}
+
+double stats_number_at(const StatsJson& obj, const char* key, const std::string& path) {
+  return stats_number(member(obj, key, path), path + key);
+}
+
 StatsJson parse_stats_record(std::string_view line) {
   StatsJson j = json_fields::parse<StatsJson>(line, json_fields::kMaxRunJsonDepth);
   as_object(j, "the line");
   (void)step_of(j);
-  (void)statistic_at(j, "loss");
-  (void)statistic_at(j, "lr");
+  (void)stats_number_at(j, "loss");
+  (void)stats_number_at(j, "lr");
   const StatsJson& groups = as_array(member(j, "groups"), "groups");
   for (size_t i = 0; i < groups.size(); ++i) {
     const std::string at = at_index("groups", i) + ".";
     as_object(groups[i], at_index("groups", i));
     (void)json_fields::string_at(groups[i], "name", at);
-    for (const char* stat : {"grad_norm", "param_norm", "update_ratio"}) (void)statistic_at(groups[i], stat, at);
+    for (const char* stat : {"grad_norm", "param_norm", "update_ratio"}) (void)stats_number_at(groups[i], stat, at);
   }
   if (const StatsJson* attention = json_fields::find_member(j, "attention")) {
     as_array(*attention, "attention");
@@ -521,8 +522,8 @@ StatsJson parse_stats_record(std::string_view line) {
       as_object(a, at_index("attention", i));
       (void)json_fields::string_at(a, "name", at);
       const StatsJson& entropy = as_array(member(a, "entropy", at), at + "entropy");
-      for (size_t h = 0; h < entropy.size(); ++h) (void)statistic(entropy[h], at_index(at + "entropy", h));
-      (void)statistic_at(a, "uniform", at);
+      for (size_t h = 0; h < entropy.size(); ++h) (void)stats_number(entropy[h], at_index(at + "entropy", h));
+      (void)stats_number_at(a, "uniform", at);
     }
   }
   return j;
@@ -564,7 +565,7 @@ ValueMap stat_map(const std::vector<StatsJson>& records, const std::string& titl
       const std::string name = json_fields::string_at(as_object(g, "groups[]"), "name", "groups[].");
       auto [it, fresh] = row.emplace(name, m.row_labels.size());
       if (fresh) m.row_labels.push_back(name), m.values.emplace_back(records.size(), NAN);
-      m.values[it->second][c] = statistic_at(g, stat.c_str(), "groups[].");
+      m.values[it->second][c] = stats_number_at(g, stat.c_str(), "groups[].");
     }
   }
   return m;
@@ -596,14 +597,14 @@ ValueMap entropy_map(const std::vector<StatsJson>& records) {
     if (!attention) continue;
     for (const auto& a : as_array(*attention, "attention")) {
       as_object(a, "attention[]");
-      const double uniform = statistic_at(a, "uniform", "attention[].");
+      const double uniform = stats_number_at(a, "uniform", "attention[].");
       const StatsJson& entropy = as_array(member(a, "entropy", "attention[]."), "attention[].entropy");
       const std::string site = json_fields::string_at(a, "name", "attention[].");
       for (size_t h = 0; h < entropy.size(); ++h) {
         const std::string name = fmt::format("{}.h{}", site, h);
         auto [it, fresh] = row.emplace(name, m.row_labels.size());
         if (fresh) m.row_labels.push_back(name), m.values.emplace_back(records.size(), NAN);
-        m.values[it->second][c] = uniform > 0 ? statistic(entropy[h], "attention[].entropy[]") / uniform : NAN;
+        m.values[it->second][c] = uniform > 0 ? stats_number(entropy[h], "attention[].entropy[]") / uniform : NAN;
       }
     }
   }
@@ -623,7 +624,7 @@ std::string grad_stats_svg(const std::vector<StatsJson>& all) {
 
   Chart loss{"training loss at the recorded steps", "step", "loss", false, false, {}, {}};
   ChartSeries s{"loss", {}, {}, {}, {}, false, ""};
-  for (const auto& r : all) s.x.push_back(static_cast<double>(step_of(r))), s.y.push_back(statistic_at(r, "loss"));
+  for (const auto& r : all) s.x.push_back(static_cast<double>(step_of(r))), s.y.push_back(stats_number_at(r, "loss"));
   loss.series.push_back(std::move(s));
   loss.x_ticks = step_ticks(last);  // the axis spans the run, not beyond
   std::vector<Panel> panels;

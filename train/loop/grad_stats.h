@@ -173,6 +173,12 @@ constexpr size_t kMaxGradStatsLineBytes = size_t{16} << 20;
 // ("missing field 'groups[3].name'"), or nlohmann's parse_error for text that is not JSON.
 StatsJson parse_stats_record(std::string_view line);
 
+// A statistic of a record: a number (one still in memory may hold NaN or Inf) or null (how the
+// file writes a non-finite one), NaN for null; FieldError naming `key` otherwise. The _at form
+// reads obj[key], `path` prefixing the key in errors.
+double stats_number(const StatsJson& v, const std::string& key);
+double stats_number_at(const StatsJson& obj, const char* key, const std::string& path = "");
+
 // Calls each(line number, text) for every non-empty line of the grad_stats.jsonl at `path`, read
 // as above (std::runtime_error naming the file, and the line, for a file or line over its bound,
 // or a file that is not a regular file).
