@@ -33,7 +33,7 @@ namespace gf::train {
 
 namespace {
 
-double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double clock_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void check_mask(const Tensor& m, int64_t rows, int64_t cols, const char* what) {
   if (!m.defined()) return;
@@ -139,7 +139,7 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
     a.attention->weights_peek = [this, s](const Tensor& weights) {
       if (s->previous) s->previous(weights);
       if (!armed_) return;
-      const double t0 = now_seconds();
+      const double t0 = clock_seconds();
       const Tensor& w = weights;  // (B, H, L, S)
       GF_CHECK_AS(std::logic_error, w.size(2) == s->query_pad.size(1), "EntropyProbe: {} saw weights {} but was armed for {} query positions",
                   s->where.name, shape_str(w.shape()), s->query_pad.size(1));
@@ -148,7 +148,7 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
       for (size_t k = 0; k < h.heads.size(); ++k) s->sum[k] += h.heads[k] * static_cast<double>(h.rows);
       s->uniform_sum += h.uniform * static_cast<double>(h.rows);
       s->rows += h.rows;
-      seconds_ += now_seconds() - t0;
+      seconds_ += clock_seconds() - t0;
     };
     sites_.push_back(std::move(site));
   }
@@ -387,30 +387,30 @@ void GradStatsRecorder::begin_step(int64_t step, const Batch& batch) {
   step_ = due(step) ? step : 0;
   seconds_ = 0;
   if (!step_ || !probe_) return;
-  const double t0 = now_seconds();
+  const double t0 = clock_seconds();
   if (model_.seq2seq()) {
     const BatchTensors t = to_tensors(batch);
     probe_->arm(t.src, t.tgt_in);
   } else {
     probe_->arm(to_sequence_tensors(batch, model_.decode_options().bos).input);  // bos is <sep> there
   }
-  seconds_ += now_seconds() - t0;
+  seconds_ += clock_seconds() - t0;
 }
 
 void GradStatsRecorder::after_backward() {
   if (!step_) return;
-  const double t0 = now_seconds();
+  const double t0 = clock_seconds();
   grad_sq_.clear();
   for (const auto& g : groups_)
     for (const auto& p : g.pieces) grad_sq_.push_back(sum_sq(params_[p.param].grad(), p.begin, p.end));
   before_.clear();
   for (const auto& v : params_) before_.push_back(v.data().clone());
-  seconds_ += now_seconds() - t0;
+  seconds_ += clock_seconds() - t0;
 }
 
 void GradStatsRecorder::after_update(double loss, double lr) {
   if (!step_) return;
-  const double t0 = now_seconds();
+  const double t0 = clock_seconds();
   StatsJson line = {{"step", step_}, {"loss", loss}, {"lr", lr}};
   double g_all = 0, p_all = 0, u_all = 0;
   StatsJson groups = StatsJson::array();
@@ -438,7 +438,7 @@ void GradStatsRecorder::after_update(double loss, double lr) {
   line["attention"] = attention_json();
   // What recording this step cost (entropies, norms, the parameter copy; not writing the line): not a
   // statistic of the run, and the one field that differs between identical runs.
-  line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + now_seconds() - t0);
+  line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + clock_seconds() - t0);
   write_fully(out_, line.dump() + "\n", run_file(dir_, kJsonl));
   records_.push_back(std::move(line));
   before_.clear();
