@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 pid_t start(const ChildJob& job) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, job.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, job.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);  // never through a link in the folder
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<std::string> args{"gradflow"};
   args.insert(args.end(), job.args.begin(), job.args.end());

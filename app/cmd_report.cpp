@@ -2,24 +2,27 @@
 #include <fmt/core.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "app/commands.h"
 #include "app/flags.h"
 #include "app/lab_page.h"
 #include "app/run_report.h"
 #include "tensor/check.h"
+#include "train/data/parallel_text.h"
 #include "train/eval/translator.h"
 
 namespace gf::app {
 namespace {
 
+// --input's sentences: a regular file (not a FIFO or device), at most train::kMaxWholeFileBytes.
 std::vector<std::string> lines_of(const std::string& path) {
-  std::ifstream in(path);
-  GF_CHECK_AS(UsageError, in, "report: cannot read --input '{}'", path);
   std::vector<std::string> out;
-  for (std::string line; std::getline(in, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
+  try {
+    for (std::string& line : train::split_text_lines(train::read_file_bytes(path, "report: --input"), path))
+      if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(std::move(line));
+  } catch (const std::exception& e) {
+    GF_FAIL_AS(UsageError, "{}", e.what());
+  }
   GF_CHECK_AS(UsageError, !out.empty(), "report: --input '{}' holds no sentence", path);
   return out;
 }
@@ -54,19 +57,20 @@ int cmd_report(int argc, char** argv) {
   RunReportOptions o;
   GF_CHECK_AS(UsageError, !(f.given("src") && f.given("input")), "report: give --src or --input, not both");
   if (f.given("src")) o.sources = {f.str("src")};
-  if (f.given("input")) o.sources = lines_of(f.str("input"));
+  if (f.given("input")) o.sources = lines_of(f.str("input")), o.sources_file = f.str("input");
   GF_CHECK_AS(UsageError, f.integer("sentences") >= 1 && f.integer("sentences") <= 50, "report: --sentences must be 1..50, got {}",
               f.integer("sentences"));
   GF_CHECK_AS(UsageError, f.integer("max-tokens") >= 1, "report: --max-tokens must be at least 1, got {}", f.integer("max-tokens"));
   o.sentences = f.integer("sentences");
   o.max_tokens = f.integer("max-tokens");
   const std::string out = f.str("out").empty() ? train::run_file(run, "report.html") : f.str("out");
+  nlohmann::json outside;
   try {
-    write_run_report(run, out, o);
+    outside = write_run_report(run, out, o);
   } catch (const std::invalid_argument& e) {  // a bad --src sentence
     GF_FAIL_AS(UsageError, "{}", e.what());
   }
-  fmt::print("wrote {} ({:.0f} KB)\n", out, static_cast<double>(std::filesystem::file_size(out)) / 1024.0);
+  fmt::print("{}wrote {} ({:.0f} KB)\n", outside_files_text(outside), out, static_cast<double>(std::filesystem::file_size(out)) / 1024.0);
   return 0;
 }
 

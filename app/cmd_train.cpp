@@ -1,6 +1,7 @@
 // gradflow train: trains the translator (built-in corpus by default, or --data).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "app/commands.h"
@@ -54,7 +55,7 @@ Flags train_flags() {
   f.add_double("minutes", 0, fmt::format("stop after this much time (built-in default: {})", builtin_recipe().config.minutes));
   f.add_int("seed", 1, "random seed (data order, initial weights, dropout)");
   f.add_int("log-every", d.log_every, "steps between progress lines when output is not a terminal");
-  f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg");
+  f.add_string("out", "runs/latest", "run folder for checkpoints, vocabularies, config and loss.svg: new or empty (a folder of other files is refused, nothing in it changed)");
   f.add_string("resume", "", "continue the run in this folder (budget flags, --schedule, --decay-fraction, --patience and --precision may "
                "be given again)");
   f.add_int("threads", 0, "threads (default: the hardware's)");
@@ -155,6 +156,31 @@ void check_train_flags(const Flags& f) {
   (void)(f.str("resume").empty() ? train_config(f) : train_config(f, &resumed));
 }
 
+namespace {
+
+// --out must be new, empty, or a gradflow run's folder: a run replaces config.json and the
+// vocabularies and deletes old checkpoint files, which in anyone else's folder are not its own.
+// (The lock file a run leaves does not count; state.json is checked after the lock, below.)
+void check_out_folder(const std::string& out) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(out) || train::holds_run(out)) return;
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().filename() != train::RunFolderLock::kFileName) found.push_back(e.path().filename().string());
+  if (found.empty()) return;
+  std::sort(found.begin(), found.end());
+  const size_t shown = std::min<size_t>(found.size(), 3);
+  std::string names;
+  for (size_t i = 0; i < shown; ++i) names += (i ? ", " : "") + found[i];
+  if (found.size() > shown) names += fmt::format(" and {} more", found.size() - shown);
+  GF_FAIL_AS(UsageError,
+             "train: --out '{}' is not empty and holds no gradflow run (it has {}; no config.json written by gradflow train): name a new "
+             "or empty folder; nothing in it was changed",
+             out, names);
+}
+
+}  // namespace
+
 int cmd_train(int argc, char** argv) {
   Flags f = train_flags();
   if (!f.parse(argc, argv)) return 0;
@@ -169,12 +195,13 @@ int cmd_train(int argc, char** argv) {
     GF_CHECK_AS(UsageError, std::filesystem::is_directory(opt.out), "train: --resume '{}' is not a run folder", opt.out);
     if (dist::is_root()) lock = train::RunFolderLock::take(opt.out, "--resume");
     const std::string config_file = train::run_file(opt.out, "config.json");
-    const train::RunConfig resumed = train::RunConfig::from_json(train::read_text_file(config_file), config_file);
+    const train::RunConfig resumed = train::RunConfig::read(config_file);
     c = train_config(f, &resumed);
   } else {
     GF_CHECK_AS(UsageError, !std::filesystem::exists(opt.out) || std::filesystem::is_directory(opt.out),
                 "train: --out '{}' is a file, not a folder; name a new or existing folder", opt.out);
     c = train_config(f);
+    if (dist::is_root()) check_out_folder(opt.out);  // (the other ranks would see rank 0's first files)
     if (dist::is_root()) lock = train::RunFolderLock::take(opt.out, "--out");  // a run in progress is named before "already holds a run"
     GF_CHECK_AS(UsageError, !std::filesystem::exists(train::run_file(opt.out, "state.json")),
                 "train: '{}' already holds a run; use --resume {} to continue it or another --out", opt.out, opt.out);
@@ -192,8 +219,8 @@ int cmd_train(int argc, char** argv) {
   train::train_translator(c, opt);
   if (f.on("report") && dist::is_root()) {
     const std::string page = train::run_file(opt.out, "report.html");
-    write_run_report(opt.out, page, RunReportOptions{});
-    fmt::print("report: {}\n", page);
+    const nlohmann::json outside = write_run_report(opt.out, page, RunReportOptions{});
+    fmt::print("{}report: {}\n", outside_files_text(outside), page);
   }
   return 0;
 }

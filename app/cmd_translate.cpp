@@ -18,6 +18,7 @@
 #include "tensor/parallel.h"
 #include "train/eval/bleu.h"
 #include "train/run/checkpoint.h"
+#include "train/run/memory_estimate.h"
 #include "train/data/line_reader.h"
 #include "train/data/parallel_text.h"
 #include "korean/builtin_corpus.h"
@@ -31,7 +32,7 @@ namespace gf::app {
 namespace {
 
 void add_decode_flags(Flags& f) {
-  f.add_int("beam", 1, "beam size (1 = greedy)");
+  f.add_int("beam", 1, "beam size (1 = greedy; at most 256 and the output vocabulary; --batch-size x --beam rows are in the memory check)");
   f.add_double("length-penalty", 1.0, "beam search: a hypothesis scores log p / (tokens + 1)^this; 0 = raw log p, favouring short outputs; above 1 favours ever longer ones");
   f.add_string("beam-stop", "heuristic",
                "beam search: when a sentence stops. heuristic: also once K hypotheses are finished and no live one scores, at its present "
@@ -47,14 +48,21 @@ void add_decode_flags(Flags& f) {
 void check_decode_flags(const Flags& f) {
   const std::string stop = f.str("beam-stop");
   GF_CHECK_AS(UsageError, stop == "heuristic" || stop == "exact", "{}: --beam-stop must be heuristic or exact, got '{}'", f.command(), stop);
-  GF_CHECK_AS(UsageError, f.integer("beam") >= 1, "{}: --beam must be at least 1, got {}", f.command(), f.integer("beam"));
+  GF_CHECK_AS(UsageError, f.integer("beam") >= 1 && f.integer("beam") <= train::kMaxBeam, "{}: --beam must be 1 to {}, got {}", f.command(),
+              train::kMaxBeam, f.integer("beam"));
   GF_CHECK_AS(UsageError, f.integer("batch-size") >= 1, "{}: --batch-size must be at least 1, got {}", f.command(), f.integer("batch-size"));
   check_precision_flag(f);
   (void)kv_cache_dtype(f);
 }
 
+// The decoding options for the model `t`: --beam at most its output vocabulary's size, and the
+// weights with --batch-size x --beam rows' KV caches and scores within the memory.
 train::DecodeOptions decode_options(const Flags& f, const train::Translator& t) {
   check_decode_flags(f);
+  const int64_t vocab = t.tgt_vocab.size();
+  GF_CHECK_AS(UsageError, f.integer("beam") <= vocab, "{}: --beam {} is more than the model's {} output tokens", f.command(),
+              f.integer("beam"), vocab);
+  train::check_decoding_rows_memory(t.config, t.src_vocab.size(), vocab, f.integer("batch-size"), f.integer("beam"));
   train::DecodeOptions o = t.default_decode_options();
   o.beam = f.integer("beam");
   o.length_penalty = f.real("length-penalty");

@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
+#include <functional>
+#include <map>
 
 #include "app/report_attention.h"
 #include "app/report_page.h"
@@ -18,12 +19,13 @@
 #include "train/eval/translator.h"
 #include "train/run/checkpoint.h"
 #include "train/run/run_config.h"
+#include "train/run/run_subwords.h"
+#include "train/run/json_fields.h"
+#include "train/loop/grad_stats.h"
 
 namespace gf::app {
 namespace fs = std::filesystem;
 namespace {
-
-double number_or_nan(const nlohmann::json& j) { return j.is_number() ? j.get<double>() : NAN; }  // grad_stats writes NaN as null
 
 // The indices of `n` items to draw in at most `max` columns: every k-th, and the last.
 std::vector<size_t> columns_of(size_t n, size_t max) {
@@ -83,10 +85,14 @@ nlohmann::json curve_json(const std::vector<train::CurvePoint>& points) {
 }
 
 // config.json as the page lists it: the file's own fields and nesting.
+// (Read as a regular file within RunConfig::kMaxConfigBytes, nested at most kMaxRunJsonDepth: the page
+// writer indents each level.)
 nlohmann::json config_json(const std::string& run_dir) {
   const std::string path = train::run_file(run_dir, "config.json");
   try {
-    return nlohmann::json::parse(train::read_text_file(path));
+    return train::json_fields::parse(train::read_text_file(path, train::RunConfig::kMaxConfigBytes), train::json_fields::kMaxRunJsonDepth);
+  } catch (const train::json_fields::FieldError& e) {
+    GF_FAIL_AS(std::runtime_error, "{}: malformed run config: {}", path, e.what());
   } catch (const nlohmann::json::exception& e) {
     GF_FAIL_AS(std::runtime_error, "{}: not JSON: {}", path, e.what());
   }
@@ -105,8 +111,38 @@ nlohmann::json model_json(const train::Translator& t) {
           {"tgt_vocab", t.tgt_vocab.size()}};
 }
 
-// The explorer's sentences: --src, or the first test sentences that are not too long to read.
-nlohmann::json attention_json(const train::Translator& t, const RunReportOptions& o) {
+// Whether `path` (canonical) lies within `root` (canonical).
+bool within(const fs::path& path, const fs::path& root) {
+  auto [r, p] = std::mismatch(root.begin(), root.end(), path.begin(), path.end());
+  return r == root.end();
+}
+
+// Adds `file` to `outside` ({"path", "why"}) when it lies outside the run folder (after symbolic
+// links), once.
+void note_outside(nlohmann::json& outside, const std::string& run_dir, const std::string& file, const std::string& why) {
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(file, ec), root = fs::weakly_canonical(run_dir, ec);
+  if (!ec && within(real, root)) return;
+  for (const auto& o : outside)
+    if (o["path"] == real.string()) return;
+  outside.push_back({{"path", real.string()}, {"why", why}});
+}
+
+// The files of the run folder the report reads, any of them a symbolic link to a place outside it.
+void note_links_out(nlohmann::json& outside, const std::string& run_dir, const train::Translator& t) {
+  std::vector<std::string> names = {"config.json", "state.json", "vocab.src.txt", "vocab.tgt.txt", "grad_stats.jsonl",
+                                    fs::path(t.weights_file).filename().string()};
+  if (t.config.subwords > 0)
+    for (const std::string& m : train::subword_model_files(t.config)) names.push_back(m);
+  for (const std::string& name : names) {
+    const std::string file = train::run_file(run_dir, name);
+    if (fs::is_symlink(file)) note_outside(outside, run_dir, file, fmt::format("the run folder's {} is a link to it", name));
+  }
+}
+
+// The explorer's sentences: --src, or the first test sentences that are not too long to read. The
+// data files read for them go into `outside`.
+nlohmann::json attention_json(const train::Translator& t, const RunReportOptions& o, const std::string& run_dir, nlohmann::json& outside) {
   nlohmann::json a = {{"sentences", nlohmann::json::array()}, {"note", nullptr}};
   const int64_t H = t.config.layer.nhead, KV = t.config.layer.key_value_heads();
   nlohmann::json groups = nlohmann::json::array();  // the key/value head of each query head
@@ -118,12 +154,14 @@ nlohmann::json attention_json(const train::Translator& t, const RunReportOptions
     return a;
   }
   train::RunData data;
+  std::vector<std::string> files;
   try {
-    data = train::load_run_data(t.config, false, train::kMaxLineBytes, train::korean_run_data);
+    data = train::load_run_data(t.config, false, train::kMaxLineBytes, train::korean_run_data, &files);
   } catch (const std::exception& e) {
     a["note"] = fmt::format("the run's test sentences could not be read ({}); give sentences with --src", e.what());
-    return a;
   }
+  for (const std::string& f : files) note_outside(outside, run_dir, f, "a data file the run's config.json names, for the explorer's sentences");
+  if (!a["note"].is_null()) return a;
   const std::vector<train::TokenPair>& pairs = data.test.empty() ? data.valid : data.test;
   a["from"] = data.test.empty() ? data.valid_name : data.test_name;
   auto join = [](const train::Tokens& tokens) {
@@ -142,64 +180,77 @@ nlohmann::json attention_json(const train::Translator& t, const RunReportOptions
 
 }  // namespace
 
-nlohmann::json grad_stats_data(const std::string& path, size_t max_steps) {
-  std::ifstream in(path);
-  GF_CHECK_AS(std::runtime_error, in, "report: cannot read '{}'", path);
-  std::vector<nlohmann::json> lines;
-  std::vector<std::string> text;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) text.push_back(line);
-  bool torn = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    nlohmann::json j = nlohmann::json::parse(text[i], nullptr, false);
-    const bool ok = !j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("groups") &&
-                    j["groups"].is_array();
-    if (!ok && i + 1 == text.size()) {
-      torn = true;  // a run killed while writing its last line
-      continue;
-    }
-    GF_CHECK_AS(std::runtime_error, ok, "report: {} line {}: not a grad-stats record (an object with an integer \"step\" and \"groups\")",
-                path, i + 1);
-    lines.push_back(std::move(j));
-  }
-  GF_CHECK_AS(std::runtime_error, !lines.empty(), "report: {} holds no record", path);
-  nlohmann::json g;
-  g["recorded"] = lines.size();
-  g["torn_last_line"] = torn;
-  const std::vector<size_t> cols = columns_of(lines.size(), max_steps);
-  // Rows: the first line's groups and attention heads (every line of a run has the same).
-  std::vector<std::string> groups;
-  for (const auto& grp : lines[0]["groups"]) groups.push_back(grp.value("name", ""));
-  std::vector<std::pair<std::string, size_t>> heads;  // (attention, head)
-  if (lines[0].contains("attention"))
-    for (const auto& a : lines[0]["attention"])
-      for (size_t h = 0; h < a["entropy"].size(); ++h) heads.emplace_back(a.value("name", ""), h);
+namespace {
+
+// A source of grad_stats.jsonl's lines that can be walked more than once: calls each(line number,
+// text) for every non-empty line.
+using StatsLines = std::function<void(const std::function<void(size_t, const std::string&)>&)>;
+
+// The page's grad-stats data from the lines (see grad_stats_data). Two passes: the first counts the
+// records, the second checks every line and keeps the numbers of the columns drawn, so that memory
+// holds those columns, never the whole file.
+nlohmann::json grad_stats_of(const StatsLines& walk, const std::string& name, size_t max_steps) {
+  using namespace train::json_fields;
+  size_t count = 0;
+  std::string last;
+  walk([&](size_t, const std::string& line) { ++count, last = line; });
+  // A last line that is not JSON at all is a run killed while writing it (no prefix of a JSON
+  // object is JSON); one that is JSON but not a record is an error like any other line.
+  const bool torn = count > 0 && !nlohmann::json::accept(last);
+  const size_t n = count - (torn ? 1 : 0);
+  GF_CHECK_AS(std::runtime_error, n > 0, "report: {} holds no record", name);
+  const std::vector<size_t> cols = columns_of(n, max_steps);
+  std::vector<std::string> groups;                    // rows: the first record's groups
+  std::vector<std::pair<std::string, size_t>> heads;  // and its attention heads: (attention, head)
   std::vector<double> steps, loss, lr;
   std::map<std::string, std::vector<std::vector<double>>> stat;  // statistic -> [group][column]
-  for (const char* key : {"grad_norm", "param_norm", "update_ratio"}) stat[key].assign(groups.size(), {});
-  std::vector<std::vector<double>> entropy(heads.size()), uniform(heads.size());
-  for (size_t c : cols) {
-    const nlohmann::json& j = lines[c];
-    steps.push_back(j["step"].get<double>());
-    loss.push_back(number_or_nan(j.value("loss", nlohmann::json())));
-    lr.push_back(number_or_nan(j.value("lr", nlohmann::json())));
-    std::map<std::string, const nlohmann::json*> by_name;
-    for (const auto& grp : j["groups"]) by_name[grp.value("name", "")] = &grp;
+  std::vector<std::vector<double>> entropy, uniform;
+  size_t i = 0, next_col = 0;
+  walk([&](size_t number, const std::string& text) {
+    const size_t at = i++;
+    if (at == n) return;  // the torn last line
+    train::StatsJson j;
+    try {
+      j = train::parse_stats_record(text);
+    } catch (const std::exception& e) {  // FieldError, or nlohmann's parse_error
+      GF_FAIL_AS(std::runtime_error, "report: {} line {}: not a grad-stats record: {}", name, number, e.what());
+    }
+    const train::StatsJson& record_groups = member(j, "groups");
+    const train::StatsJson* attention = find_member(j, "attention");
+    if (at == 0) {
+      for (const auto& g : record_groups) groups.push_back(string_at(g, "name"));
+      if (attention)
+        for (const auto& a : *attention)
+          for (size_t h = 0; h < member(a, "entropy").size(); ++h) heads.emplace_back(string_at(a, "name"), h);
+      for (const char* key : {"grad_norm", "param_norm", "update_ratio"}) stat[key].assign(groups.size(), {});
+      entropy.assign(heads.size(), {}), uniform.assign(heads.size(), {});
+    }
+    if (next_col >= cols.size() || cols[next_col] != at) return;
+    ++next_col;
+    steps.push_back(static_cast<double>(integer_at(j, "step")));
+    loss.push_back(train::stats_number_at(j, "loss"));
+    lr.push_back(train::stats_number_at(j, "lr"));
+    std::map<std::string, const train::StatsJson*> by_name;
+    for (const auto& grp : record_groups) by_name[string_at(grp, "name")] = &grp;
     for (size_t r = 0; r < groups.size(); ++r)
       for (auto& [key, rows] : stat) {
         auto it = by_name.find(groups[r]);
-        rows[r].push_back(it == by_name.end() ? NAN : number_or_nan(it->second->value(key, nlohmann::json())));
+        rows[r].push_back(it == by_name.end() ? NAN : train::stats_number_at(*it->second, key.c_str()));
       }
-    std::map<std::string, const nlohmann::json*> att;
-    if (j.contains("attention"))
-      for (const auto& a : j["attention"]) att[a.value("name", "")] = &a;
+    std::map<std::string, const train::StatsJson*> att;
+    if (attention)
+      for (const auto& a : *attention) att[string_at(a, "name")] = &a;
     for (size_t r = 0; r < heads.size(); ++r) {
       auto it = att.find(heads[r].first);
-      const bool has = it != att.end() && heads[r].second < (*it->second)["entropy"].size();
-      entropy[r].push_back(has ? number_or_nan((*it->second)["entropy"][heads[r].second]) : NAN);
-      uniform[r].push_back(has ? number_or_nan(it->second->value("uniform", nlohmann::json())) : NAN);
+      const train::StatsJson* e = it == att.end() ? nullptr : &member(*it->second, "entropy");
+      const bool has = e && heads[r].second < e->size();
+      entropy[r].push_back(has ? train::stats_number((*e)[heads[r].second], "entropy") : NAN);
+      uniform[r].push_back(has ? train::stats_number_at(*it->second, "uniform") : NAN);
     }
-  }
+  });
+  nlohmann::json g;
+  g["recorded"] = n;
+  g["torn_last_line"] = torn;
   g["steps"] = steps;
   g["loss"] = rounded(loss);
   g["lr"] = rounded(lr);
@@ -209,11 +260,21 @@ nlohmann::json grad_stats_data(const std::string& path, size_t max_steps) {
     for (const auto& row : rows) g[key].push_back(rounded(row));
   }
   g["heads"] = nlohmann::json::array();
-  for (const auto& [name, h] : heads) g["heads"].push_back({{"attention", name}, {"head", h}});
+  for (const auto& [head_name, h] : heads) g["heads"].push_back({{"attention", head_name}, {"head", h}});
   g["entropy"] = nlohmann::json::array();
   g["uniform"] = nlohmann::json::array();
   for (size_t r = 0; r < heads.size(); ++r) g["entropy"].push_back(rounded(entropy[r])), g["uniform"].push_back(rounded(uniform[r]));
   return g;
+}
+
+}  // namespace
+
+nlohmann::json grad_stats_data(const std::string& path, size_t max_steps) {
+  return grad_stats_of([&](const auto& each) { train::for_each_stats_line(path, each); }, path, max_steps);
+}
+
+nlohmann::json grad_stats_data_of(std::string_view text, const std::string& name, size_t max_steps) {
+  return grad_stats_of([&](const auto& each) { train::for_each_stats_line_of(text, name, each); }, name, max_steps);
 }
 
 nlohmann::json run_report_data(const std::string& run_dir, const RunReportOptions& o) {
@@ -239,13 +300,25 @@ nlohmann::json run_report_data(const std::string& run_dir, const RunReportOption
                  {"lr_note", lr_note(t.config)}};
   const std::string stats = train::run_file(run_dir, "grad_stats.jsonl");
   d["grad_stats"] = fs::exists(stats) ? grad_stats_data(stats, o.max_steps) : nlohmann::json();
-  d["attention"] = attention_json(t, o);
+  nlohmann::json outside = nlohmann::json::array();
+  note_links_out(outside, run_dir, t);
+  if (!o.sources_file.empty()) note_outside(outside, run_dir, o.sources_file, "--input: the explorer's sentences");
+  d["attention"] = attention_json(t, o, run_dir, outside);
+  d["outside_files"] = outside;
   return d;
 }
 
-void write_run_report(const std::string& run_dir, const std::string& out_file, const RunReportOptions& o) {
+nlohmann::json write_run_report(const std::string& run_dir, const std::string& out_file, const RunReportOptions& o) {
   const nlohmann::json data = run_report_data(run_dir, o);
   write_file_atomic(out_file, html_page("gradflow run report: " + run_dir, data, PageKind::Run));
+  return data["outside_files"];
+}
+
+std::string outside_files_text(const nlohmann::json& outside_files) {
+  std::string text;
+  for (const auto& f : outside_files)
+    text += fmt::format("report: read from outside the run folder: {} ({})\n", f["path"].get<std::string>(), f["why"].get<std::string>());
+  return text;
 }
 
 }  // namespace gf::app

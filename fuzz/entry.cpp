@@ -10,6 +10,9 @@
 #include <typeinfo>
 
 #include "app/command_flags.h"
+#include "app/lab_page.h"
+#include "app/report_page.h"
+#include "app/run_report.h"
 #include "app/train_args.h"
 #include "lab/lab.h"
 #include "tensor/io/atomic_file.h"
@@ -291,6 +294,47 @@ void run_subwords(std::string_view input) {
   }
 }
 
+// The page's data as html_page embeds it (readable_json) must read back as the same data, and hold
+// nothing that could end or confuse its <script> block.
+void require_script_safe(const char* target, const nlohmann::json& data) {
+  const std::string block = app::readable_json(data);
+  require(block.find("</") == std::string::npos && block.find("<!") == std::string::npos, "{}: the page's data holds '</' or '<!'", target);
+  const nlohmann::json back = read_back(target, [&] { return nlohmann::json::parse(block); });
+  require(back == data, "{}: the page's data does not read back as itself", target);
+}
+
+// ---- a run folder's grad_stats.jsonl: app::grad_stats_data_of (grad_stats_data reads the file into
+// the same code; each line through train::parse_stats_record, which a resumed run uses too)
+void run_grad_stats(std::string_view input) {
+  constexpr size_t kColumns = 8;
+  const nlohmann::json g = app::grad_stats_data_of(input, "grad_stats.jsonl", kColumns);
+  const size_t cols = g.at("steps").size(), groups = g.at("groups").size(), heads = g.at("heads").size();
+  require(cols >= 1 && cols <= kColumns + 1, "grad_stats: {} columns drawn for at most {}", cols, kColumns);
+  require(g.at("recorded").get<size_t>() >= cols, "grad_stats: {} columns of {} records", cols, g.at("recorded").get<size_t>());
+  for (const char* key : {"grad_norm", "param_norm", "update_ratio"}) {
+    require(g.at(key).size() == groups, "grad_stats: {} has {} rows for {} groups", key, g.at(key).size(), groups);
+    for (const auto& row : g.at(key)) require(row.size() == cols, "grad_stats: a {} row has {} cells for {} columns", key, row.size(), cols);
+  }
+  for (const char* key : {"entropy", "uniform"}) {
+    require(g.at(key).size() == heads, "grad_stats: {} has {} rows for {} heads", key, g.at(key).size(), heads);
+    for (const auto& row : g.at(key)) require(row.size() == cols, "grad_stats: a {} row has {} cells for {} columns", key, row.size(), cols);
+  }
+  require_script_safe("grad_stats", g);
+}
+
+// ---- a lab's NAME.json: app::parse_lab_json (lab_page_data and write_lab_index read each lab's file
+// into it), then the page's data of it (app::lab_page_data_of, its figures looked for in a folder
+// that does not exist)
+void run_lab_json(std::string_view input) {
+  const nlohmann::json run = app::parse_lab_json(std::string(input), "fuzz.json");
+  const std::string name = run.at("lab").get<std::string>();
+  require(app::lab_name_ok(name) && name.find('/') == std::string::npos && name != "." && name != "..",
+          "lab_json: the lab's name '{}' could leave the folder", shown(name));
+  const nlohmann::json d = app::lab_page_data_of(run, "/nonexistent/gradflow-fuzz");
+  require(d.at("lab").at("name") == name, "lab_json: the page's lab is not the file's");
+  require_script_safe("lab_json", d);
+}
+
 }  // namespace
 
 const std::vector<Target>& targets() {
@@ -305,6 +349,8 @@ const std::vector<Target>& targets() {
       {"commands", "gf::app::parse_global_flags, then every command's flags and checks (app/command_flags.h)", run_commands},
       {"translator_config", "gf::train::Translator::load of a run folder with this config.json (train/eval/translator.h)", run_translator_config},
       {"subwords", "gf::train::Subwords::parse, vocab, check_vocab_matches (train/data/subwords.h)", run_subwords},
+      {"grad_stats", "gf::app::grad_stats_data_of, train::parse_stats_record (app/run_report.h, train/loop/grad_stats.h)", run_grad_stats},
+      {"lab_json", "gf::app::parse_lab_json, lab_page_data_of (app/lab_page.h)", run_lab_json},
   };
   return list;
 }

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "tensor/check.h"
+#include "tensor/io/atomic_file.h"
 #include "korean/corpus_ko_lexicon.h"
 
 namespace gf::train {
@@ -724,19 +725,16 @@ class Generator {
 
 size_t count_tokens(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), ' ')) + 1; }
 
+// Through the atomic writer (tensor/io/atomic_file.h): a temporary file of its own (O_EXCL, never
+// a link someone put at a predictable name), fsync'ed, renamed over the file, the folder fsync'ed.
 void write_lines_atomically(const std::filesystem::path& file, const std::vector<SentencePair>& pairs, bool source) {
-  const std::filesystem::path tmp = file.string() + fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    GF_CHECK_AS(std::runtime_error, out, "save_corpus: cannot write '{}'", tmp.string());
-    for (const SentencePair& p : pairs) out << (source ? p.src : p.tgt) << '\n';
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      GF_FAIL_AS(std::runtime_error, "save_corpus: error writing '{}'", tmp.string());
+  write_file_atomic_with(file.string(), [&](const ByteSink& sink) {
+    for (const SentencePair& p : pairs) {
+      const std::string& line = source ? p.src : p.tgt;
+      sink(line.data(), line.size());
+      sink("\n", 1);
     }
-  }
-  std::filesystem::rename(tmp, file);
+  });
 }
 
 }  // namespace

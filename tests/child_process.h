@@ -36,6 +36,9 @@ struct ChildOptions {
   std::vector<std::string> env;    // "NAME=value"
   long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (SIGXFSZ ignored: the write fails with EFBIG)
   bool as_nobody = false;          // root only: run as uid/gid 65534, so file permissions apply
+  // RLIMIT_AS in bytes, so that a child that would exhaust the memory fails its allocation instead
+  // (not applied under AddressSanitizer, whose shadow memory needs terabytes of address space).
+  long long address_space_limit = -1;
 };
 
 // Starts `binary args...` with stdout and stderr in `logs`.out and .err.
@@ -60,6 +63,12 @@ inline Child start_child(const std::string& binary, const std::vector<std::strin
       rlimit r{static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
       if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(126);
     }
+#ifndef __SANITIZE_ADDRESS__
+    if (o.address_space_limit >= 0) {
+      rlimit r{static_cast<rlim_t>(o.address_space_limit), static_cast<rlim_t>(o.address_space_limit)};
+      if (::setrlimit(RLIMIT_AS, &r) != 0) ::_exit(126);
+    }
+#endif
     if (o.as_nobody && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(127);
     std::vector<char*> argv{const_cast<char*>(binary.c_str())};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));

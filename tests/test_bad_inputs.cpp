@@ -130,7 +130,13 @@ byte for byte). The file is that test's own output; regenerate it with
 
 "good" is a small run folder the test trains; "missing", "extra", "misshaped", "wrongdtype",
 "truncated", "vocab", "badconfig", "badstate" and "bigconfig" (d_model 100000 in its config.json)
-are copies of it with one thing broken. Sizes are checked before anything of that size is
+are copies of it with one thing broken. A folder a command is pointed at is outside input, as a
+data file is: "foreign" (another program's model folder), "locklink" (its lock file a link to
+another file), "zeroconfig" (config.json a link to /dev/zero), "bigvocab" (a sparse 2 GiB
+vocabulary), "deepconfig", "hugestep", "stripped" (best.safetensors with its digest removed),
+"swapped" (no best.safetensors, and other weights in the checkpoint state.json names) and "badlab"
+(a lab's output naming a page outside its folder) are folders made as someone else could make
+them; `tests/test_outside_folders.cpp` tries more. Sizes are checked before anything of that size is
 allocated: a model's weights, gradients, Adam state and activations are estimated from its shapes
 (`train/run/memory_estimate.h`) against the memory available or `--max-memory`, and a checkpoint's
 header against its config.json. A float64
@@ -232,11 +238,44 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
   big["layer"]["nhead"] = 2;
   s.write("bigconfig/config.json", big.dump(1));
   s.write("in.txt", "i read a book .\n");
+  // Folders someone else made (issue 50): each is outside input.
+  s.write("foreign/config.json", "{\"architectures\": [\"MarianMTModel\"]}\n");
+  save_safetensors((s.path / "foreign" / "model-00001-of-00002.safetensors").string(), {{"w", Tensor::zeros({2})}}, {{"format", "pt"}});
+  fs::copy(good, s.path / "locklink", fs::copy_options::recursive);
+  fs::remove(s.path / "locklink" / ".gradflow.lock");  // (the run left its own)
+  fs::create_symlink("../afile", s.path / "locklink" / ".gradflow.lock");
+  fs::copy(good, s.path / "zeroconfig", fs::copy_options::recursive);
+  fs::remove(s.path / "zeroconfig" / "config.json");
+  fs::create_symlink("/dev/zero", s.path / "zeroconfig" / "config.json");
+  fs::copy(good, s.path / "bigvocab", fs::copy_options::recursive);
+  fs::resize_file(s.path / "bigvocab" / "vocab.tgt.txt", 2LL << 30);  // sparse
+  fs::copy(good, s.path / "deepconfig", fs::copy_options::recursive);
+  s.write("deepconfig/config.json", "{\"x\": " + std::string(20000, '[') + std::string(20000, ']') + "}");
+  fs::copy(good, s.path / "hugestep", fs::copy_options::recursive);
+  {
+    nlohmann::json st = nlohmann::json::parse(good_state);
+    st["step"] = 9223372036854775000LL;
+    s.write("hugestep/state.json", st.dump(1));
+  }
+  fs::copy(good, s.path / "stripped", fs::copy_options::recursive);
+  {
+    std::string bytes = good_best;
+    bytes.replace(bytes.find("gradflow.digest"), 15, "gradflow.digesT");
+    s.write("stripped/best.safetensors", bytes);
+  }
+  fs::copy(good, s.path / "swapped", fs::copy_options::recursive);
+  fs::remove(s.path / "swapped" / "best.safetensors");
+  {  // another complete checkpoint (its own digest intact) in place of the one state.json recorded
+    SafetensorsFile f = load_safetensors((good / "best.safetensors").string());
+    f.tensors.at(kNorm).data<float>()[0] += 1.0f;
+    save_safetensors((s.path / "swapped" / "model-0000004.safetensors").string(), f.tensors, f.metadata);
+  }
+  s.write("badlab/badlab.json", "{\"lab\": \"../escape\", \"claims\": [], \"settings\": {}}\n");
 
   const std::vector<BadInput> table = {
       // ---- command line
-      {"--beam 0", "translate --model good --beam 0", 2, "--beam must be at least 1, got 0", "--beam"},
-      {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be at least 1, got -3", "--beam"},
+      {"--beam 0", "translate --model good --beam 0", 2, "--beam must be 1 to 256, got 0", "--beam"},
+      {"a negative --beam", "translate --model good --beam -3", 2, "--beam must be 1 to 256, got -3", "--beam"},
       {"an unknown --beam-stop", "translate --model good --beam 2 --beam-stop never", 2, "--beam-stop must be heuristic or exact, got 'never'", "--beam-stop"},
       {"--batch-size 0", "translate --model good --batch-size 0", 2, "--batch-size must be at least 1", "--batch-size"},
       {"a negative learning rate", "train --lr -1", 2, "--lr must be positive, got -1", "--lr"},
@@ -261,6 +300,9 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
       {"an output folder that is a file", "train --out afile", 2, "--out 'afile' is a file, not a folder", "'afile'"},
       {"an output folder that holds a run", "train --out good", 2, "'good' already holds a run; use --resume good", "'good'"},
       {"--resume of a file", "train --resume afile", 2, "--resume 'afile' is not a run folder", "'afile'"},
+      {"a --beam over 256", "translate --model good --beam 9223372036854775807", 2, "--beam must be 1 to 256, got 9223372036854775807", "--beam"},
+      {"an output folder of another program's files", "train --out foreign", 2,
+       "--out 'foreign' is not empty and holds no gradflow run (it has config.json, model-00001-of-00002.safetensors", "'foreign'"},
       {"an unknown BLEU tokeniser", "eval --model good --tokenize intl", 2, "--tokenize must be 13a or none, got 'intl'", "--tokenize"},
       {"average without kept epochs", "average --model good", 2, "keeps no epoch-NNNN.safetensors", "'good'"},
       // ---- data files
@@ -293,12 +335,29 @@ TEST_CASE("bad inputs: each a clear one-line message naming what and where, the 
       {"a vocabulary that does not match the checkpoint", "translate --model vocab", 1, "vocab/best.safetensors' does not fit the model", "vocab/best.safetensors"},
       {"a malformed config.json", "translate --model badconfig", 1, "badconfig/config.json: malformed run config", "badconfig/config.json"},
       {"a malformed state.json", "train --resume badstate --steps 1", 1, "badstate/state.json: malformed run state", "badstate/state.json"},
+      // ---- folders made by someone else
+      {"a lock file that is a symbolic link", "train --resume locklink --steps 1", 1, "is a symbolic link; gradflow writes its own files there only",
+       "locklink/.gradflow.lock'"},
+      {"a config.json that is a link to /dev/zero", "translate --model zeroconfig --input in.txt", 1, "is a character device, not a regular file",
+       "zeroconfig/config.json'"},
+      {"a vocabulary of 2 GiB", "translate --model bigvocab --input in.txt", 1, "holds 2147483648 bytes, more than the 67108864 read from such a file",
+       "bigvocab/vocab.tgt.txt'"},
+      {"a config.json nested 20,000 levels deep", "report deepconfig", 1, "malformed run config: nested more than 16 levels deep",
+       "deepconfig/config.json"},
+      {"a state.json step near 2^63", "report hugestep", 1, "'step' must be an integer from 0 to 10^15", "hugestep/state.json"},
+      {"a checkpoint whose digest was removed", "translate --model stripped --input in.txt", 1,
+       "it carries gradflow's format metadata (\"format\": \"gradflow\") but no digest", "stripped/best.safetensors'"},
+      {"a checkpoint that is not the one state.json recorded", "translate --model swapped --input in.txt", 1, "but the run state recorded xxh3-64:",
+       "swapped/model-0000004.safetensors'"},
+      {"a lab's name that leaves its folder", "report badlab", 1, "malformed lab output: 'lab' must be a lab's name", "badlab/badlab.json"},
       // ---- sizes: refused before anything of that size is allocated
       {"a model too large for the memory", "train --d-model 200000 --out r10", 1, "the model needs", "--d-model 200000"},
       {"a model over --max-memory", "train --max-memory 1M --out r11", 1, "--max-memory allows 1.0 MiB", "--max-memory"},
       {"a malformed --max-memory", "train --max-memory lots", 2, "a memory size must be a positive number", "'lots'"},
       {"a config.json far larger than its checkpoint", "translate --model bigconfig --input in.txt", 1, "and that config (d_model 100000",
        "bigconfig/config.json"},
+      {"--batch-size x --beam over the memory", "translate --model good --input in.txt --batch-size 100000000 --beam 200", 1,
+       "rows decoded at once need", "--batch-size 100000000 x --beam 200"},
       {"--threads that is not a number", "--threads 3x train", 2, "--threads expects a positive integer, got '3x'", "'3x'"},
       // ---- stdin
       {"translate with nothing on stdin", "translate --model good", 2, "no input on stdin (it was empty)", "stdin"},

@@ -211,18 +211,32 @@ TEST_CASE("a flipped bit in saved weights is found by its digest: resume falls b
   CHECK(r.exit_code() == 0);
   CHECK(r.err.find("resuming from the previous checkpoint") != std::string::npos);
   CHECK(r.err.find(latest.optim_file + "': the contents hash to") != std::string::npos);
-  // A checkpoint file whose own digest was removed is caught by state.json's copy.
+  // A checkpoint file whose own digest was removed is refused by name: it still says it is gradflow's
+  // (issue 50; before, it loaded unverified and only state.json's copy could catch it).
   const RunState now = load_state(out.string());
-  const std::map<std::string, Tensor> weights = load_safetensors((out / now.model_file).string()).tensors;
-  std::string bytes = slurp(out / now.model_file);
+  const std::string good_model = slurp(out / now.model_file);
+  std::string bytes = good_model;
   const size_t key = bytes.find("gradflow.digest");
   REQUIRE(key != std::string::npos);
-  bytes.replace(key, 15, "gradflow.digesT");  // another writer's metadata key now: the file loads unverified
+  bytes.replace(key, 15, "gradflow.digesT");  // another writer's metadata key now
   std::ofstream(out / now.model_file, std::ios::binary | std::ios::trunc) << bytes;
   Ran m = run(gradflow_binary(), Setup::resume_args(out, 3), s.tmp.path / "bitflip-key");
   INFO(m.err);
   CHECK(m.exit_code() == 0);
-  CHECK(m.err.find(now.model_file + "': its digest is missing but the run state recorded xxh3-64:") != std::string::npos);
+  CHECK(m.err.find(now.model_file + "': it carries gradflow's format metadata (\"format\": \"gradflow\") but no digest") != std::string::npos);
+  // With its format stripped too, it no longer says whose it is: state.json's copy of the digest catches it.
+  const RunState later = load_state(out.string());
+  bytes = slurp(out / later.model_file);
+  const size_t digest = bytes.find("gradflow.digest"), format = bytes.find("\"format\":\"gradflow\"");
+  REQUIRE(digest != std::string::npos);
+  REQUIRE(format != std::string::npos);
+  bytes.replace(digest, 15, "gradflow.digesT");
+  bytes.replace(format, 10, "\"formaT\":\"");
+  std::ofstream(out / later.model_file, std::ios::binary | std::ios::trunc) << bytes;
+  Ran n = run(gradflow_binary(), Setup::resume_args(out, 4), s.tmp.path / "bitflip-both");
+  INFO(n.err);
+  CHECK(n.exit_code() == 0);
+  CHECK(n.err.find(later.model_file + "': its digest is missing but the run state recorded xxh3-64:") != std::string::npos);
 }
 
 TEST_CASE("a malformed state.json: resume falls back, and the save after it keeps the good state.prev.json (issue 36)") {

@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "tests/cdp_browser.h"
@@ -226,8 +227,8 @@ TEST_CASE("the lab pages (a lab with its control, a real lab, the index) open in
   CHECK(b.eval("document.querySelectorAll('#verdict .verdict').length").get<int>() == 2);  // the lab's and the control's
   CHECK(b.eval("document.querySelector('#verdict .verdict.agrees').textContent.startsWith('check: AGREES')") == true);
   CHECK(b.eval("document.querySelector('#verdict .verdict.disagrees').textContent.includes('(control: the ingredient removed)')") == true);
-  CHECK(b.eval("document.querySelectorAll('#figures > .figure svg').length").get<int>() == 1);  // the lab's; the control's in <details>
-  CHECK(b.eval("document.querySelectorAll('#figures details .figure svg').length").get<int>() == 1);
+  CHECK(b.eval("document.querySelectorAll('#figures > .figure img').length").get<int>() == 1);  // the lab's; the control's in <details>
+  CHECK(b.eval("document.querySelectorAll('#figures details .figure img').length").get<int>() == 1);
   CHECK(b.eval("document.querySelector('a[href=\"https://arxiv.org/abs/2401.00001\"]') !== null") == true);
   // grows' design (tests/toy_lab.h): 5 seeds for its smallest effect; the control's 3 leave it unsettled by design.
   CHECK(b.eval("document.querySelector('#claims-table').textContent.includes('designed to settle an effect of 1 with 5 seeds')") == true);
@@ -240,9 +241,45 @@ TEST_CASE("the lab pages (a lab with its control, a real lab, the index) open in
 
   open_page(b, labs / "nan" / "nan.html");
   CHECK(b.eval("document.querySelectorAll('#claims-table tr').length").get<int>() >= 2);
-  CHECK(b.eval("document.querySelectorAll('#figures .figure svg').length").get<int>() >= 1);
+  CHECK(b.eval("document.querySelectorAll('#figures .figure img').length").get<int>() >= 1);
   for (const auto& e : b.errors()) FAIL_CHECK("console: ", e);
   for (const auto& u : b.outside_requests()) FAIL_CHECK("the page asked for ", u, ": it must be self-contained");
+}
+
+TEST_CASE("a lab folder made to attack the page: its figure is a picture that runs no script; a folder named javascript: is a plain link") {
+  if (skipped_here()) return;
+  const std::string chromium = browser_or_fail();
+  gf::test::TempDir tmp("gf_report_browser");
+  const fs::path labs = tmp.path / "labs";
+  const fs::path lab = gf::test::write_toy_lab(labs, false);
+  // The lab's figure replaced by an SVG that runs script wherever it is inserted as markup (issue 50).
+  const json files = json::parse(gf::test::slurp(lab / "toy.json"))["files"];
+  std::string figure;
+  for (const auto& f : files)
+    if (fs::path(f.get<std::string>()).extension() == ".svg") figure = fs::path(f.get<std::string>()).filename().string();
+  REQUIRE(!figure.empty());
+  std::ofstream(lab / figure, std::ios::trunc)
+      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"240\" height=\"120\" onload=\"window.pwned = 'onload'\">"
+         "<foreignObject width=\"240\" height=\"120\"><img xmlns=\"http://www.w3.org/1999/xhtml\" src=\"nowhere.png\" "
+         "onerror=\"window.pwned = 'onerror'\"/></foreignObject><script>window.pwned = 'script'</script>"
+         "<rect width=\"240\" height=\"120\" fill=\"#1f6feb\"/></svg>";
+  // The same lab again in a folder whose name is a javascript: URL.
+  fs::copy(lab, labs / "javascript:window.pwned=1", fs::copy_options::recursive);
+  run_ok({"report", labs.string()}, tmp, "index");
+  Browser b(chromium, tmp.path / "profile");
+
+  open_page(b, lab / "toy.html");
+  REQUIRE(b.wait_for("document.querySelector('#figures > .figure img') !== null && document.querySelector('#figures > .figure img').complete", 10));
+  CHECK(b.eval("document.querySelector('#figures > .figure img').src.startsWith('data:image/svg+xml;base64,')") == true);
+  CHECK(b.eval("document.querySelector('#figures > .figure img').naturalWidth").get<int>() == 240);  // drawn, as a picture
+  CHECK(b.eval("document.querySelectorAll('#figures foreignObject, #figures script').length").get<int>() == 0);  // none of its markup
+  CHECK(b.eval("typeof window.pwned") == "undefined");  // before the fix: innerHTML, and its onerror ran
+
+  open_page(b, labs / "index.html");
+  const std::string hrefs = b.eval("[...document.querySelectorAll('#labs-table a')].map(a => a.getAttribute('href')).join(' ')");
+  INFO(hrefs);
+  CHECK(hrefs.find("javascript%3Awindow.pwned%3D1/toy.html") != std::string::npos);  // one encoded segment, a relative link
+  CHECK(b.eval("[...document.querySelectorAll('#labs-table a')].every(a => a.protocol === 'file:')") == true);  // before: javascript:
 }
 
 // Not a check but the tool behind docs/report.md's pictures, so doctest lists it as skipped unless

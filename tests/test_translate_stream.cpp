@@ -137,7 +137,7 @@ TEST_CASE("translate checks its flags before reading anything") {
   const int status = t.wait(30);  // the write end is still open: nothing was read, nothing awaited
   ::close(in[1]);
   CHECK(exit_code(status) == 2);
-  CHECK(slurp(tmp.path / "beam.err").find("--beam must be at least 1, got 0") != std::string::npos);
+  CHECK(slurp(tmp.path / "beam.err").find("--beam must be 1 to 256, got 0") != std::string::npos);
 }
 
 TEST_CASE("an empty stdin, or a terminal, is 'no input on stdin'; bad UTF-8 names stdin and the line") {

@@ -49,6 +49,22 @@ function selectBox(id, options, value, onChange) {
   return s;
 }
 
+// A relative link from its path segments (["toy", "toy.html"]), each encoded with
+// encodeURIComponent: a folder's name cannot become a scheme ("javascript:"), a query or another
+// folder, only the name of one segment.
+function hrefOf(segments) {
+  return segments.map(s => encodeURIComponent(String(s))).join("/");
+}
+
+// An SVG file's text as an <img> of a data: URL (base64 of its UTF-8 bytes): the browser draws it
+// as a picture, in which no script runs and nothing is fetched, whatever the file holds.
+function svgPicture(text, alt) {
+  const bytes = new TextEncoder().encode(text);
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return el("img", {src: "data:image/svg+xml;base64," + btoa(binary), alt: alt});
+}
+
 // The page's data (see html_page in app/report_page.cpp).
 function pageData() {
   return JSON.parse(document.getElementById("report-data").textContent);

@@ -111,7 +111,7 @@ function labPage(page, data) {
   links.push(["tables", "Tables"], ["log", "Log"], ["settings", "Settings"]);
   page.append(...header(`gradflow lab ${lab.name}: ${lab.title}`, lab.question || "", links));
   page.append(referenceLine(`Paper: ${lab.reference}`));
-  if (data.index) page.append(el("p", {}, el("a", {href: data.index}, "← every lab")));
+  if (data.index) page.append(el("p", {}, el("a", {href: hrefOf(data.index)}, "← every lab")));
 
   const v = el("section", {id: "verdict"}, el("h2", {}, "Verdict"));
   if (result) {
@@ -201,11 +201,12 @@ function figuresSection(result, control) {
     for (const f of run.figures || []) {
       parent.append(el("h3", {}, f.name));
       if (f.svg) {
-        const box = el("div", {class: "figure"});
-        box.innerHTML = f.svg;  // the lab's own SVG (train/plot), written with escaped labels
-        parent.append(box);
+        // A picture, never markup: whatever the folder's file holds, no script in it runs here.
+        parent.append(el("div", {class: "figure"}, svgPicture(f.svg, f.name)));
       } else {
-        const why = f.missing ? "The file is missing from the folder." : `Too large to inline (${f.too_large} bytes): open it beside this page.`;
+        const why = f.missing ? "The file is missing from the folder." :
+                    f.not_regular ? `It is ${f.not_regular}, not a regular file: not read.` :
+                    `Too large to inline (${f.too_large} bytes): open it beside this page.`;
         parent.append(el("p", {class: "note"}, why));
       }
     }
@@ -331,7 +332,7 @@ function indexPage(page, data) {
     ok = ok && labOk && cOk;
     total += (r ? r.seconds : 0) + (c ? c.seconds : 0);
     table.append(el("tr", {}, [
-      el("td", {}, el("a", {href: row.page}, row.lab.name)),
+      el("td", {}, el("a", {href: hrefOf(row.page)}, row.lab.name)),
       el("td", {}, [row.lab.title, el("br"), el("span", {class: "note"}, row.lab.reference)]),
       el("td", {}, r ? [el("span", {class: r.agrees ? "holds" : r.contradicted ? "fails" : "note"},
                            r.agrees ? "agrees" : r.contradicted ? "DISAGREES" : "unsettled"), el("br"),

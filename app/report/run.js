@@ -18,6 +18,7 @@ function main() {
           `${st.step.toLocaleString("en")} steps in ${fmtSeconds(st.train_seconds)}` +
           (st.best_valid_loss !== null ? ` · best validation NLL ${fmt(st.best_valid_loss)}` : ""),
       [["settings", "Settings"], ["curves", "Loss and learning rate"], ["grad-stats", "Gradient statistics"], ["attention", "Attention explorer"]]));
+  page.append(outsideSection(data.outside_files || []));
   page.append(settingsSection(data.config));
   page.append(curvesSection(data.curves, st.step));
   page.append(gradStatsSection(data.grad_stats));
@@ -25,6 +26,22 @@ function main() {
   page.append(footer(`Written by gradflow report from ${data.run} (weights: ${m.weights}). Everything on this page is in this one file; ` +
                      "nothing is fetched. docs/report.md explains each figure."));
   markReady(started);
+}
+
+// ---------------------------------------------------------------- files from outside the folder
+
+// Every file from outside the run folder that the report read (app/run_report.h): a folder made by
+// someone else names its data files in config.json, and the page shows text from them.
+function outsideSection(files) {
+  const s = el("section", {id: "outside-files"}, el("h2", {}, "Files read from outside the run folder"));
+  if (!files.length) {
+    s.append(el("p", {class: "note"}, "None: everything on this page comes from the run folder."));
+    return s;
+  }
+  s.append(el("p", {}, `The report read ${files.length === 1 ? "this file" : `these ${files.length} files`}, outside the run folder, ` +
+                       "and the page shows text from them:"));
+  s.append(el("ul", {}, files.map(f => el("li", {}, [el("span", {class: "mono"}, f.path), ` (${f.why})`]))));
+  return s;
 }
 
 // ---------------------------------------------------------------- settings

@@ -248,6 +248,13 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
     h.entries.push_back(parse_entry(it.key(), it.value(), data_size, what));
   }
   check_layout(h.entries, data_size, what);
+  // gradflow's training writer always records a digest beside its format: one without is a file
+  // whose digest was stripped (or changed after it was written), which would otherwise load unchecked.
+  if (h.digest.empty())
+    if (auto f = h.metadata.find("format"); f != h.metadata.end() && f->second == kGradflowFormat)
+      bad(what, "it carries gradflow's format metadata (\"format\": \"{}\") but no digest (\"{}\"): the digest was removed or the file "
+          "was changed after gradflow wrote it; refusing to load it unchecked",
+          kGradflowFormat, kDigestKey);
   return h;
 }
 
@@ -382,11 +389,13 @@ namespace {
 // Reads `path` through `use(file_size, read)`, the file open for its duration.
 template <class F>
 auto with_file(const std::string& path, F&& use) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // Non-blocking until it is known to be a regular file: opening a FIFO must not wait for a writer.
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) bad(path, "cannot open: {}", std::strerror(errno));
   struct stat st;
   if (::fstat(f.fd, &st) != 0) bad(path, "cannot stat: {}", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
+  ::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
   ReadFn read = [&](uint64_t offset, void* dst, size_t n) {
     char* p = static_cast<char*>(dst);
     while (n > 0) {
@@ -408,6 +417,13 @@ auto with_file(const std::string& path, F&& use) {
 
 SafetensorsFile load_safetensors(const std::string& path) {
   return with_file(path, [&](uint64_t size, const ReadFn& read) { return decode(size, read, path); });
+}
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  return with_file(path, [&](uint64_t size, const ReadFn& read) {
+    uint64_t data_start = 0;
+    return read_header(size, read, path, data_start).metadata;
+  });
 }
 
 std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path) {

@@ -10,6 +10,9 @@
 // without the digest and the data) as "__metadata__"."gradflow.digest"; the readers check it when
 // present, so a file damaged after it was written is refused by name wherever it is loaded (resume
 // then falls back to the previous checkpoint). read_safetensors_header reads no data: it cannot.
+// A file whose metadata says "format": "gradflow" (kGradflowFormat: what the training writer puts
+// in every file) always carries a digest; one that does not is refused by name, by every reader,
+// header readers included: its digest was stripped.
 //
 // The reader trusts nothing: every malformed file is rejected with a std::runtime_error that
 // names the file and what is wrong, before any out-of-bounds read or any allocation larger than
@@ -31,6 +34,9 @@ struct SafetensorsFile {
 // The header may not exceed this many bytes (the reference implementation's limit too).
 constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
 
+// The "__metadata__" "format" value of the files gradflow's training writes (train/loop/run_writer.cpp).
+constexpr const char* kGradflowFormat = "gradflow";
+
 // Reads a file. Errors read "safetensors: '<path>': <problem>".
 SafetensorsFile load_safetensors(const std::string& path);
 // What a file holds, from its header alone (checked as load_safetensors checks it, against the
@@ -42,6 +48,8 @@ struct SafetensorsEntry {
   Shape shape;
 };
 std::vector<SafetensorsEntry> read_safetensors_header(const std::string& path);
+// A file's "__metadata__" without the digest (empty if absent), from its header alone, checked the same way.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 // Parses a whole file held in memory; `what` names it in error messages.
 SafetensorsFile load_safetensors_from_bytes(const std::string& bytes, const std::string& what = "<bytes>");
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "tensor/io/plain_file.h"
 #include "train/data/line_reader.h"
 #include "train/data/utf8.h"
 
@@ -73,17 +74,8 @@ struct OpenFile {
 
 }  // namespace
 
-std::string read_file_bytes(const std::filesystem::path& file, std::string_view op) {
-  OpenFile f(file, op);
-  std::string bytes;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(f.fd, buf, sizeof buf);
-    if (r < 0 && errno == EINTR) continue;
-    GF_CHECK_AS(std::runtime_error, r >= 0, "{}: error reading '{}': {}", op, file.string(), std::strerror(errno));
-    if (r == 0) return bytes;
-    bytes.append(buf, static_cast<size_t>(r));
-  }
+std::string read_file_bytes(const std::filesystem::path& file, std::string_view op, uint64_t max_bytes) {
+  return read_regular_file(file.string(), max_bytes, op);
 }
 
 std::vector<std::string> split_text_lines(std::string_view text, std::string_view name) {

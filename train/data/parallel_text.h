@@ -8,6 +8,7 @@
 // mark and a last line without '\n' are accepted. A pair where either side has no tokens is
 // skipped and counted in ReadStats::skipped_empty.
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -55,9 +56,13 @@ ParallelText parse_parallel_texts(std::string_view src_text, std::string_view sr
                                   std::string_view tgt_name);
 ParallelText parse_parallel_tsv(std::string_view text, std::string_view name);
 
+// The bound of the small files read whole: far above a vocabulary or subword model of a million
+// pieces (an 8,000-piece SentencePiece model is 0.4 MB).
+inline constexpr uint64_t kMaxWholeFileBytes = uint64_t{64} << 20;
 // The whole file as bytes, for the small files read whole (vocabularies, subword models). Throws
-// std::runtime_error naming `op` and the file when it is missing, a directory or unreadable.
-std::string read_file_bytes(const std::filesystem::path& file, std::string_view op);
+// std::runtime_error naming `op` and the file when it is missing, not a regular file (a directory,
+// a FIFO, /dev/zero), unreadable or larger than max_bytes (tensor/io/plain_file.h).
+std::string read_file_bytes(const std::filesystem::path& file, std::string_view op, uint64_t max_bytes = kMaxWholeFileBytes);
 
 // The lines of a text file without their '\n' (and '\r' before it), the BOM removed, each checked
 // for valid UTF-8 (the error names file:line). A last line without '\n' still counts. `op` names

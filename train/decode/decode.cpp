@@ -442,7 +442,7 @@ std::vector<std::vector<int64_t>> beam_search(const Tensor& src, const MakeSteps
 void check_request(const Tensor& src, const DecodeOptions& opt) {
   check_dtype(src, DType::Int64, "translate_batch");
   GF_CHECK(src.ndim() == 2, "translate_batch: src must be (B, S), got {}", shape_str(src.shape()));
-  GF_CHECK(opt.beam >= 1, "translate_batch: beam must be >= 1, got {}", opt.beam);
+  GF_CHECK(opt.beam >= 1 && opt.beam <= kMaxBeam, "translate_batch: beam must be 1 to {}, got {}", kMaxBeam, opt.beam);
   GF_CHECK(opt.beam == 1 || opt.stop_at_eos, "translate_batch: stop_at_eos = false is for greedy decoding only, got beam {}", opt.beam);
 }
 

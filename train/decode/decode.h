@@ -23,8 +23,13 @@ namespace gf::train {
 // its log p has fallen below what the best finished one scores at the length limit.
 enum class BeamStop { Heuristic, Exact };
 
+// The widest beam: beyond it a search costs K times a greedy one's rows for nothing a translation
+// shows (published systems use 4 to 12), and K + 1 candidates per row stay far from overflowing.
+// translate and eval also hold --beam to the target vocabulary's size.
+constexpr int64_t kMaxBeam = 256;
+
 struct DecodeOptions {
-  int64_t beam = 1;             // 1 = greedy
+  int64_t beam = 1;             // 1 = greedy; at most kMaxBeam
   double length_penalty = 1.0;  // beam: a hypothesis scores log p / (tokens + 1)^length_penalty, <eos> counted
   BeamStop beam_stop = BeamStop::Heuristic;
   int64_t max_extra = 50;       // tokens past the source length

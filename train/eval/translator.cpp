@@ -31,7 +31,9 @@ std::string latest_instead(const std::string& run_dir) {
 // config.json, d_model 100000 beside a small checkpoint) is refused here, naming both files and
 // both sizes, so nothing of its size is allocated. A smaller difference (a tensor missing, extra
 // or mis-shaped) is left to load_state_dict, which names the tensor, after building a model no
-// larger than twice the checkpoint.
+// larger than twice the checkpoint. The other way round, a checkpoint holding more than twice the
+// config's values (a file made to be huge, sparse on disk) is refused before any of its data is
+// read: the weights file is bounded by the model it is for.
 void check_checkpoint_fits(const Translator& t, const std::string& cfg, const std::string& run_dir) {
   std::vector<SafetensorsEntry> entries;
   try {
@@ -48,7 +50,7 @@ void check_checkpoint_fits(const Translator& t, const std::string& cfg, const st
     values += n;
   }
   const double expected = checkpoint_values(t.config, t.src_vocab.size(), t.tgt_vocab.size());
-  GF_CHECK_AS(std::runtime_error, expected <= 2 * values,
+  GF_CHECK_AS(std::runtime_error, expected <= 2 * values && values <= 2 * expected,
               "'{}' does not fit the model of {}: it holds {:.0f} values, and that config (d_model {}, {} layers, ff {}, vocabularies of {} "
               "and {} tokens) describes {:.0f}",
               t.weights_file, cfg, values, t.config.layer.d_model, t.config.layers, t.config.layer.dim_feedforward, t.src_vocab.size(),
@@ -56,11 +58,12 @@ void check_checkpoint_fits(const Translator& t, const std::string& cfg, const st
 }
 
 // t.weights_file into t.net; errors name the file (a run folder holds several) and, in a run
-// folder, the latest checkpoint to use instead of a broken one.
-void load_weights(Translator& t, const std::string& cfg, const std::string& run_dir) {
+// folder, the latest checkpoint to use instead of a broken one. `recorded`: the digest a state of
+// the folder records for the file ("" when none names it).
+void load_weights(Translator& t, const std::string& cfg, const std::string& run_dir, const std::string& recorded) {
   SafetensorsFile f;
   try {
-    f = load_safetensors(t.weights_file);
+    f = load_recorded(t.weights_file, recorded);
   } catch (const std::exception& e) {
     const std::string instead = latest_instead(run_dir);
     if (instead.empty()) throw;
@@ -73,6 +76,15 @@ void load_weights(Translator& t, const std::string& cfg, const std::string& run_
   }
 }
 
+// A translation as one line of text: a subword model's byte pieces decode to any byte, a line
+// break (<0x0A>, <0x0D>) among them, which would break translate's one output line per input line;
+// each vertical whitespace character becomes a space.
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n' || c == '\r' || c == '\v' || c == '\f') c = ' ';
+  return text;
+}
+
 }  // namespace
 
 Translator Translator::load(const std::string& path, DType weights) {
@@ -83,25 +95,29 @@ Translator Translator::load(const std::string& path, DType weights) {
   Translator t;
   std::string cfg = run_file(dir, "config.json");
   GF_CHECK_AS(std::runtime_error, fs::exists(cfg), "'{}' has no config.json: not a gradflow run folder", dir);
-  t.config = RunConfig::from_json(read_text_file(cfg), cfg);
+  t.config = RunConfig::read(cfg);
   RunVocabularies v = load_run_vocabularies(t.config, dir);
   t.segmenters = std::move(v.segmenters);
   t.src_vocab = std::move(v.src);
   t.tgt_vocab = std::move(v.tgt);
+  std::string recorded;  // the digest state.json records for the weights, when it names them
   if (fs::is_directory(p)) {
     if (fs::exists(run_file(dir, "best.safetensors"))) {
       t.weights_file = run_file(dir, "best.safetensors");
     } else {
-      t.weights_file = run_file(dir, load_state(dir).model_file);
+      const RunState state = load_state(dir);
+      t.weights_file = run_file(dir, state.model_file);
+      recorded = state.model_digest;
     }
   } else {
     t.weights_file = p.string();
+    recorded = recorded_digest(dir, p.filename().string());
   }
   // Before anything is built: the checkpoint must be this config's model, and the model must fit.
   check_checkpoint_fits(t, cfg, fs::is_directory(p) ? dir : "");
   check_decoding_memory(t.config, t.src_vocab.size(), t.tgt_vocab.size(), cfg);
   t.net = make_translation_model(t.config, t.src_vocab, t.tgt_vocab, 1);
-  load_weights(t, cfg, fs::is_directory(p) ? dir : "");  // the file's tensors are freed before the weights are laid out
+  load_weights(t, cfg, fs::is_directory(p) ? dir : "", recorded);  // the file's tensors are freed before the weights are laid out
   t.net->module().eval();
   nn::lay_out_for_decoding(t.net->module(), weights);  // this model only translates and scores
   return t;
@@ -164,7 +180,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& s
     }
     for (size_t b = 0; b < rows.size(); ++b) {
       Tokens toks = tgt_vocab.decode(hyps[b]);
-      out[rows[b]] = segmenters.tgt.join(toks);
+      out[rows[b]] = one_line(segmenters.tgt.join(toks));
       if (pieces) pieces->output[rows[b]] = std::move(toks);
     }
   }

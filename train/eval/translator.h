@@ -35,7 +35,8 @@ struct Translator {
 
   // Sentences in, translations out (same order): whitespace-tokenised text, or raw text for a run
   // with subwords (its translations are detokenised raw text). Sentences are batched by length,
-  // batch_size at a time. Empty input lines give empty translations. `pieces`, when given, receives
+  // batch_size at a time. Empty input lines give empty translations. Each translation is one line:
+  // a line break a byte piece decodes to (<0x0A>) becomes a space. `pieces`, when given, receives
   // each sentence's source tokens as the model read them, output tokens (the subword pieces), and
   // how many source tokens the sentence had before the cut to the run's max_len.
   struct Pieces {

@@ -1,9 +1,14 @@
 #include "train/loop/grad_stats.h"
 
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -14,7 +19,10 @@
 #include "nn/masks.h"
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
+#include "tensor/io/plain_file.h"
+#include "train/data/line_reader.h"
 #include "train/run/batch_loss.h"
+#include "train/run/json_fields.h"
 #include "train/run/checkpoint.h"
 #include "train/plot/svg_chart.h"
 #include "train/eval/translator.h"
@@ -25,7 +33,7 @@ namespace gf::train {
 
 namespace {
 
-double now_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double clock_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void check_mask(const Tensor& m, int64_t rows, int64_t cols, const char* what) {
   if (!m.defined()) return;
@@ -131,7 +139,7 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
     a.attention->weights_peek = [this, s](const Tensor& weights) {
       if (s->previous) s->previous(weights);
       if (!armed_) return;
-      const double t0 = now_seconds();
+      const double t0 = clock_seconds();
       const Tensor& w = weights;  // (B, H, L, S)
       GF_CHECK_AS(std::logic_error, w.size(2) == s->query_pad.size(1), "EntropyProbe: {} saw weights {} but was armed for {} query positions",
                   s->where.name, shape_str(w.shape()), s->query_pad.size(1));
@@ -140,7 +148,7 @@ void EntropyProbe::install(const std::vector<AttentionSite>& sites) {
       for (size_t k = 0; k < h.heads.size(); ++k) s->sum[k] += h.heads[k] * static_cast<double>(h.rows);
       s->uniform_sum += h.uniform * static_cast<double>(h.rows);
       s->rows += h.rows;
-      seconds_ += now_seconds() - t0;
+      seconds_ += clock_seconds() - t0;
     };
     sites_.push_back(std::move(site));
   }
@@ -310,29 +318,35 @@ double sum_sq(const Tensor& a, int64_t begin, int64_t end, const Tensor& b = Ten
 
 double ratio(double num, double den) { return den > 0 ? num / den : (num > 0 ? INFINITY : 0.0); }
 
-double number(const StatsJson& j) { return j.is_number() ? j.get<double>() : NAN; }  // NaN was written as null
-
 // 6 significant digits are plenty for a statistic and keep a line a third as long.
 double short_number(double x) { return std::isfinite(x) ? std::stod(fmt::format("{:.6g}", x)) : x; }
 
 // The lines of an existing grad_stats.jsonl with step <= last_step; a torn last line (a run killed
-// mid-write), or any line that is not an object with an integer "step", is dropped. Sets `changed`
+// mid-write), or any line that is not a record (parse_stats_record), is dropped. Sets `changed`
 // when anything was dropped.
 std::vector<StatsJson> read_records(const std::string& path, int64_t last_step, bool& changed) {
   std::vector<StatsJson> kept;
   changed = false;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    StatsJson j = StatsJson::parse(line, nullptr, /*allow_exceptions=*/false);
-    // (An integer test first: get<int64_t>() of 1e300 would be undefined behaviour, of "6" a type error.)
-    if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer() || j["step"].get<int64_t>() > last_step) {
-      changed = true;
-      continue;
+  for_each_stats_line(path, [&](size_t, const std::string& line) {
+    try {
+      StatsJson j = parse_stats_record(line);
+      if (json_fields::integer_at(j, "step") <= last_step) return kept.push_back(std::move(j));
+    } catch (const json_fields::FieldError&) {
+    } catch (const nlohmann::json::exception&) {
     }
-    kept.push_back(std::move(j));
-  }
+    changed = true;
+  });
   return kept;
+}
+
+// Every byte of `text` to fd; std::runtime_error naming `path` when a write fails.
+void write_fully(int fd, const std::string& text, const std::string& path) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    GF_CHECK_AS(std::runtime_error, w > 0, "grad stats: writing '{}' failed: {}", path, std::strerror(w < 0 ? errno : EIO));
+    done += static_cast<size_t>(w);
+  }
 }
 
 }  // namespace
@@ -348,6 +362,11 @@ GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::s
   for (const auto& [name, v] : named)
     if (std::find(seen.begin(), seen.end(), v.impl().get()) == seen.end()) seen.push_back(v.impl().get()), params_.push_back(v);
   const std::string path = run_file(dir, kJsonl);
+  // Its own regular file, never a link planted in the folder: refused before anything is read or written.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    GF_FAIL_AS(std::runtime_error, "grad stats: '{}' is {}; gradflow writes it only as a regular file of its own (remove it)", path,
+               file_kind(st.st_mode));
   if (resume_step > 0 && std::filesystem::exists(path)) {
     bool changed = false;
     records_ = read_records(path, resume_step, changed);
@@ -357,38 +376,41 @@ GradStatsRecorder::GradStatsRecorder(const TranslationModel& model, const std::s
       write_file_atomic(path, text);
     }
   }
-  out_.open(path, resume_step > 0 ? std::ios::app : std::ios::trunc);
-  GF_CHECK_AS(std::runtime_error, out_, "grad stats: cannot open '{}' for writing", path);
+  out_ = open_own_file(path, O_WRONLY | O_CREAT | (resume_step > 0 ? O_APPEND : O_TRUNC), "grad stats");
+}
+
+GradStatsRecorder::~GradStatsRecorder() {
+  if (out_ >= 0) ::close(out_);
 }
 
 void GradStatsRecorder::begin_step(int64_t step, const Batch& batch) {
   step_ = due(step) ? step : 0;
   seconds_ = 0;
   if (!step_ || !probe_) return;
-  const double t0 = now_seconds();
+  const double t0 = clock_seconds();
   if (model_.seq2seq()) {
     const BatchTensors t = to_tensors(batch);
     probe_->arm(t.src, t.tgt_in);
   } else {
     probe_->arm(to_sequence_tensors(batch, model_.decode_options().bos).input);  // bos is <sep> there
   }
-  seconds_ += now_seconds() - t0;
+  seconds_ += clock_seconds() - t0;
 }
 
 void GradStatsRecorder::after_backward() {
   if (!step_) return;
-  const double t0 = now_seconds();
+  const double t0 = clock_seconds();
   grad_sq_.clear();
   for (const auto& g : groups_)
     for (const auto& p : g.pieces) grad_sq_.push_back(sum_sq(params_[p.param].grad(), p.begin, p.end));
   before_.clear();
   for (const auto& v : params_) before_.push_back(v.data().clone());
-  seconds_ += now_seconds() - t0;
+  seconds_ += clock_seconds() - t0;
 }
 
 void GradStatsRecorder::after_update(double loss, double lr) {
   if (!step_) return;
-  const double t0 = now_seconds();
+  const double t0 = clock_seconds();
   StatsJson line = {{"step", step_}, {"loss", loss}, {"lr", lr}};
   double g_all = 0, p_all = 0, u_all = 0;
   StatsJson groups = StatsJson::array();
@@ -416,10 +438,8 @@ void GradStatsRecorder::after_update(double loss, double lr) {
   line["attention"] = attention_json();
   // What recording this step cost (entropies, norms, the parameter copy; not writing the line): not a
   // statistic of the run, and the one field that differs between identical runs.
-  line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + now_seconds() - t0);
-  out_ << line.dump() << '\n';
-  out_.flush();
-  GF_CHECK_AS(std::runtime_error, out_, "grad stats: writing '{}' failed", run_file(dir_, kJsonl));
+  line["record_seconds"] = short_number(seconds_ + (probe_ ? probe_->seconds() : 0.0) + clock_seconds() - t0);
+  write_fully(out_, line.dump() + "\n", run_file(dir_, kJsonl));
   records_.push_back(std::move(line));
   before_.clear();
   step_ = 0;
@@ -440,6 +460,93 @@ void GradStatsRecorder::write_svg() const {
   if (!records_.empty()) write_file_atomic(run_file(dir_, kSvg), grad_stats_svg(records_));
 }
 
+// ---------------------------------------------------------------- reading grad_stats.jsonl
+
+namespace {
+
+using json_fields::as_array;
+using json_fields::as_object;
+using json_fields::at_index;
+using json_fields::member;
+
+int64_t step_of(const StatsJson& record) {
+  const int64_t step = json_fields::integer_at(record, "step");
+  if (step < 0 || step > kMaxStateCount) json_fields::bad_field("step", record["step"], "an integer from 0 to 10^15");
+  return step;
+}
+
+// The lines of a reader, each non-empty one to each(); its errors (a line over the bound, invalid
+// UTF-8) as std::runtime_error: a damaged file, not a bad argument.
+void each_line(LineReader& in, const std::function<void(size_t, const std::string&)>& each) {
+  std::string line;
+  for (;;) {
+    try {
+      if (!in.next(line)) return;
+    } catch (const std::invalid_argument& e) {
+      GF_FAIL_AS(std::runtime_error, "grad stats: {}", e.what());
+    }
+    if (!line.empty()) each(in.lines(), line);
+  }
+}
+
+}  // namespace
+
+double stats_number(const StatsJson& v, const std::string& key) {
+  if (v.is_null()) return NAN;
+  if (!v.is_number()) json_fields::bad_field(key, v, "a number or null");
+  return v.get<double>();
+}
+
+double stats_number_at(const StatsJson& obj, const char* key, const std::string& path) {
+  return stats_number(member(obj, key, path), path + key);
+}
+
+StatsJson parse_stats_record(std::string_view line) {
+  StatsJson j = json_fields::parse<StatsJson>(line, json_fields::kMaxRunJsonDepth);
+  as_object(j, "the line");
+  (void)step_of(j);
+  (void)stats_number_at(j, "loss");
+  (void)stats_number_at(j, "lr");
+  const StatsJson& groups = as_array(member(j, "groups"), "groups");
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string at = at_index("groups", i) + ".";
+    as_object(groups[i], at_index("groups", i));
+    (void)json_fields::string_at(groups[i], "name", at);
+    for (const char* stat : {"grad_norm", "param_norm", "update_ratio"}) (void)stats_number_at(groups[i], stat, at);
+  }
+  if (const StatsJson* attention = json_fields::find_member(j, "attention")) {
+    as_array(*attention, "attention");
+    for (size_t i = 0; i < attention->size(); ++i) {
+      const StatsJson& a = (*attention)[i];
+      const std::string at = at_index("attention", i) + ".";
+      as_object(a, at_index("attention", i));
+      (void)json_fields::string_at(a, "name", at);
+      const StatsJson& entropy = as_array(member(a, "entropy", at), at + "entropy");
+      for (size_t h = 0; h < entropy.size(); ++h) (void)stats_number(entropy[h], at_index(at + "entropy", h));
+      (void)stats_number_at(a, "uniform", at);
+    }
+  }
+  return j;
+}
+
+void for_each_stats_line(const std::string& path, const std::function<void(size_t, const std::string&)>& each) {
+  struct Fd {
+    int fd;
+    ~Fd() { ::close(fd); }
+  } f{open_regular_file(path, "grad stats")};
+  struct stat st;
+  GF_CHECK_AS(std::runtime_error, ::fstat(f.fd, &st) == 0 && static_cast<uint64_t>(st.st_size) <= kMaxGradStatsBytes,
+              "grad stats: '{}' holds {} bytes, more than the {} read from such a file", path, static_cast<uint64_t>(st.st_size),
+              kMaxGradStatsBytes);
+  LineReader in(f.fd, path, kMaxGradStatsLineBytes);
+  each_line(in, each);
+}
+
+void for_each_stats_line_of(std::string_view text, const std::string& name, const std::function<void(size_t, const std::string&)>& each) {
+  LineReader in(text, name, kMaxGradStatsLineBytes);
+  each_line(in, each);
+}
+
 // ---------------------------------------------------------------- the figure
 
 namespace {
@@ -453,12 +560,12 @@ ValueMap stat_map(const std::vector<StatsJson>& records, const std::string& titl
   m.log_scale = true;
   std::map<std::string, size_t> row;
   for (size_t c = 0; c < records.size(); ++c) {
-    m.col_labels.push_back(std::to_string(records[c]["step"].get<int64_t>()));
-    for (const auto& g : records[c]["groups"]) {
-      const std::string name = g["name"].get<std::string>();
+    m.col_labels.push_back(std::to_string(step_of(records[c])));
+    for (const auto& g : as_array(member(records[c], "groups"), "groups")) {
+      const std::string name = json_fields::string_at(as_object(g, "groups[]"), "name", "groups[].");
       auto [it, fresh] = row.emplace(name, m.row_labels.size());
       if (fresh) m.row_labels.push_back(name), m.values.emplace_back(records.size(), NAN);
-      m.values[it->second][c] = number(g[stat]);
+      m.values[it->second][c] = stats_number_at(g, stat.c_str(), "groups[].");
     }
   }
   return m;
@@ -485,14 +592,19 @@ ValueMap entropy_map(const std::vector<StatsJson>& records) {
   m.lo = 0, m.hi = 1;
   std::map<std::string, size_t> row;
   for (size_t c = 0; c < records.size(); ++c) {
-    m.col_labels.push_back(std::to_string(records[c]["step"].get<int64_t>()));
-    for (const auto& a : records[c]["attention"]) {
-      const double uniform = number(a["uniform"]);
-      for (size_t h = 0; h < a["entropy"].size(); ++h) {
-        const std::string name = fmt::format("{}.h{}", a["name"].get<std::string>(), h);
+    m.col_labels.push_back(std::to_string(step_of(records[c])));
+    const StatsJson* attention = json_fields::find_member(records[c], "attention");
+    if (!attention) continue;
+    for (const auto& a : as_array(*attention, "attention")) {
+      as_object(a, "attention[]");
+      const double uniform = stats_number_at(a, "uniform", "attention[].");
+      const StatsJson& entropy = as_array(member(a, "entropy", "attention[]."), "attention[].entropy");
+      const std::string site = json_fields::string_at(a, "name", "attention[].");
+      for (size_t h = 0; h < entropy.size(); ++h) {
+        const std::string name = fmt::format("{}.h{}", site, h);
         auto [it, fresh] = row.emplace(name, m.row_labels.size());
         if (fresh) m.row_labels.push_back(name), m.values.emplace_back(records.size(), NAN);
-        m.values[it->second][c] = uniform > 0 ? number(a["entropy"][h]) / uniform : NAN;
+        m.values[it->second][c] = uniform > 0 ? stats_number(entropy[h], "attention[].entropy[]") / uniform : NAN;
       }
     }
   }
@@ -508,11 +620,11 @@ std::string grad_stats_svg(const std::vector<StatsJson>& all) {
   std::vector<StatsJson> records;
   for (size_t i = 0; i < all.size(); i += k) records.push_back(all[i]);
   if ((all.size() - 1) % k != 0) records.push_back(all.back());
-  const int64_t first = all.front()["step"].get<int64_t>(), last = all.back()["step"].get<int64_t>();
+  const int64_t first = step_of(all.front()), last = step_of(all.back());
 
   Chart loss{"training loss at the recorded steps", "step", "loss", false, false, {}, {}};
   ChartSeries s{"loss", {}, {}, {}, {}, false, ""};
-  for (const auto& r : all) s.x.push_back(static_cast<double>(r["step"].get<int64_t>())), s.y.push_back(number(r["loss"]));
+  for (const auto& r : all) s.x.push_back(static_cast<double>(step_of(r))), s.y.push_back(stats_number_at(r, "loss"));
   loss.series.push_back(std::move(s));
   loss.x_ticks = step_ticks(last);  // the axis spans the run, not beyond
   std::vector<Panel> panels;

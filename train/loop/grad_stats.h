@@ -11,10 +11,11 @@
 // The pieces are public for the labs: head_entropy() on any attention weights, EntropyProbe on
 // every attention of a translator.
 #include <cstdint>
-#include <fstream>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -120,7 +121,12 @@ class GradStatsRecorder {
   // past resume_step (written by a run killed before its next checkpoint) are dropped, as those
   // steps run again. Attention entropy is recorded for the encoder-decoder and the decoder-only
   // model (another module gets none).
+  // grad_stats.jsonl is opened with O_NOFOLLOW and must be a regular file (tensor/io/plain_file.h):
+  // a symbolic link there is refused, naming it, and its target left as it was.
   GradStatsRecorder(const TranslationModel& model, const std::string& dir, int64_t every, int64_t resume_step = 0);
+  ~GradStatsRecorder();
+  GradStatsRecorder(const GradStatsRecorder&) = delete;
+  GradStatsRecorder& operator=(const GradStatsRecorder&) = delete;
 
   bool due(int64_t step) const { return only_.empty() ? step == 1 || step % every_ == 0 : only_.count(step) != 0; }
   // Records at exactly these steps instead (an experiment's named steps, `gradflow lab run`).
@@ -146,7 +152,7 @@ class GradStatsRecorder {
   std::vector<Variable> params_;
   std::vector<GradGroup> groups_;
   std::unique_ptr<EntropyProbe> probe_;  // null for a model it does not know
-  std::ofstream out_;
+  int out_ = -1;                         // grad_stats.jsonl, appended to (open_own_file: a regular file, no link)
   std::vector<StatsJson> records_;
   // The step in progress when due (0: none), its gradient norms and the parameters before the update.
   int64_t step_ = 0;
@@ -154,6 +160,35 @@ class GradStatsRecorder {
   std::vector<Tensor> before_;   // per parameter, each its parameter's shape: a copy taken before the update
   double seconds_ = 0;           // wall time the recorder spent on this step so far
 };
+
+// ---------------------------------------------------------------- reading grad_stats.jsonl
+
+// grad_stats.jsonl as its readers (a resumed run, gradflow report) take it: a regular file of at
+// most kMaxGradStatsBytes, lines of at most kMaxGradStatsLineBytes, each nested at most
+// json_fields::kMaxRunJsonDepth deep. A run folder someone hands over is outside input.
+constexpr uint64_t kMaxGradStatsBytes = uint64_t{1} << 30;
+constexpr size_t kMaxGradStatsLineBytes = size_t{16} << 20;
+
+// One line, parsed (nesting bounded) and checked as the figure and the report read it: an object
+// with an integer "step" (0 to 10^15), "loss" and "lr" (numbers or null), "groups" (an array of
+// objects with a string "name" and "grad_norm", "param_norm" and "update_ratio", numbers or null),
+// and optionally "attention" (an array of objects with a string "name", "entropy" an array of
+// numbers or null, and "uniform" a number or null). Throws json_fields::FieldError naming the key
+// ("missing field 'groups[3].name'"), or nlohmann's parse_error for text that is not JSON.
+StatsJson parse_stats_record(std::string_view line);
+
+// A statistic of a record: a number (one still in memory may hold NaN or Inf) or null (how the
+// file writes a non-finite one), NaN for null; FieldError naming `key` otherwise. The _at form
+// reads obj[key], `path` prefixing the key in errors.
+double stats_number(const StatsJson& v, const std::string& key);
+double stats_number_at(const StatsJson& obj, const char* key, const std::string& path = "");
+
+// Calls each(line number, text) for every non-empty line of the grad_stats.jsonl at `path`, read
+// as above (std::runtime_error naming the file, and the line, for a file or line over its bound,
+// or a file that is not a regular file).
+void for_each_stats_line(const std::string& path, const std::function<void(size_t, const std::string&)>& each);
+// The same over text held in memory; `name` stands for the file in errors.
+void for_each_stats_line_of(std::string_view text, const std::string& name, const std::function<void(size_t, const std::string&)>& each);
 
 // The figure of grad_stats.jsonl's lines: heat maps of groups x steps (gradient norm, update ratio,
 // parameter norm, log scale) and heads x steps (entropy / its uniform maximum), and the loss. With

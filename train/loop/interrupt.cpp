@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 
 namespace gf::train {
 namespace {
@@ -11,15 +12,20 @@ namespace {
 std::atomic<int> g_signal{0};
 struct sigaction g_old_int, g_old_term;
 
-// Async-signal-safe: an atomic store, write(2), and re-raising with the default action.
+// Async-signal-safe: an atomic store, write(2), and re-raising with the default action. errno is
+// kept as the interrupted code left it: write(2) sets it when stderr is closed or full, and the
+// code the signal interrupted may be about to read its own errno.
 void on_signal(int sig) {
+  const int saved_errno = errno;
   if (g_signal.exchange(sig) != 0) {  // the second one: go now
     signal(sig, SIG_DFL);
     raise(sig);
+    errno = saved_errno;
     return;
   }
   static const char msg[] = "\ngradflow: stopping after this step to save a checkpoint (press Ctrl-C again to quit at once)\n";
   [[maybe_unused]] const ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+  errno = saved_errno;
 }
 
 }  // namespace

@@ -13,20 +13,30 @@ namespace gf::train {
 namespace fs = std::filesystem;
 namespace {
 
-// Reads a checkpoint file, which checks its own digest, and compares that with the state's copy.
-SafetensorsFile load_recorded(const std::string& dir, const std::string& file, const std::string& digest) {
+// The bytes a checkpoint file of `model` may hold: its `copies` of every value of the model's state
+// (weights: 1, Adam's two moments: 2) as float64, twice over, and the largest header. A larger file
+// (one made huge, sparse on disk) is refused before its tensors are allocated.
+uint64_t file_bound(const nn::Module& model, int copies) {
+  double values = 0;
+  for (const auto& [name, t] : model.state_dict()) values += static_cast<double>(t.numel());
+  return 8 + kSafetensorsMaxHeader + static_cast<uint64_t>(2 * 8 * copies * values);
+}
+
+// A checkpoint file the state names, within its bound, its digest compared with the state's copy.
+SafetensorsFile load_named(const std::string& dir, const std::string& file, const std::string& digest, uint64_t bound) {
   const std::string path = run_file(dir, file);
-  SafetensorsFile f = load_safetensors(path);
-  GF_CHECK_AS(std::runtime_error, digest.empty() || f.digest == digest, "safetensors: '{}': its digest is {} but the run state recorded {}",
-              path, f.digest.empty() ? "missing" : f.digest, digest);
-  return f;
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  GF_CHECK_AS(std::runtime_error, ec || size <= bound, "safetensors: '{}': {} bytes, more than a checkpoint of this model can hold ({})", path,
+              size, bound);
+  return load_recorded(path, digest);
 }
 
 // Loads the weights and optimizer state a saved state names; returns what failed, or "".
 std::string try_load(const std::string& dir, const RunState& st, nn::Module& model, optim::Adam& adam) {
   try {
-    model.load_state_dict(load_recorded(dir, st.model_file, st.model_digest).tensors, true);
-    adam.load_state_dict(load_recorded(dir, st.optim_file, st.optim_digest).tensors);
+    model.load_state_dict(load_named(dir, st.model_file, st.model_digest, file_bound(model, 1)).tensors, true);
+    adam.load_state_dict(load_named(dir, st.optim_file, st.optim_digest, file_bound(model, 2)).tensors);
     GF_CHECK_AS(std::runtime_error, adam.steps() == st.step, "optimizer state is at step {} but the run state says {}", adam.steps(), st.step);
     return "";
   } catch (const std::exception& e) {

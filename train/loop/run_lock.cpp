@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tensor/check.h"
+#include "tensor/io/plain_file.h"
 
 namespace gf::train {
 namespace fs = std::filesystem;
@@ -70,9 +71,13 @@ std::shared_ptr<RunFolderLock> RunFolderLock::take(const std::string& dir, const
   if (auto it = g_held.find(key); it != g_held.end())
     if (std::shared_ptr<RunFolderLock> held = it->second.lock(); held && held->owner_ == ::getpid()) return held;
   const std::string file = (fs::path(dir) / kFileName).string();
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  GF_CHECK_AS(std::runtime_error, fd >= 0, "train: cannot write in the run folder '{}': cannot open its lock file '{}': {}", dir, file,
-              std::strerror(errno));
+  // A regular file of its own, never through a link planted in the folder (it is truncated below).
+  int fd = -1;
+  try {
+    fd = open_own_file(file, O_RDWR | O_CREAT, "lock file");
+  } catch (const std::runtime_error& e) {
+    GF_FAIL_AS(std::runtime_error, "train: cannot write in the run folder '{}': {}", dir, e.what());
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string who = err == EWOULDBLOCK ? holder(fd) : "";

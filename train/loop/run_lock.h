@@ -5,7 +5,9 @@
 // a lock left by a dead run never blocks. The file stays (removing it would race with a run that
 // has just opened it); it is emptied when the run ends. Under MPI only rank 0 takes it: the other
 // ranks never write the folder. Without this, two runs on one folder delete each other's
-// checkpoints (each save removes the model-/optim- files it did not write).
+// checkpoints (each save removes the model-/optim- files it did not write). The lock file is opened
+// with O_NOFOLLOW and must be a regular file: a symbolic link planted there (a shared folder is
+// outside input) is refused, and the file it points to is not emptied.
 #include <memory>
 #include <stdexcept>
 #include <string>

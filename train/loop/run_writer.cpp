@@ -15,7 +15,7 @@ namespace gf::train {
 namespace fs = std::filesystem;
 
 RunWriter::RunWriter(const RunConfig& config, std::string dir, bool writes)
-    : config_(config), dir_(std::move(dir)), writes_(writes), file_meta_{{"format", "gradflow"}, {"config", config.to_json()}} {}
+    : config_(config), dir_(std::move(dir)), writes_(writes), file_meta_{{"format", kGradflowFormat}, {"config", config.to_json()}} {}
 
 void RunWriter::check_finite(const std::map<std::string, Tensor>& tensors, const std::string& what, int64_t step) const {
   for (const auto& [name, t] : tensors) {
@@ -65,7 +65,8 @@ void RunWriter::keep_epoch(int64_t epoch, const nn::Module& model, int64_t step)
   save_weights(epoch_weight_file(dir_, epoch), model.state_dict(), step);
   const std::vector<std::string> kept = epoch_weight_files(dir_);
   std::error_code ec;
-  for (size_t i = 0; i + static_cast<size_t>(config_.average_last) < kept.size(); ++i) fs::remove(kept[i], ec);
+  for (size_t i = 0; i + static_cast<size_t>(config_.average_last) < kept.size(); ++i)
+    if (own_weights_file(kept[i])) fs::remove(kept[i], ec);  // never another program's file of that name
 }
 
 std::optional<RunWriter::Average> RunWriter::average() {

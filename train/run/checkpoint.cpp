@@ -1,5 +1,7 @@
 #include "train/run/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,26 +10,24 @@
 #include <set>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 
 #include "tensor/check.h"
 #include "tensor/io/atomic_file.h"
+#include "tensor/io/plain_file.h"
 #include "tensor/io/safetensors.h"
 #include "train/run/json_fields.h"
+#include "train/run/run_config.h"
 
 namespace gf::train {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using namespace json_fields;
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  GF_CHECK_AS(std::runtime_error, in, "read_text_file: cannot open '{}': {}", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text_file(const std::string& path, uint64_t max_bytes) { return read_regular_file(path, max_bytes, "read_text_file"); }
 
 std::string state_to_json(const RunState& s) {
   json j;
@@ -54,10 +54,9 @@ std::string state_to_json(const RunState& s) {
 }
 
 RunState state_from_json(const std::string& text, const std::string& where) {
-  using namespace json_fields;
   RunState s;
   try {
-    const json j = json::parse(text);
+    const json j = parse(text, kMaxRunJsonDepth);
     if (!j.is_object()) throw FieldError(fmt::format("the file holds a JSON {}, not an object", j.type_name()));
     read_required(j, "step", s.step);
     read_required(j, "epoch", s.epoch);
@@ -72,7 +71,7 @@ RunState state_from_json(const std::string& text, const std::string& where) {
     read_optional(j, "skipped_nonfinite", s.skipped_nonfinite);
     for (const auto& [key, v] : {std::pair<const char*, int64_t>{"step", s.step}, {"epoch", s.epoch}, {"batch_in_epoch", s.batch_in_epoch},
                                  {"skipped_long", s.skipped_long}, {"skipped_nonfinite", s.skipped_nonfinite}})
-      if (v < 0) bad_field(key, j.at(key), "a non-negative integer");
+      if (v < 0 || v > kMaxStateCount) bad_field(key, j.at(key), "an integer from 0 to 10^15");
     // The checkpoint files sit in the run folder itself: plain file names, no path.
     for (const auto& [key, name] : {std::pair<const char*, const std::string&>{"model_file", s.model_file}, {"optim_file", s.optim_file}})
       if (name.empty() || name == "." || name == ".." || name.find_first_of(std::string_view("/\0", 2)) != std::string::npos)
@@ -90,6 +89,7 @@ RunState state_from_json(const std::string& text, const std::string& where) {
         CurvePoint point;
         read_value(p[0], at + "[0]", point.step);
         read_value(p[1], at + "[1]", point.loss);
+        if (point.step < 0 || point.step > static_cast<double>(kMaxStateCount)) bad_field(at + "[0]", p[0], "a step from 0 to 10^15");
         curve->push_back(point);
       }
     }
@@ -121,7 +121,7 @@ void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::st
     rotate = *last_good;
   } else if (fs::exists(state)) {
     try {
-      rotate = state_from_json(read_text_file(state.string()), state.string());
+      rotate = state_from_json(read_text_file(state.string(), kMaxStateBytes), state.string());
     } catch (const std::runtime_error&) {  // unreadable: not a checkpoint that can be relied on
     }
   }
@@ -135,18 +135,58 @@ void save_checkpoint(const std::string& dir, RunState& s, const std::map<std::st
   s.optim_digest = optim_digest;
   write_file_atomic(state.string(), state_to_json(s));
   // Only now are the other checkpoints' files unreferenced (also those of a run killed mid-save).
+  // Only its own: the exact name, and gradflow's format in the header.
+  static const std::regex checkpoint_name("(model|optim)-[0-9]{7,}\\.safetensors");
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    const bool checkpoint_file = (name.starts_with("model-") || name.starts_with("optim-")) && name.ends_with(".safetensors");
-    if (checkpoint_file && !keep.count(name)) fs::remove(e.path(), ec);
+    if (std::regex_match(name, checkpoint_name) && !keep.count(name) && own_weights_file(e.path().string())) fs::remove(e.path(), ec);
+  }
+}
+
+bool holds_run(const std::string& dir) {
+  try {
+    const json j = parse(read_regular_file((fs::path(dir) / "config.json").string(), RunConfig::kMaxConfigBytes, "run config"),
+                         kMaxRunJsonDepth);
+    const json* format = j.is_object() ? find_member(j, "format") : nullptr;
+    return format && format->is_string() && format->get<std::string>().starts_with("gradflow-run-");
+  } catch (const std::exception&) {  // missing, not a regular file, too large, not JSON: not a run's
+    return false;
+  }
+}
+
+bool own_weights_file(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  try {
+    const std::map<std::string, std::string> meta = read_safetensors_metadata(path);
+    const auto f = meta.find("format");
+    return f != meta.end() && f->second == kGradflowFormat;
+  } catch (const std::exception&) {
+    return false;
   }
 }
 
 RunState load_state(const std::string& dir) {
   std::string path = (fs::path(dir) / "state.json").string();
   GF_CHECK_AS(std::runtime_error, fs::exists(path), "'{}' has no state.json: not a gradflow training folder (or no epoch finished)", dir);
-  return state_from_json(read_text_file(path), path);
+  return state_from_json(read_text_file(path, kMaxStateBytes), path);
+}
+
+SafetensorsFile load_recorded(const std::string& path, const std::string& recorded) {
+  SafetensorsFile f = load_safetensors(path);
+  GF_CHECK_AS(std::runtime_error, recorded.empty() || f.digest == recorded, "safetensors: '{}': its digest is {} but the run state recorded {}",
+              path, f.digest.empty() ? "missing" : f.digest, recorded);
+  return f;
+}
+
+std::string recorded_digest(const std::string& dir, const std::string& name) {
+  for (const SavedState& st : saved_states(dir)) {
+    if (!st.error.empty()) continue;
+    if (st.state.model_file == name) return st.state.model_digest;
+    if (st.state.optim_file == name) return st.state.optim_digest;
+  }
+  return "";
 }
 
 std::vector<SavedState> saved_states(const std::string& dir) {
@@ -156,7 +196,7 @@ std::vector<SavedState> saved_states(const std::string& dir) {
     if (!fs::exists(path)) continue;
     SavedState st{path, {}, {}};
     try {
-      st.state = state_from_json(read_text_file(path), path);
+      st.state = state_from_json(read_text_file(path, kMaxStateBytes), path);
     } catch (const std::exception& e) {
       st.error = e.what();
     }

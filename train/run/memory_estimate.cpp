@@ -216,6 +216,28 @@ void check_decoding_memory(const RunConfig& c, int64_t src_vocab, int64_t tgt_vo
              gib(m.state_bytes), m.parameters, limit);
 }
 
+double decoding_row_bytes(const RunConfig& c, int64_t src_vocab, int64_t tgt_vocab) {
+  const nn::TransformerLayerOptions& l = c.layer;
+  const double d = static_cast<double>(l.d_model), ff = static_cast<double>(l.dim_feedforward), layers = static_cast<double>(c.layers);
+  const double kv = static_cast<double>(l.key_value_heads()) * (d / static_cast<double>(l.nhead));  // a K or V row's width
+  const double max_len = static_cast<double>(c.max_len);
+  const double positions = decoder_only(c) ? kPositions : std::min(max_len + 50, kPositions - 2) + max_len;  // keys a row caches
+  const double vocab = static_cast<double>(decoder_only(c) ? std::max(src_vocab, tgt_vocab) : tgt_vocab);
+  return 4 * (layers * 2 * kv * positions + 2 * vocab + 4 * d + ff);
+}
+
+void check_decoding_rows_memory(const RunConfig& c, int64_t src_vocab, int64_t tgt_vocab, int64_t batch, int64_t beam, double max_memory) {
+  const double rows = static_cast<double>(batch) * static_cast<double>(beam);
+  const double weights = decoding_memory(c, src_vocab, tgt_vocab).total(), per_rows = rows * decoding_row_bytes(c, src_vocab, tgt_vocab);
+  std::string limit;
+  const double allowed = limit_or_available(max_memory, limit);
+  if (allowed < 0 || weights + per_rows <= allowed) return;
+  GF_FAIL_AS(std::runtime_error,
+             "--batch-size {} x --beam {} = {:.0f} rows decoded at once need {} for their KV caches and scores beside {} for the weights; "
+             "{} (lower --batch-size or --beam)",
+             batch, beam, rows, gib(per_rows), gib(weights), limit);
+}
+
 double parse_memory_size(const std::string& text) {
   char* end = nullptr;
   errno = 0;

@@ -50,6 +50,20 @@ void check_training_memory(const RunConfig& config, int64_t src_vocab, int64_t t
 // The same for a model about to be built for decoding from `config_file` (Translator::load).
 void check_decoding_memory(const RunConfig& config, int64_t src_vocab, int64_t tgt_vocab, const std::string& config_file, double max_memory = 0);
 
+// What one decoding row (a hypothesis: one sentence of a batch, or one of its beam's K) may hold at
+// once: its KV cache at the longest a translation grows (self-attention over max_len + 50 target
+// tokens and cross-attention over max_len source tokens, or the decoder-only model's 512 positions;
+// float32 keys and values of every layer), its scores over the output vocabulary (twice: the
+// logits and their contiguous copy), and a layer's activations.
+double decoding_row_bytes(const RunConfig& config, int64_t src_vocab, int64_t tgt_vocab);
+// Refuses decoding `batch` sentences with `beam` hypotheses each at once when the weights and
+// batch x beam rows (decoding_row_bytes) exceed `max_memory` (0: available_memory()), with
+// std::runtime_error naming both flags and the figures: "--batch-size 64 x --beam 256 = 16384 rows
+// decoded at once need 57.3 GiB for their KV caches and scores beside 403 MiB for the weights;
+// 21.0 GiB are available (lower --batch-size or --beam)".
+void check_decoding_rows_memory(const RunConfig& config, int64_t src_vocab, int64_t tgt_vocab, int64_t batch, int64_t beam,
+                                double max_memory = 0);
+
 // "8G", "512M", "1.5T", "64K", "1000000" (bytes), binary units, an optional "iB"/"B" after the
 // letter. Throws std::invalid_argument for anything else, or a size that is not positive.
 double parse_memory_size(const std::string& text);

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "tensor/io/plain_file.h"
 #include "train/data/utf8.h"
 #include "train/run/json_fields.h"
 
@@ -70,7 +71,7 @@ void read_legacy_model_fields(const json& j, nn::TransformerLayerOptions& l) {
 RunConfig RunConfig::from_json(const std::string& text, const std::string& where) {
   RunConfig c;
   try {
-    const json j = json::parse(text);
+    const json j = parse(text, kMaxRunJsonDepth);
     if (!j.is_object()) throw FieldError(fmt::format("the file holds a JSON {}, not an object", j.type_name()));
 #define GF_READ(f) read_optional(j, #f, c.f);
     GF_CONFIG_FIELDS(GF_READ)
@@ -95,6 +96,8 @@ RunConfig RunConfig::from_json(const std::string& text, const std::string& where
   }
   return c;
 }
+
+RunConfig RunConfig::read(const std::string& path) { return from_json(read_regular_file(path, kMaxConfigBytes, "run config"), path); }
 
 void RunConfig::validate() const {
   auto positive = [](const char* name, double v) {

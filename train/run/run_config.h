@@ -62,6 +62,10 @@ struct RunConfig {
   // std::runtime_error "<where>: ..." naming the field for bad JSON, a field of the wrong type or
   // range, and the first bad setting (validate()).
   static RunConfig from_json(const std::string& text, const std::string& where);
+  // from_json of the file at `path` (a run folder's config.json), which must be a regular file of
+  // at most kMaxConfigBytes: std::runtime_error naming it otherwise.
+  static RunConfig read(const std::string& path);
+  static constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
   // Throws std::invalid_argument naming the first bad setting.
   void validate() const;
 };

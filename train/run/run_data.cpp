@@ -1,10 +1,13 @@
 #include "train/run/run_data.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
 #include "tensor/check.h"
+#include "tensor/io/plain_file.h"
 
 namespace gf::train {
 namespace fs = std::filesystem;
@@ -15,9 +18,17 @@ bool split_exists(const fs::path& dir, const std::string& split, const RunConfig
   return fs::exists(dir / (split + "." + c.src)) && fs::exists(dir / (split + "." + c.tgt));
 }
 
+// A data file about to be read: a regular file (not a FIFO that would wait, nor a device), recorded in `files`.
+void about_to_read(const fs::path& file, std::vector<std::string>* files) {
+  struct stat st;
+  if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    GF_FAIL_AS(std::runtime_error, "--data: '{}' is {}, not a regular file", file.string(), file_kind(st.st_mode));
+  if (files) files->push_back(file.string());
+}
+
 }  // namespace
 
-RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes, const BuiltinCorpus& builtin) {
+RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes, const BuiltinCorpus& builtin, std::vector<std::string>* files) {
   RunData d;
   if (c.builtin()) {
     GF_CHECK(static_cast<bool>(builtin),
@@ -28,10 +39,12 @@ RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes
   fs::path data(c.data);
   GF_CHECK_AS(std::runtime_error, fs::exists(data), "--data '{}' does not exist", c.data);
   if (fs::is_regular_file(data)) {
+    about_to_read(data, files);
     ParallelText all = read_parallel_tsv(data, max_line_bytes);
     d.skipped_empty += all.stats.skipped_empty;
     d.train_name = data.string();
     if (!c.valid_split.empty()) {
+      about_to_read(c.valid_split, files);
       ParallelText v = read_parallel_tsv(c.valid_split, max_line_bytes);
       d.valid = std::move(v.pairs);
       d.train = std::move(all.pairs);
@@ -41,6 +54,7 @@ RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes
       d.valid_name = "every 50th pair of " + data.string();
     }
     if (!c.test_split.empty()) {
+      about_to_read(c.test_split, files);
       d.test = read_parallel_tsv(c.test_split, max_line_bytes).pairs;
       d.test_name = c.test_split;
     }
@@ -48,6 +62,7 @@ RunData load_run_data(const RunConfig& c, bool need_train, size_t max_line_bytes
   }
   GF_CHECK_AS(std::runtime_error, fs::is_directory(data), "--data '{}' is neither a folder nor a file", c.data);
   auto read = [&](const std::string& split, std::vector<TokenPair>& into) {
+    for (const std::string& lang : {c.src, c.tgt}) about_to_read(data / (split + "." + lang), files);
     ParallelText t = read_parallel_dir(data, split, c.src, c.tgt, max_line_bytes);
     d.skipped_empty += t.stats.skipped_empty;
     into = std::move(t.pairs);

@@ -26,8 +26,11 @@ using BuiltinCorpus = std::function<RunData(uint64_t seed, size_t total)>;
 // valid_split "" means val or valid (the first present), test_split "" means test or the first
 // test* split present (none: test stays empty). With a .tsv file, the valid split is the TSV file
 // named by valid_split, or else every 50th training pair held out; test_split names a TSV file.
-// A line longer than max_line_bytes is an error naming its file and line.
+// A line longer than max_line_bytes is an error naming its file and line. Every file must be a
+// regular file (symbolic links followed): a FIFO or device is refused by name before it is opened.
+// `files`, when given, receives each file's path before it is read (a file that fails midway is
+// listed too): what gradflow report tells its reader it read from outside the run folder.
 RunData load_run_data(const RunConfig& config, bool need_train = true, size_t max_line_bytes = kMaxLineBytes,
-                      const BuiltinCorpus& builtin = {});
+                      const BuiltinCorpus& builtin = {}, std::vector<std::string>* files = nullptr);
 
 }  // namespace gf::train
