@@ -87,7 +87,11 @@ class Runner {
       nlohmann::json runs = nlohmann::json::array();
       for (const auto& [c, seeds] : grid.runs())
         for (size_t i = 0; i < seeds.size(); ++i)
-          runs.push_back({{"arm", c.arm}, {"level", c.level}, {"seed", r_.seed(static_cast<int>(i))}, {"measured", *seeds[i]}});
+        {
+          nlohmann::json run{{"arm", c.arm}, {"level", c.level}, {"seed", r_.seed(static_cast<int>(i))}, {"measured", *seeds[i]}};
+          if (const std::string m = r_.model(static_cast<int>(i)); !m.empty()) run["model"] = m;  // --models: the folder this seed analysed
+          runs.push_back(std::move(run));
+        }
       r_.data()["runs"] = runs;
     }
   }

@@ -259,6 +259,40 @@ TEST_CASE("the exposure lab refuses --ss-rates that are fewer than 4, not increa
   GF_CHECK_CONTAINS(error_with("0.25,0.5,1,2"), "--ss-rates must start at 0");
 }
 
+TEST_CASE("the attribution lab analyses trained run folders given by --models, one seed per folder") {
+  const test::TempDir tmp("gradflow_test_lab_trained_models");
+  std::vector<std::string> runs;
+  for (uint64_t seed : {1, 2}) {  // two small runs of gradflow train, as a user's would be
+    train::RunConfig c = gf::test::tiny_run(400);
+    c.steps = 4, c.seed = seed;
+    runs.push_back(tmp.file("run" + std::to_string(seed)));
+    train::train_translator(c, gf::test::quiet_options(runs.back()));
+  }
+  std::vector<std::string> args{"attribution", "--out", tmp.file("out"), "--sentences", "6", "--ig-steps", "2", "--permutations", "2",
+                                "--models", runs[0], runs[1]};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  const int rc = app::cmd_lab(static_cast<int>(argv.size()), argv.data());
+  CHECK((rc == 0 || rc == 3 || rc == 4));  // a 4-step model's outcomes are whatever they are; the runs are what is tested
+  const nlohmann::json j = nlohmann::json::parse(train::read_file_bytes(fs::path(tmp.file("out")) / "attribution.json", "test"));
+  const auto& measured_runs = j.at("data").at("runs");
+  REQUIRE(measured_runs.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    CHECK(measured_runs[i].at("model") == runs[i]);  // seed i is folder i
+    CHECK(measured_runs[i].at("measured").at("per_sentence_spearman").at("att-gxi").size() == 6);
+  }
+  // The two folders hold two models: their measurements differ.
+  CHECK(measured_runs[0].at("measured").at("per_sentence_spearman") != measured_runs[1].at("measured").at("per_sentence_spearman"));
+
+  // A folder that is not a run is named, and nothing is measured.
+  args = {"attribution", "--out", tmp.file("out2"), "--models", runs[0], tmp.file("nothing")};
+  argv.clear();
+  for (auto& a : args) argv.push_back(a.data());
+  CHECK(app::cmd_lab(static_cast<int>(argv.size()), argv.data()) != 0);
+  CHECK(!fs::exists(fs::path(tmp.file("out2")) / "attribution.json"));
+}
+
 TEST_CASE("the attribution lab refuses --model: its claims need one model per seed") {
   const lab::Lab& l = lab::find_lab("attribution");
   const test::TempDir out("gradflow_test_lab_trained_attribution_model");

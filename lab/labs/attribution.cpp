@@ -83,13 +83,23 @@ struct Context {
 Context prepare(const Settings& s, Report& r) {
   Context c;
   c.out = &r;
+  GF_CHECK(r.models().empty() || !s.model.real.given(), "lab attribution: --models analyses the given runs on their own test data; --data does not go with it");
   if (s.model.real.given()) c.real = real_data(s.model.real_settings(), r);
   if (r.ablation_mode()) r.say("every cross-attention runs with a uniform map over the source, and that map is the attention compared with the methods");
   return c;
 }
 
+// The seed's model: its --models folder (loaded as translate loads it: digests and config checked),
+// else the one trained here (or cached) for k.seed.
+TrainedModel model_of(const Settings& s, const Context& c, const RunKey& k) {
+  if (k.model.empty()) return trained_model(s.model, c.real ? &*c.real : nullptr, k.seed, *c.out);
+  TrainedModelSettings given = s.model;
+  given.model = k.model;
+  return trained_model(given, nullptr, k.seed, *c.out);
+}
+
 SeedStudy measure(const Settings& s, Context& c, const RunKey& k) {
-  const TrainedModel tm = trained_model(s.model, c.real ? &*c.real : nullptr, k.seed, *c.out);
+  const TrainedModel tm = model_of(s, c, k);
   const size_t n = std::min(static_cast<size_t>(s.sentences), tm.test.size());
   const StudyOptions o{static_cast<int>(s.ig_steps), static_cast<int>(s.permutations), s.max_extra, k.ablate};
   SeedStudy x = study_model(tm, n, o, k.seed);
@@ -328,6 +338,7 @@ Lab attribution_lab() {
                            "gradients do, do those methods agree among themselves more than with attention, and does the output change when the "
                            "attention is permuted or made uniform?",
                .default_seeds = 3,
+               .takes_models = true,
                .ablation = "every cross-attention replaced by a uniform map over the source",
                .control_is_ablation = true},
       .settings = fields(),
