@@ -127,9 +127,7 @@ Json bench_train(const train::RunConfig& c, int64_t steps, bool profile_ops, Set
     Variable loss = train::batch_loss(model, t, c.label_smoothing);  // scalar
     loss.backward();
     const auto t_update = std::chrono::steady_clock::now();
-    optim::clip_grad_norm(params, c.clip);
-    adam.set_lr(optim::warmup_inverse_sqrt(c.lr, step, c.warmup));
-    adam.step();
+    optim::clipped_update(adam, params, c.clip, optim::warmup_inverse_sqrt(c.lr, step, c.warmup));  // as the trainer
     update_seconds += seconds_since(t_update);
     ++step;
     const double l = loss.item();  // the reference's loss.item(): waits for the step, as here
