@@ -20,11 +20,15 @@
 #include "autograd/ops/arith.h"
 #include "autograd/ops/attention.h"
 #include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/layer_norm.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
 #include "rounding.h"
 #include "tensor/kernels/bf16.h"
+#include "tensor/kernels/attention.h"
 #include "tensor/kernels/bf16_tile.h"
+#include "tensor/kernels/layer_norm.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
 #include "tensor/kernels/random.h"
@@ -441,6 +445,83 @@ TEST_CASE("fused attention under bf16: within the bfloat16 rounding of float64, 
       }
     });
   }
+}
+
+namespace {
+// Whether b (bfloat16) holds exactly the bits to_bf16_reference gives for a (float32), elementwise.
+bool same_as_rounded(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const Tensor ac = a.contiguous();
+  std::vector<bfloat16> want(static_cast<size_t>(ac.numel()));
+  kernels::to_bf16_reference(ac.data<float>(), want.data(), ac.numel());
+  const bfloat16* got = b.contiguous().data<bfloat16>();
+  for (int64_t i = 0; i < ac.numel(); ++i)
+    if (got[i].bits != want[static_cast<size_t>(i)].bits) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("to_bf16_and_column_sums: to_bf16's bits and sum(x, {0})'s bits in one pass, on each path, any thread count") {
+  on_each_path([&](Bf16Path) {
+    for (const Shape& shape : {Shape{1, 5}, Shape{37, 70}, Shape{3001, 33}}) {  // one row; one block; many blocks with a short last one
+      const Tensor x = tensor_of(random_floats(shape_numel(shape), 61), shape);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Tensor sums;
+        const Tensor b = kernels::to_bf16_and_column_sums(x, sums);
+        set_num_threads(0);
+        CHECK(same_as_rounded(x, b));
+        CHECK(sums.to_vector<float>() == kernels::sum(x, {0}, false).to_vector<float>());
+      }
+    }
+  });
+}
+
+TEST_CASE("the bfloat16 copies written with an op's output (layer norm, add_layer_norm, relu + dropout, attention) are to_bf16's bits") {
+  on_each_path([&](Bf16Path) {
+    const Tensor x = tensor_of(random_floats(41 * 3 * 40, 62), {41, 3, 40}), y = tensor_of(random_floats(41 * 3 * 40, 63), {41, 3, 40});
+    const Tensor w = tensor_of(random_floats(40, 64), {40}), b = tensor_of(random_floats(40, 65), {40});
+    Tensor ob;
+    kernels::LayerNormResult ln = kernels::layer_norm(x, w, b, 1e-5, &ob);
+    CHECK(same_as_rounded(ln.out, ob));
+    CHECK(ln.out.to_vector<float>() == kernels::layer_norm(x, w, b, 1e-5).out.to_vector<float>());  // the float32 output unchanged
+    Generator g1(7);
+    Tensor keep, ob2;
+    kernels::LayerNormResult aln = kernels::add_layer_norm(x, y, 0.1, 1.0 / 0.9, g1, keep, w, b, 1e-5, &ob2);
+    CHECK(same_as_rounded(aln.out, ob2));
+    Generator g2(8);
+    Tensor ob3;
+    const Tensor rd = kernels::relu_dropout_forward(tensor_of(random_floats(3 * 3001, 66), {3, 3001}), 0.2, 1.25, g2, &ob3);  // chunks of 1,024 and a short one
+    CHECK(same_as_rounded(rd, ob3));
+    kernels::AttentionConfig cfg;
+    cfg.heads = cfg.kv_heads = 2;
+    cfg.scale = 0.25;
+    cfg.out_bf16 = true;
+    const Tensor q = tensor_of(random_floats(2 * 9 * 32, 67), {2, 9, 32}).to(DType::BFloat16);
+    const Tensor k = tensor_of(random_floats(2 * 11 * 32, 68), {2, 11, 32}).to(DType::BFloat16);
+    kernels::AttentionForward at = kernels::attention_forward(q, k, k, cfg);
+    CHECK(same_as_rounded(at.out, at.out_bf16));
+  });
+}
+
+TEST_CASE("linear under bf16 reads the bfloat16 copy its input's op wrote: the same bits as rounding the input itself") {
+  on_each_path([&](Bf16Path) {
+    kernels::PrecisionScope bf16(Precision::BFloat16);
+    const Tensor x0 = tensor_of(random_floats(23 * 48, 71), {23, 48}), w0 = tensor_of(random_floats(17 * 48, 72, 0.2f), {17, 48});
+    Variable x(x0, true), w(w0, true), nw(Tensor::ones({48}), true), nb(Tensor::zeros({48}), true);
+    Variable h = layer_norm(x, nw, nb);
+    REQUIRE(h.bf16_copy().defined());  // layer norm wrote it under bf16
+    Variable plain(h.data().clone());  // the same values, without a copy: linear rounds them itself
+    CHECK_FALSE(plain.bf16_copy().defined());
+    CHECK(linear(h, w).data().to_vector<float>() == linear(plain, w).data().to_vector<float>());
+    // set_data drops the copy (it would no longer match the data).
+    Variable z = layer_norm(x, nw, nb);
+    z.set_data(Tensor::zeros({23, 48}));
+    CHECK_FALSE(z.bf16_copy().defined());
+    // No copy outside bf16.
+    kernels::PrecisionScope fp32(Precision::Float32);
+    CHECK_FALSE(layer_norm(x, nw, nb).bf16_copy().defined());
+  });
 }
 
 TEST_CASE("Bf16WeightCache: one conversion per weight while it lives, none kept after, on each path") {

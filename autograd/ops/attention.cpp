@@ -65,6 +65,7 @@ Variable fused_attention(const Variable& q, const Variable& k, const Variable& v
            shape_str(k.shape()));
   kernels::AttentionConfig cfg = make_config(o, q.size(0), q.size(1), k.size(1), q.shape());
   const Tensor qd = operand(q.data()), kd = operand(k.data()), vd = operand(v.data());
+  cfg.out_bf16 = qd.dtype() == DType::BFloat16;  // out_proj reads the output in bfloat16
   kernels::AttentionForward r = kernels::attention_forward(qd, kd, vd, cfg);  // (B, L, H*d_k)
   auto node = make_node<FusedAttentionBackward>({&q, &k, &v});
   if (node) {
@@ -72,7 +73,9 @@ Variable fused_attention(const Variable& q, const Variable& k, const Variable& v
     node->out = r.out, node->lse = std::move(r.lse);
     node->cfg = std::move(cfg);
   }
-  return Variable::from_op(std::move(r.out), node);
+  Variable out = Variable::from_op(std::move(r.out), node);
+  out.set_bf16_copy(std::move(r.out_bf16));
+  return out;
 }
 
 struct FusedSelfAttentionBackward : Node {
@@ -98,6 +101,7 @@ Variable fused_self_attention(const Variable& qkv, const FusedAttentionOptions& 
   kernels::AttentionConfig cfg = make_config(o, qkv.size(0), qkv.size(1), qkv.size(1), qkv.shape());
   const Tensor qkvd = operand(qkv.data());  // (B, L, (H + 2 KV) d_k)
   auto [q, k, v] = unpack(qkvd, o.heads, o.kv_heads);
+  cfg.out_bf16 = qkvd.dtype() == DType::BFloat16;  // out_proj reads the output in bfloat16
   kernels::AttentionForward r = kernels::attention_forward(q, k, v, cfg);  // (B, L, H*d_k)
   auto node = make_node<FusedSelfAttentionBackward>({&qkv});
   if (node) {
@@ -105,7 +109,9 @@ Variable fused_self_attention(const Variable& qkv, const FusedAttentionOptions& 
     node->out = r.out, node->lse = std::move(r.lse);
     node->cfg = std::move(cfg);
   }
-  return Variable::from_op(std::move(r.out), node);
+  Variable out = Variable::from_op(std::move(r.out), node);
+  out.set_bf16_copy(std::move(r.out_bf16));
+  return out;
 }
 
 }  // namespace gf

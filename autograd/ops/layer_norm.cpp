@@ -8,6 +8,7 @@
 #include "autograd/function.h"
 #include "autograd/ops/arith.h"
 #include "autograd/ops/dropout.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/layer_norm.h"
 
 namespace gf {
@@ -45,8 +46,11 @@ bool invertible(const Tensor& weight) {
 }  // namespace
 
 Variable layer_norm(const Variable& x, const Variable& weight, const Variable& bias, double eps) {
+  // Under bf16 the output's bfloat16 copy is written with it: the linear layers read it (Variable::bf16_copy).
+  Tensor out_bf16;
   kernels::LayerNormResult r = kernels::layer_norm(x.data(), weight.defined() ? weight.data() : Tensor(),
-                                                   bias.defined() ? bias.data() : Tensor(), eps);
+                                                   bias.defined() ? bias.data() : Tensor(), eps,
+                                                   kernels::bf16_products(x.dtype()) ? &out_bf16 : nullptr);
   auto node = make_node<LayerNormBackward>({&x, &weight, &bias});
   if (node) {
     node->from_output = invertible(weight.defined() ? weight.data() : Tensor());
@@ -56,7 +60,9 @@ Variable layer_norm(const Variable& x, const Variable& weight, const Variable& b
     if (weight.defined() && (node->needs_grad(0) || node->from_output)) node->weight = weight.data();
     if (node->from_output && bias.defined()) node->bias = bias.data();
   }
-  return Variable::from_op(std::move(r.out), node);
+  Variable out = Variable::from_op(std::move(r.out), node);
+  out.set_bf16_copy(std::move(out_bf16));
+  return out;
 }
 
 struct AddLayerNormBackward : Node {
@@ -84,8 +90,9 @@ Variable add_layer_norm(const Variable& x, const Variable& y, double p, bool tra
   if (!invertible(w)) return layer_norm(x + dropout(y, p, training, gen), weight, bias, eps);
   const double drop = training ? p : 0.0;  // as dropout(): no draws in eval or at p == 0
   const double scale = drop == 1.0 ? 0.0 : 1.0 / (1.0 - drop);
-  Tensor keep;  // (..., D) bool, or undefined
-  kernels::LayerNormResult r = kernels::add_layer_norm(x.data(), y.data(), drop, scale, gen, keep, w, b, eps);
+  Tensor keep, out_bf16;  // (..., D) bool, or undefined; the output in bfloat16 under bf16 (as layer_norm)
+  kernels::LayerNormResult r =
+      kernels::add_layer_norm(x.data(), y.data(), drop, scale, gen, keep, w, b, eps, kernels::bf16_products(x.dtype()) ? &out_bf16 : nullptr);
   auto node = make_node<AddLayerNormBackward>({&x, &y, &weight, &bias});
   if (node) {
     node->out = r.out;
@@ -94,7 +101,9 @@ Variable add_layer_norm(const Variable& x, const Variable& y, double p, bool tra
     node->keep = std::move(keep);
     node->scale = scale;
   }
-  return Variable::from_op(std::move(r.out), node);
+  Variable out = Variable::from_op(std::move(r.out), node);
+  out.set_bf16_copy(std::move(out_bf16));
+  return out;
 }
 
 }  // namespace gf

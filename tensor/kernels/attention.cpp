@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/check.h"
@@ -165,7 +166,7 @@ void online_update(int64_t n, int64_t nk, int64_t wk, int64_t dk, Scratch<T>& w)
 
 // The output rows [l0, l0 + n) of head h for batch b: every key tile in turn, then normalised.
 template <class T, class In>
-void forward_block(const Ctx<T, In>& c, int64_t b, int64_t h, int64_t l0, T* out, T* lse, Scratch<T>& w) {
+void forward_block(const Ctx<T, In>& c, int64_t b, int64_t h, int64_t l0, T* out, T* lse, bfloat16* out_b, Scratch<T>& w) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const int64_t n = std::min(c.bq, c.L - l0), dk = c.dk, kvh = h / c.G;
   std::fill(w.acc.begin(), w.acc.begin() + n * dk, T(0));
@@ -191,6 +192,12 @@ void forward_block(const Ctx<T, In>& c, int64_t b, int64_t h, int64_t l0, T* out
     for (int64_t d = 0; d < dk; ++d) o[d] = w.acc[r * dk + d] * inv;
     *e = w.m[r] + static_cast<T>(std::log(w.sum[r]));
   }
+  if constexpr (std::is_same_v<T, float>)
+    if (out_b)
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t at = ((b * c.L + l0 + r) * c.H + h) * dk;
+        to_bf16(out + at, out_b + at, dk);
+      }
 }
 
 // P (n, nk; rows wk apart) = exp(S - lse) recomputed from the scores in w.s, 0 where blocked
@@ -381,14 +388,18 @@ AttentionForward attention_forward(const Tensor& q_in, const Tensor& k_in, const
   const DType out_type = scores_dtype(q.dtype());
   r.out = Tensor::empty(q.shape(), out_type);  // (B, L, H*d_k)
   r.lse = Tensor::empty({B, H, L}, out_type);  // (B, H, L)
+  GF_CHECK(!cfg.out_bf16 || out_type == DType::Float32, "attention: a bfloat16 copy of the output needs a float32 output, got {}",
+           dtype_name(out_type));
+  if (cfg.out_bf16) r.out_bf16 = Tensor::empty(q.shape(), DType::BFloat16);  // (B, L, H*d_k)
   auto run = [&]<class T, class In>() {
     const Ctx<T, In> c = make_ctx<T, In>(q, k, v, cfg, kpm, am);
     const int64_t nqb = (L + c.bq - 1) / c.bq, tasks = B * H * nqb;
     T *out = r.out.data<T>(), *lse = r.lse.data<T>();
+    bfloat16* out_b = cfg.out_bf16 ? r.out_bf16.data<bfloat16>() : nullptr;
     // A task is one block of queries of one head: a few tiles of work, so a grain of 1.
     parallel_for(tasks, 1, [&](int64_t lo, int64_t hi) {
       Scratch<T> w(c.bq, c.bk, c.dk);
-      for (int64_t t = lo; t < hi; ++t) forward_block(c, t / (H * nqb), t / nqb % H, t % nqb * c.bq, out, lse, w);
+      for (int64_t t = lo; t < hi; ++t) forward_block(c, t / (H * nqb), t / nqb % H, t % nqb * c.bq, out, lse, out_b, w);
     });
   };
   if (q.dtype() == DType::BFloat16)

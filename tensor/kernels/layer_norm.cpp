@@ -4,8 +4,10 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/binary.h"
 #include "tensor/kernels/random.h"
 #include "tensor/kernels/row_blocks.h"
@@ -84,13 +86,23 @@ void residual_row(const T* xr, const T* yr, const uint8_t* keep, T scale, T* sr,
   for (int64_t j = 0; j < cols; ++j) sr[j] = xr[j] + sr[j];
 }
 
+// The bfloat16 copy of the output, allocated when asked for (float32 only); null otherwise.
+template <class T>
+bfloat16* bf16_out(const Tensor& x, Tensor* out_bf16) {
+  if (!out_bf16) return nullptr;
+  GF_CHECK(x.dtype() == DType::Float32, "layer_norm: a bfloat16 copy of the output needs float32 input, got {}", dtype_name(x.dtype()));
+  *out_bf16 = Tensor::empty(x.shape(), DType::BFloat16);  // (..., D)
+  if constexpr (std::is_same_v<T, float>) return out_bf16->data<bfloat16>();
+  return nullptr;
+}
+
 LayerNormResult empty_result(const Tensor& x) {
   return {Tensor::empty(x.shape(), x.dtype()), Tensor::empty(row_shape(x), DType::Float64), Tensor::empty(row_shape(x), DType::Float64)};
 }
 
 }  // namespace
 
-LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor* out_bf16) {
   check_layer_norm_input(x, weight, bias, eps, "layer_norm");
   const int64_t cols = x.shape().back();
   const int64_t rows = x.numel() / cols;
@@ -104,15 +116,20 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
     const T* pb = bc.defined() ? bc.data<T>() : nullptr;
     T* py = r.out.data<T>();
     double *pm = r.mean.data<double>(), *ps = r.rstd.data<double>();
+    bfloat16* pyb = bf16_out<T>(x, out_bf16);
     parallel_for(rows, row_grain(3 * cols), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) norm_row(px + i * cols, py + i * cols, cols, pw, pb, eps, pm[i], ps[i]);
+      for (int64_t i = lo; i < hi; ++i) {
+        norm_row(px + i * cols, py + i * cols, cols, pw, pb, eps, pm[i], ps[i]);
+        if constexpr (std::is_same_v<T, float>)
+          if (pyb) to_bf16(py + i * cols, pyb + i * cols, cols);
+      }
     });
   });
   return r;
 }
 
 LayerNormResult add_layer_norm(const Tensor& x, const Tensor& y, double p, double scale, Generator& gen, Tensor& keep,
-                               const Tensor& weight, const Tensor& bias, double eps) {
+                               const Tensor& weight, const Tensor& bias, double eps, Tensor* out_bf16) {
   check_layer_norm_input(x, weight, bias, eps, "add_layer_norm");
   check_same_dtype(x, y, "add_layer_norm");
   GF_CHECK(x.shape() == y.shape(), "add_layer_norm: residual {} and sub-layer output {} differ in shape", shape_str(x.shape()),
@@ -136,6 +153,7 @@ LayerNormResult add_layer_norm(const Tensor& x, const Tensor& y, double p, doubl
     T* py = r.out.data<T>();
     double *pm = r.mean.data<double>(), *ps = r.rstd.data<double>();
     uint8_t* pk = drop ? reinterpret_cast<uint8_t*>(keep.data<bool>()) : nullptr;
+    bfloat16* pyb = bf16_out<T>(x, out_bf16);
     const T s = static_cast<T>(scale);
     parallel_for(rows, row_grain(4 * cols), [&](int64_t lo, int64_t hi) {
       std::vector<T> sum(cols);  // (D,): one row of x + dropout(y)
@@ -144,6 +162,8 @@ LayerNormResult add_layer_norm(const Tensor& x, const Tensor& y, double p, doubl
         if (kr) draw_keeps(kr, g, base + static_cast<uint64_t>(i * cols), cols, threshold);
         residual_row(px + i * cols, pyin + i * cols, kr, s, sum.data(), cols);
         norm_row(sum.data(), py + i * cols, cols, pw, pb, eps, pm[i], ps[i]);
+        if constexpr (std::is_same_v<T, float>)
+          if (pyb) to_bf16(py + i * cols, pyb + i * cols, cols);
       }
     });
   });

@@ -15,8 +15,9 @@ struct LayerNormResult {
   Tensor rstd;  // (...) float64
 };
 
-// weight and bias are (D,) or undefined (then 1 and 0).
-LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// weight and bias are (D,) or undefined (then 1 and 0). out_bf16, if given (float32 x only),
+// receives the output rounded to bfloat16 (as to_bf16), written row by row with it.
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor* out_bf16 = nullptr);
 
 struct LayerNormGrads {
   Tensor x;       // (..., D), undefined unless asked for
@@ -40,7 +41,7 @@ LayerNormGrads layer_norm_backward_from_output(const Tensor& g, const Tensor& y,
 // undefined when p == 0, which draws nothing); the sum x + y * (scale or 0) is formed one row at a
 // time and never stored. The same bits as add_layer_norm_reference, the three kernels in turn.
 LayerNormResult add_layer_norm(const Tensor& x, const Tensor& y, double p, double scale, Generator& gen, Tensor& keep,
-                               const Tensor& weight, const Tensor& bias, double eps);
+                               const Tensor& weight, const Tensor& bias, double eps, Tensor* out_bf16 = nullptr);
 // The plain reference: layer_norm(add(x, dropout_forward(y))) (no dropout when p == 0).
 LayerNormResult add_layer_norm_reference(const Tensor& x, const Tensor& y, double p, double scale, Generator& gen, Tensor& keep,
                                          const Tensor& weight, const Tensor& bias, double eps);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 
 namespace gf {
@@ -155,10 +156,14 @@ Tensor dropout_forward(const Tensor& x, double p, double scale, Generator& gen, 
   return out;
 }
 
-Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen) {
+Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen, Tensor* out_bf16) {
   GF_CHECK(p >= 0.0 && p <= 1.0, "relu_dropout_forward: drop probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
+  GF_CHECK(!out_bf16 || x.dtype() == DType::Float32, "relu_dropout_forward: a bfloat16 copy of the output needs float32 input, got {}",
+           dtype_name(x.dtype()));
   Tensor xc = x.contiguous();                         // (shape)
   Tensor out = Tensor::empty(x.shape(), x.dtype());  // (shape)
+  if (out_bf16) *out_bf16 = Tensor::empty(x.shape(), DType::BFloat16);  // (shape)
+  bfloat16* pb = out_bf16 ? out_bf16->data<bfloat16>() : nullptr;
   const uint64_t base = gen.reserve(static_cast<uint64_t>(out.numel())), threshold = keep_threshold(p);
   dispatch_float(x.dtype(), "relu_dropout_forward", [&]<class T>() {
     const T* px = xc.data<T>();
@@ -171,6 +176,8 @@ Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& 
         for (int64_t i = c; i < ce; ++i) keep[i - c] = keeps(gen.at(base + i), threshold);
         // relu as kernels::relu (v < 0 ? 0 : v lets NaN through), then dropout's x * (s * 0 or 1).
         for (int64_t i = c; i < ce; ++i) po[i] = (px[i] < 0 ? T(0) : px[i]) * (s * static_cast<T>(keep[i - c]));
+        if constexpr (std::is_same_v<T, float>)
+          if (pb) to_bf16(po + c, pb + c, ce - c);
       }
     });
   });
