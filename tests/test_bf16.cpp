@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "autograd/ops/layer_norm.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
+#include "nn_test_util.h"
 #include "rounding.h"
 #include "tensor/kernels/bf16.h"
 #include "tensor/kernels/attention.h"
@@ -521,6 +523,64 @@ TEST_CASE("linear under bf16 reads the bfloat16 copy its input's op wrote: the s
     // No copy outside bf16.
     kernels::PrecisionScope fp32(Precision::Float32);
     CHECK_FALSE(layer_norm(x, nw, nb).bf16_copy().defined());
+  });
+}
+
+namespace {
+// The tensor a node saved under `name` (undefined if it saved none by that name).
+Tensor saved_by(const Variable& v, const std::string& name) {
+  for (auto& [n, t] : v.grad_fn()->saved())
+    if (name == n) return *t;
+  return Tensor();
+}
+}  // namespace
+
+TEST_CASE("under bf16 the feed-forward block's hidden layer is kept once, in bfloat16; the attention keeps no output") {
+  on_each_path([&](Bf16Path) {
+    kernels::PrecisionScope bf16(Precision::BFloat16);
+    const int64_t N = 29, D = 24, F = 70;
+    const Tensor x0 = tensor_of(random_floats(N * D, 81), {N, D}), w10 = tensor_of(random_floats(F * D, 82, 0.3f), {F, D}),
+                 b10 = tensor_of(random_floats(F, 83), {F}), w20 = tensor_of(random_floats(D * F, 84, 0.2f), {D, F}),
+                 b20 = tensor_of(random_floats(D, 85), {D}), up = tensor_of(random_floats(N * D, 86), {N, D});
+    auto run = [&](bool keep_copy, bool& f32_freed) {
+      Variable x(x0.clone(), true), w1(w10.clone(), true), b1(b10.clone(), true), w2(w20.clone(), true), b2(b20.clone(), true);
+      Generator g(5);
+      Variable h = relu_dropout(linear(x, w1, b1), 0.25, true, g);  // (N, F)
+      REQUIRE(h.bf16_copy().defined());
+      CHECK(saved_by(h, "out").dtype() == DType::BFloat16);  // relu_dropout's backward reads the copy's signs
+      if (!keep_copy) h.set_bf16_copy(Tensor());               // the reference: linear rounds h itself and keeps it in float32
+      const std::weak_ptr<Storage> f32 = h.data().storage();
+      Variable y = linear(h, w2, b2);  // (N, D)
+      CHECK(saved_by(y, "x2b").defined() == keep_copy);
+      CHECK(saved_by(y, "x2").defined() == !keep_copy);
+      h = Variable();
+      f32_freed = f32.expired();
+      sum(y * Variable(up)).backward();
+      return std::vector<Tensor>{y.data(), x.grad(), w1.grad(), b1.grad(), w2.grad(), b2.grad()};
+    };
+    bool freed = false, freed_ref = false;
+    const auto kept = run(true, freed), ref = run(false, freed_ref);
+    CHECK(freed);           // only the bfloat16 copy outlives the forward
+    CHECK_FALSE(freed_ref);  // the float32 hidden layer, kept by the linear
+    for (size_t i = 0; i < kept.size(); ++i) CHECK(kept[i].to_vector<float>() == ref[i].to_vector<float>());
+    // relu_dropout's backward from the copy's signs: the float32 output's, subnormals aside (bfloat16 flushes them to 0).
+    const Tensor out = Tensor::of({1.0, -2.0, 0.0, -0.0, 3e-39, INFINITY, -INFINITY, NAN, 1e-30}, {9});
+    const Tensor g = Tensor::full({9}, 2.0);
+    const std::vector<float> want{3, 0, 0, 0, 0, 3, 0, 0, 3}, got = kernels::relu_dropout_backward(g, out.to(DType::BFloat16), 1.5).to_vector<float>();
+    CHECK(got == want);
+    CHECK(kernels::relu_dropout_backward(g, out, 1.5).to_vector<float>()[4] == 3.0f);  // float32: the subnormal passes
+    // The fused attention keeps no output under bf16 (its backward's D comes from the tiles).
+    const Tensor qkv0 = tensor_of(random_floats(2 * 7 * 48, 87), {2, 7, 48});
+    FusedAttentionOptions o;
+    o.heads = o.kv_heads = 2;
+    o.scale = 0.25;
+    Variable qkv(qkv0, true);
+    Variable a = fused_self_attention(qkv, o);
+    CHECK_FALSE(saved_by(a, "out").defined());
+    sum(a * a).backward();
+    CHECK(all_finite(qkv.grad()));
+    kernels::PrecisionScope fp32(Precision::Float32);
+    CHECK(saved_by(fused_self_attention(Variable(qkv0, true), o), "out").defined());
   });
 }
 

@@ -614,19 +614,22 @@ void attention_backward_into(const Tensor& g_in, const Tensor& q_in, const Tenso
                              const Tensor& dk, const Tensor& dv) {
   Tensor kpm, am;
   check_inputs(q_in, k_in, v_in, cfg, kpm, am);
-  GF_CHECK(g_in.shape() == q_in.shape() && out.shape() == q_in.shape() && dq.shape() == q_in.shape() &&
+  // Under bf16 the backward makes D from its tiles and never reads the output: it may be undefined.
+  const bool bf16 = q_in.dtype() == DType::BFloat16;
+  GF_CHECK(out.defined() || bf16, "attention_backward: the output is needed for {} q", dtype_name(q_in.dtype()));
+  GF_CHECK(g_in.shape() == q_in.shape() && (!out.defined() || out.shape() == q_in.shape()) && dq.shape() == q_in.shape() &&
                dk.shape() == k_in.shape() && dv.shape() == v_in.shape(),
            "attention_backward: gradient {}, output {} and destinations {}, {}, {} must match q {} and k {}",
-           shape_str(g_in.shape()), shape_str(out.shape()), shape_str(dq.shape()), shape_str(dk.shape()),
+           shape_str(g_in.shape()), out.defined() ? shape_str(out.shape()) : std::string("undefined"), shape_str(dq.shape()), shape_str(dk.shape()),
            shape_str(dv.shape()), shape_str(q_in.shape()), shape_str(k_in.shape()));
   const DType t = scores_dtype(q_in.dtype());
   for (const Tensor* d : {&g_in, &out, &lse, &dq, &dk, &dv})
-    GF_CHECK(d->dtype() == t, "attention_backward: the gradient, output, log-sum-exp and destinations must be {} for {} q, got {} {}",
+    GF_CHECK(!d->defined() || d->dtype() == t, "attention_backward: the gradient, output, log-sum-exp and destinations must be {} for {} q, got {} {}",
              dtype_name(t), dtype_name(q_in.dtype()), dtype_name(d->dtype()), shape_str(d->shape()));
   for (const Tensor* d : {&dq, &dk, &dv})
     GF_CHECK(d->strides()[2] == 1, "attention_backward: a destination {} needs unit stride in its last dim", shape_str(d->shape()));
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), g = unit_last(g_in);
-  const Tensor o = out.contiguous(), ls = lse.contiguous();  // (B, L, H*d_k), (B, H, L)
+  const Tensor o = out.defined() ? out.contiguous() : g, ls = lse.contiguous();  // (B, L, H*d_k) (not read under bf16), (B, H, L)
   // Under bf16 the products read dO rounded to bfloat16 once; D = rowsum(dO * O) reads it unrounded.
   const Tensor gp = q.dtype() == DType::BFloat16 ? to_bf16(g) : g;  // (B, L, H*d_k)
   auto run = [&]<class T, class In>() {

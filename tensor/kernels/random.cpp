@@ -57,6 +57,15 @@ void pass_where_positive(const T* g, const T* y, T s, T* out, int64_t b, int64_t
   for (int64_t i = b; i < e; ++i) out[i] = y[i] > 0 ? g[i] * s : T(0);
 }
 
+// The same from a bfloat16 output's bits: positive is sign 0, not zero, not NaN (magnitude in
+// (0, 0x7f80]: +inf counts, as inf > 0).
+void pass_where_positive_bits(const float* g, const uint16_t* y, float s, float* out, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) {
+    const uint16_t v = y[i];
+    out[i] = v != 0 && v <= 0x7f80u ? g[i] * s : 0.0f;
+  }
+}
+
 constexpr int64_t kMaskChunk = 1024;  // elements per mask-then-apply chunk: stays in L1
 
 }  // namespace
@@ -189,6 +198,16 @@ Tensor relu_dropout_backward(const Tensor& g, const Tensor& out, double scale) {
            shape_str(out.shape()));
   Tensor gc = g.contiguous(), oc = out.contiguous();  // (shape), (shape)
   Tensor gx = Tensor::empty(g.shape(), g.dtype());     // (shape)
+  if (out.dtype() == DType::BFloat16) {  // the output's bfloat16 copy: its sign is the float32 output's
+    check_dtype(g, DType::Float32, "relu_dropout_backward");
+    const float* pg = gc.data<float>();
+    const uint16_t* po = reinterpret_cast<const uint16_t*>(oc.data<bfloat16>());
+    float* px = gx.data<float>();
+    const float s = static_cast<float>(scale);
+    parallel_for(gx.numel(), kSerialGrain, [&](int64_t b, int64_t e) { pass_where_positive_bits(pg, po, s, px, b, e); });
+    return gx;
+  }
+  check_same_dtype(g, out, "relu_dropout_backward");
   dispatch_float(g.dtype(), "relu_dropout_backward", [&]<class T>() {
     const T *pg = gc.data<T>(), *po = oc.data<T>();
     T* px = gx.data<T>();
