@@ -17,7 +17,7 @@ enum class Op : int {
   // reductions and products (ops/reduce.h, ops/matmul.h)
   Sum, Mean, Max, Matmul, Linear,
   // normalisation, attention, losses (ops/softmax.h, ops/layer_norm.h, ops/attention.h, ops/cross_entropy.h)
-  Softmax, LogSoftmax, LayerNorm, Attention, CrossEntropy, LinearCrossEntropy,
+  Softmax, LogSoftmax, LayerNorm, AddLayerNorm, Attention, CrossEntropy, LinearCrossEntropy,
   // dropout (ops/dropout.h)
   Dropout, ReluDropout,
   // indexing and shape (ops/indexing.h, ops/shape.h)
@@ -31,7 +31,7 @@ inline constexpr const char* kOpNames[] = {
     "add", "add_scalar", "sub", "mul", "mul_scalar", "div", "pow", "where",
     "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid",
     "sum", "mean", "max", "matmul", "linear",
-    "softmax", "log_softmax", "layer_norm", "attention", "cross_entropy", "linear_cross_entropy",
+    "softmax", "log_softmax", "layer_norm", "add_layer_norm", "attention", "cross_entropy", "linear_cross_entropy",
     "dropout", "relu_dropout",
     "index_select", "masked_fill", "narrow", "expand", "concat", "contiguous",
     "reshape", "unsqueeze", "squeeze", "permute", "transpose",

@@ -57,12 +57,26 @@ void Variable::set_data(const Tensor& t) {
   GF_CHECK(t.shape() == impl_->data.shape() && t.dtype() == impl_->data.dtype(), "Variable::set_data: {} {} does not match {} {}",
            dtype_name(t.dtype()), shape_str(t.shape()), dtype_name(impl_->data.dtype()), shape_str(impl_->data.shape()));
   impl_->data = t;
+  impl_->bf16 = Tensor();
+}
+
+const Tensor& Variable::bf16_copy() const {
+  static const Tensor kNone;
+  return impl_ ? impl_->bf16 : kNone;
+}
+
+void Variable::set_bf16_copy(Tensor t) const {
+  GF_CHECK_AS(std::logic_error, !t.defined() || (t.dtype() == DType::BFloat16 && t.shape() == impl_->data.shape() && t.is_contiguous()),
+              "set_bf16_copy: {} {} for data {}", t.defined() ? dtype_name(t.dtype()) : "undefined", shape_str(t.shape()),
+              shape_str(impl_->data.shape()));
+  impl_->bf16 = std::move(t);
 }
 
 void Variable::set_data_any_dtype(const Tensor& t) {
   GF_CHECK(t.shape() == impl_->data.shape() && is_leaf(), "Variable::set_data_any_dtype: {} {} for a {} leaf of shape {}",
            dtype_name(t.dtype()), shape_str(t.shape()), is_leaf() ? "" : "non-", shape_str(impl_->data.shape()));
   impl_->data = t;
+  impl_->bf16 = Tensor();
   impl_->grad = Tensor();  // of the old dtype
 }
 

@@ -17,6 +17,11 @@ struct VariableImpl {
   std::shared_ptr<Node> grad_fn;          // null for leaves
   std::shared_ptr<Node> grad_accumulator;  // leaves that require grad: their AccumulateGrad
   std::string name;
+  // The data rounded to bfloat16 by the op that made it, under --precision bf16 (layer norm, the
+  // feed-forward block's relu + dropout, the fused attention write it as they write the data), for
+  // the bf16 products that read this tensor: they then skip their own rounding pass. Undefined
+  // otherwise; set_data drops it.
+  Tensor bf16;
 };
 
 class Variable {
@@ -73,6 +78,10 @@ class Variable {
 
   // Internal: wraps an op's result; node may be null (no graph recorded).
   static Variable from_op(Tensor data, std::shared_ptr<Node> node);
+  // The data's bfloat16 copy made with it (VariableImpl::bf16), or undefined.
+  const Tensor& bf16_copy() const;
+  // Internal, for ops: records t (bfloat16, the data's shape, contiguous) as that copy.
+  void set_bf16_copy(Tensor t) const;
 
  private:
   std::shared_ptr<VariableImpl> impl_;

@@ -103,6 +103,12 @@ class Grid {
   SeedView<M> seed(int i) const {
     return SeedView<M>([this, i](const Condition& c) -> const M& { return at(c, i); }, i, [this] { return all(); });
   }
+  // One number per seed, f of that seed's view.
+  std::vector<double> per_seed(const std::function<double(const SeedView<M>&)>& f) const {
+    std::vector<double> out;
+    for (int i = 0; i < seeds_; ++i) out.push_back(f(seed(i)));
+    return out;
+  }
   const std::map<Condition, std::vector<std::shared_ptr<M>>>& runs() const { return runs_; }
 
  private:

@@ -167,4 +167,27 @@ std::vector<std::string> Output::write(const std::string& name, const std::strin
   return out;
 }
 
+std::string interval_text(const std::vector<double>& v) {
+  const Interval iv = t_interval(v);
+  return fmt::format("{:.3g} [{:.3g}, {:.3g}]", iv.mean, iv.lo, iv.hi);
+}
+
+ChartSeries spread_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color,
+                                 bool band) {
+  ChartSeries c{name, x, {}, {}, {}, !band, color};
+  for (const auto& v : s) c.y.push_back(v.mean), c.lo.push_back(v.min), c.hi.push_back(v.max);
+  if (!band) c.lo.clear(), c.hi.clear();
+  return c;
+}
+
+ChartSeries moving_average(const std::string& name, const std::vector<double>& y, size_t window, bool dashed, const std::string& color) {
+  ChartSeries c{name, {}, {}, {}, {}, dashed, color};
+  for (size_t k = window - 1; k < y.size(); ++k) {
+    double v = 0;
+    for (size_t j = 0; j < window; ++j) v += y[k - j] / static_cast<double>(window);
+    c.x.push_back(static_cast<double>(k + 1)), c.y.push_back(v);
+  }
+  return c;
+}
+
 }  // namespace gf::lab

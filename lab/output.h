@@ -100,5 +100,12 @@ class Output {
 
 // NaN and infinities as JSON null (JSON has no such numbers).
 nlohmann::json number_json(double x);
+// "mean [lo, hi]" of the values' 95% t interval, to 3 significant digits.
+std::string interval_text(const std::vector<double>& v);
+// A line of per-x spreads: the means, with a band from min to max (band) or dashed without one.
+ChartSeries spread_series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color,
+                                     bool band);
+// A `window`-point moving average of y, as a series at x = window, window + 1, ... (1-based steps).
+ChartSeries moving_average(const std::string& name, const std::vector<double>& y, size_t window, bool dashed, const std::string& color);
 
 }  // namespace gf::lab

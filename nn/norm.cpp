@@ -1,5 +1,7 @@
 #include "nn/norm.h"
 
+#include "autograd/ops/arith.h"
+#include "nn/dropout.h"
 #include "nn/layer_norm.h"
 #include "nn/registry.h"
 #include "nn/rms_norm.h"
@@ -22,6 +24,8 @@ std::deque<NormKind>& kinds() {
 }
 
 }  // namespace
+
+Variable Norm::forward_residual(const Variable& x, const Variable& y, const Dropout& dropout) const { return forward(x + dropout.forward(y)); }
 
 const std::deque<NormKind>& norm_kinds() { return kinds(); }
 

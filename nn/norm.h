@@ -13,9 +13,14 @@
 namespace gf::nn {
 
 // Normalises over the last dim: (..., d) -> (..., d).
+class Dropout;
+
 class Norm : public Module {
  public:
   virtual Variable forward(const Variable& x) const = 0;
+  // forward(x + dropout.forward(y)): a post-norm sub-layer's residual add, the dropout on its output
+  // y, and the norm. This composes the ops; LayerNorm runs them as one (add_layer_norm).
+  virtual Variable forward_residual(const Variable& x, const Variable& y, const Dropout& dropout) const;
 };
 
 struct NormKind {

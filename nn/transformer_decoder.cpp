@@ -74,6 +74,13 @@ Variable TransformerDecoderLayer::sublayers(const Variable& tgt, SelfBlock self_
     x = skip(x) + dropout1->forward(in("self_attn", self_block, in("norm1", norm(*norm1), x)));
     x = skip(x) + dropout2->forward(in("multihead_attn", cross_block, in("norm2", norm(*norm2), x)));
     x = skip(x) + in("ff_block", ff_block, in("norm3", norm(*norm3), x));
+  } else if (residual_scale == 1.0) {  // each residual add, its dropout and the norm as one op
+    auto residual = [&](const Norm& n, const Dropout& d, const Variable& res) {
+      return [&n, &d, res](const Variable& v) { return n.forward_residual(res, v, d); };
+    };
+    x = in("norm1", residual(*norm1, *dropout1, x), in("self_attn", self_block, x));
+    x = in("norm2", residual(*norm2, *dropout2, x), in("multihead_attn", cross_block, x));
+    x = in("norm3", residual(*norm3, *dropout3, x), in("ff_block", [&](const Variable& v) { return feed_forward_block(v); }, x));
   } else {
     x = in("norm1", norm(*norm1), skip(x) + dropout1->forward(in("self_attn", self_block, x)));
     x = in("norm2", norm(*norm2), skip(x) + dropout2->forward(in("multihead_attn", cross_block, x)));

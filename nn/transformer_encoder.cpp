@@ -31,6 +31,9 @@ Variable TransformerEncoderLayer::sublayers(const Variable& src, SelfBlock atten
   if (options.norm_first) {
     x = skip(x) + self_block(norm1->forward(x));
     x = skip(x) + ff_block(norm2->forward(x));
+  } else if (residual_scale == 1.0) {  // each residual add, its dropout and the norm as one op
+    x = norm1->forward_residual(x, attention(x), *dropout1);
+    x = norm2->forward_residual(x, feed_forward_block(x), *dropout2);
   } else {
     x = norm1->forward(skip(x) + self_block(x));
     x = norm2->forward(skip(x) + ff_block(x));

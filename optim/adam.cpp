@@ -24,49 +24,78 @@ namespace {
 template <class T>
 struct AdamScalars {
   T b1, b2, step_size, inv_sqrt_bc2, eps, decay;
+  T grad_scale;  // the clipping coefficient the gradient is read times (1: read as it is)
 };
 
 // One span of a parameter. The scalars come by value: captured by reference inside the parallel
 // lambda, every store to w, m or v might have changed them (as far as the compiler knows), and the
-// loop ran unvectorised.
-template <class T>
+// loop ran unvectorised. Scaled: the gradient is read times grad_scale, the same float product
+// clip_grad_norm would have stored (g *= coef), so the update has the same bits without that pass.
+template <bool Scaled, class T>
 void adam_update(T* w, T* m, T* v, const T* g, int64_t n, const AdamScalars<T> k) {
   for (int64_t i = 0; i < n; ++i) {
+    const T gi = Scaled ? g[i] * k.grad_scale : g[i];
     if (k.decay != 0) w[i] -= k.decay * w[i];
-    m[i] = k.b1 * m[i] + (1 - k.b1) * g[i];
-    v[i] = k.b2 * v[i] + (1 - k.b2) * g[i] * g[i];
+    m[i] = k.b1 * m[i] + (1 - k.b1) * gi;
+    v[i] = k.b2 * v[i] + (1 - k.b2) * gi * gi;
     // PyTorch: denom = sqrt(v) / sqrt(bc2) + eps; p -= lr / bc1 * m / denom
     w[i] -= k.step_size * m[i] / (std::sqrt(v[i]) * k.inv_sqrt_bc2 + k.eps);
   }
 }
 
+// Adam's pass runs over every parameter at once, cut into buckets of at most this many elements
+// (multi-tensor apply): one parallel loop for the model instead of one per tensor, whose small
+// tensors (biases, norms) each ran alone on one thread. Each element is updated alone, so the
+// cut changes no bits.
+constexpr int64_t kAdamBucket = int64_t{1} << 15;
+
 }  // namespace
 
-void Adam::step() {
+void Adam::step() { step_scaled(1.0); }
+
+void Adam::step_scaled(double grad_scale) {
   ++step_;
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
-  for (auto& s : slots_) {
+  struct Bucket {
+    size_t slot;
+    int64_t begin, end;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<Tensor> grads(slots_.size());  // contiguous gradients (a copy only for a strided one)
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
     const Tensor& g = s.param.grad();
     if (!g.defined()) continue;
-    Tensor w = s.param.data();
-    GF_CHECK_AS(std::logic_error, w.is_contiguous(), "Adam::step: parameter '{}' {} is not contiguous", s.name,
-                shape_str(w.shape()));
-    Tensor gc = g.contiguous();
-    dispatch_float(w.dtype(), "Adam", [&]<class T>() {
-      T* pw = w.data<T>();
-      T* pm = s.m.data<T>();
-      T* pv = s.v.data<T>();
-      const T* pg = gc.data<T>();
-      const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
-      const T step_size = static_cast<T>(options_.lr / bc1);
-      const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(bc2));
-      const T eps = static_cast<T>(options_.eps), decay = static_cast<T>(options_.lr * options_.weight_decay);
-      parallel_for(w.numel(), kSerialGrain, [&](int64_t lo, int64_t hi) {
-        adam_update(pw + lo, pm + lo, pv + lo, pg + lo, hi - lo, {b1, b2, step_size, inv_sqrt_bc2, eps, decay});
-      });
-    });
+    GF_CHECK_AS(std::logic_error, s.param.data().is_contiguous(), "Adam::step: parameter '{}' {} is not contiguous", s.name,
+                shape_str(s.param.shape()));
+    GF_CHECK_AS(std::logic_error, g.dtype() == s.param.dtype(), "Adam::step: parameter '{}' is {} but its gradient {}", s.name,
+                dtype_name(s.param.dtype()), dtype_name(g.dtype()));
+    grads[i] = g.contiguous();
+    for (int64_t b = 0; b < g.numel(); b += kAdamBucket) buckets.push_back({i, b, std::min(b + kAdamBucket, g.numel())});
   }
+  parallel_for(static_cast<int64_t>(buckets.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      const Bucket& u = buckets[k];
+      Slot& s = slots_[u.slot];
+      Tensor w = s.param.data();
+      dispatch_float(w.dtype(), "Adam", [&]<class T>() {
+        const AdamScalars<T> c{static_cast<T>(options_.beta1),
+                               static_cast<T>(options_.beta2),
+                               static_cast<T>(options_.lr / bc1),
+                               static_cast<T>(1.0 / std::sqrt(bc2)),
+                               static_cast<T>(options_.eps),
+                               static_cast<T>(options_.lr * options_.weight_decay),
+                               static_cast<T>(grad_scale)};
+        T *pw = w.data<T>() + u.begin, *pm = s.m.data<T>() + u.begin, *pv = s.v.data<T>() + u.begin;
+        const T* pg = grads[u.slot].data<T>() + u.begin;
+        if (grad_scale == 1.0)
+          adam_update<false>(pw, pm, pv, pg, u.end - u.begin, c);
+        else
+          adam_update<true>(pw, pm, pv, pg, u.end - u.begin, c);
+      });
+    }
+  });
 }
 
 void Adam::zero_grad() {
@@ -186,9 +215,19 @@ double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup) {
 }
 
 UpdateInfo clipped_update(Adam& adam, const std::vector<Variable>& params, double clip, double lr, std::optional<double> known_norm) {
-  const double norm = clip > 0 ? clip_grad_norm(params, clip, known_norm) : known_norm.value_or(NAN);
   adam.set_lr(lr);
-  adam.step();
+  if (clip <= 0) {
+    adam.step();
+    return {known_norm.value_or(NAN), adam.lr()};
+  }
+  // clip_grad_norm's coefficient, applied as Adam reads each gradient instead of in a pass of its
+  // own: the same bits (clipped_update_matches_clip_then_step in tests/test_optim.cpp).
+  const double norm = known_norm ? *known_norm : grad_norm(params);
+  const double coef = clip / (norm + 1e-6);
+  if (coef >= 1.0)
+    adam.step();
+  else
+    adam.step_scaled(coef);
   return {norm, adam.lr()};
 }
 

@@ -25,6 +25,9 @@ class Adam {
   Adam(const std::vector<std::pair<std::string, Variable>>& named, AdamOptions opt);
 
   void step();       // one update from the parameters' .grad (parameters without grad are skipped)
+  // The same, reading every gradient times grad_scale (clipping's coefficient) without writing it:
+  // the bits of clip_grad_norm's g *= coef followed by step(), in one pass over the parameters.
+  void step_scaled(double grad_scale);
   void zero_grad();  // drops the gradients
   void set_lr(double lr) { options_.lr = lr; }
   double lr() const { return options_.lr; }
@@ -59,6 +62,8 @@ double warmup_inverse_sqrt(double base_lr, int64_t step, int64_t warmup);
 
 // The update after backward, as the trainer makes it: clip the global gradient norm to `clip`
 // (0: no clipping), set the learning rate of 0-based `step` by warmup_inverse_sqrt, one Adam step.
+// The clipping is folded into Adam's pass (Adam::step_scaled): the weights and moments get exactly
+// the bits of clip_grad_norm then step(), but the gradients themselves are left unclipped.
 // The PyTorch parity cases of kind seq2seq_train check exactly this function.
 struct UpdateInfo {
   double grad_norm;  // before clipping (NaN when clip is 0 and no known_norm was given: not computed)

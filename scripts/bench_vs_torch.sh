@@ -9,19 +9,25 @@
 #
 #   bash scripts/bench_vs_torch.sh DATA_DIR [--rounds R] [--steps N] [--threads T]
 #                                  [--decode-batch B] [--ref PATH] [--gradflow PATH] [--out FILE]
-#                                  [--precision fp32|bf16|auto]
+#                                  [--precision fp32|bf16|auto] [--blas-core NAME|native]
 #
 # gradflow runs --precision fp32 unless told otherwise, as the reference runs float32 (gradflow's
 # own default, auto, would choose bf16 on a CPU where it pays).
 # DATA_DIR holds train.de/train.en and test_2016_flickr.de (e.g. Multi30k). The reference is
 # ../shared/reference/torch_translator.py from the repository root unless --ref says otherwise; it
-# runs with Debian's /usr/bin/python3 and python3-torch. OPENBLAS_CORETYPE is left as it is (not
-# set here); `gradflow info` is printed first to show which OpenBLAS kernel gradflow runs.
+# runs with Debian's /usr/bin/python3 and python3-torch.
+# One OpenBLAS kernel for both programs, so that the ratio compares programs, not kernels: the
+# script exports OPENBLAS_CORETYPE for both. --blas-core NAME sets it (Haswell, SkylakeX,
+# Cooperlake, ...); without it, an OPENBLAS_CORETYPE already set is kept, else the kernel that
+# `gradflow info` says suits this CPU is taken (Debian's OpenBLAS 0.3.21 detects some current Xeons
+# as Prescott, and PyTorch left alone then runs that kernel, several times slower). --blas-core
+# native leaves OPENBLAS_CORETYPE unset (each program's own detection). The kernel each program
+# runs is printed first, and each JSON line's blas_core is gradflow's.
 # The raw JSON lines are kept in --out (default: a temporary file, named at the end).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
 DATA="$1"
@@ -34,6 +40,7 @@ REF="$ROOT/../shared/reference/torch_translator.py"
 GRADFLOW="$ROOT/build/gradflow"
 OUT=""
 PRECISION=fp32
+BLAS_CORE=""
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "bench_vs_torch: $1 needs a value" >&2; exit 2; }
   case "$1" in
@@ -45,6 +52,7 @@ while [ $# -gt 0 ]; do
     --gradflow) GRADFLOW="$2" ;;
     --out) OUT="$2" ;;
     --precision) PRECISION="$2" ;;
+    --blas-core) BLAS_CORE="$2" ;;
     *) echo "bench_vs_torch: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -58,15 +66,39 @@ done
 [ -n "$OUT" ] || OUT="$(mktemp /tmp/bench_vs_torch.XXXXXX.jsonl)"
 : > "$OUT"
 
+# The kernel for both programs (above): --blas-core, else OPENBLAS_CORETYPE as set, else the one
+# `gradflow info` names as suiting this CPU ("openblas core: X (this CPU suits: Y)").
+if [ "$BLAS_CORE" = native ]; then
+  unset OPENBLAS_CORETYPE
+elif [ -n "$BLAS_CORE" ]; then
+  export OPENBLAS_CORETYPE="$BLAS_CORE"
+elif [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  suits="$(GRADFLOW_BLAS_CORE=native "$GRADFLOW" info | sed -n 's/^openblas core: .*(this CPU suits: \([A-Za-z0-9]*\)).*/\1/p')"
+  [ -n "$suits" ] || { echo "bench_vs_torch: could not read the suited OpenBLAS kernel from '$GRADFLOW info' (use --blas-core NAME)" >&2; exit 2; }
+  export OPENBLAS_CORETYPE="$suits"
+fi
+echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: each program detects its own)}"
 echo "== gradflow info"
 "$GRADFLOW" info
-# PyTorch's OpenBLAS is the same Debian library, loaded with whatever OPENBLAS_CORETYPE says.
-echo "== PyTorch: $(/usr/bin/python3 -c '
+GF_CORE="$("$GRADFLOW" info | sed -n 's/^openblas core: \([A-Za-z0-9]*\).*/\1/p')"
+# PyTorch's own OpenBLAS: the library torch itself loaded (found in the process's memory map), asked
+# for the kernel it runs under the same environment.
+TORCH_CORE="$(/usr/bin/python3 -c '
 import ctypes, torch
-core = ctypes.CDLL("libopenblas.so.0")
-core.openblas_get_corename.restype = ctypes.c_char_p
-print(torch.__version__ + ", openblas core: " + core.openblas_get_corename().decode())' 2>/dev/null || echo 'not importable')"
-echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+torch.ones(64, 64) @ torch.ones(64, 64)
+libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "openblas" in l.split()[-1]})
+names = []
+for path in libs:
+    lib = ctypes.CDLL(path)
+    if hasattr(lib, "openblas_get_corename"):
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        names.append(lib.openblas_get_corename().decode())
+print(torch.__version__, ",".join(sorted(set(names))) or "unknown (no OpenBLAS loaded by torch)")' 2>/dev/null || echo 'not importable')"
+echo "== OpenBLAS kernel: gradflow ${GF_CORE:-unknown}; PyTorch ${TORCH_CORE}"
+case "$TORCH_CORE" in
+  "not importable") ;;
+  *) [ "${TORCH_CORE#* }" = "$GF_CORE" ] || echo "== WARNING: the two programs run different OpenBLAS kernels; the ratio then compares kernels too" ;;
+esac
 echo "== $ROUNDS rounds: training $STEPS timed steps (after 3 warm-up steps), decoding batches of $DECODE_BATCH, $THREADS threads"
 
 COMMON=(--data "$DATA" --threads "$THREADS")

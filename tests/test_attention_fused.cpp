@@ -18,6 +18,7 @@
 #include "nn/masks.h"
 #include "nn/multihead_attention.h"
 #include "nn_test_util.h"
+#include "rounding.h"
 #include "tensor/parallel.h"
 
 using namespace gf;
@@ -236,6 +237,63 @@ TEST_CASE("fused attention: results do not depend on the thread count") {
   set_num_threads(0);
   CHECK(max_abs_diff(runs[0][0], runs[1][0]) == 0.0);
   CHECK(max_abs_diff(runs[0][1], runs[1][1]) == 0.0);
+}
+
+// The one-tile path (default blocks, queries and keys at most 64: attention.cpp's kOneTile) on every
+// case above: float64 gradchecks, and the unfused ops' numbers to 1e-12.
+TEST_CASE("fused attention: the one-tile path passes the tiled path's cases") {
+  auto one_tile = [](Case c) {
+    c.bq = c.bk = 0;
+    return c;
+  };
+  check_case(one_tile(Case{}), 21);
+  Case c;
+  c.L = 4, c.S = 7;
+  c.kpm = bool_mask({2, 7}, {0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1});
+  check_case(one_tile(c), 22);
+  c.L = 3, c.S = 4;  // fully blocked rows
+  c.kpm = bool_mask({2, 4}, {0, 0, 0, 0, 1, 1, 1, 1});
+  c.attn = bool_mask({3, 4}, {0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1});
+  check_case(one_tile(c), 23);
+  for (int64_t kv : {2, 1}) {  // grouped query, causal, dropout
+    Case g;
+    g.H = 4, g.KV = kv, g.L = g.S = 6, g.p = 0.3;
+    g.attn = nn::make_causal_mask(6);
+    check_case(one_tile(g), 24 + kv);
+  }
+  Case wide;  // the largest one tile: 64 queries and keys, d_k 20 (not a multiple of 16), one key padded
+  wide.B = 1, wide.H = wide.KV = 1, wide.L = wide.S = 64, wide.dk = 20, wide.p = 0.1;
+  wide.kpm = Tensor::zeros({1, 64}, DType::Bool);
+  wide.kpm.flat_set(63, 1.0);
+  check_case(one_tile(wide), 27);
+}
+
+TEST_CASE("fused attention: the one-tile path against the tiled path in float32, the same for any thread count") {
+  Case c;
+  c.B = 5, c.L = 17, c.S = 33, c.H = 4, c.KV = 2, c.dk = 64, c.p = 0.1;
+  c.kpm = Tensor::zeros({5, 33}, DType::Bool);
+  for (int64_t s = 20; s < 33; ++s) c.kpm.flat_set(2 * 33 + s, 1.0);
+  std::vector<Variable> in = inputs_for(c, 31, DType::Float32);
+  Tensor up = randn({c.B, c.L, c.H * c.dk}, 32, 1.0, DType::Float32);
+  auto run = [&](int64_t bq, int64_t bk, int threads) {
+    set_num_threads(threads);
+    Case t = c;
+    t.bq = bq, t.bk = bk;
+    std::vector<Variable> x;
+    for (const Variable& v : in) x.push_back(leaf(v.data().clone()));
+    Generator gen(9);
+    Variable y = apply(fused, x, t, gen);
+    sum(y * Variable(up)).backward();
+    set_num_threads(0);
+    std::vector<Tensor> r{y.data()};
+    for (const Variable& v : x) r.push_back(v.grad());
+    return r;
+  };
+  const auto one = run(0, 0, 2), one1 = run(0, 0, 1), tiled = run(32, 64, 2);
+  for (size_t i = 0; i < one.size(); ++i) {
+    CHECK(max_abs_diff(one[i], one1[i]) == 0.0);
+    CHECK(max_abs_diff(one[i], tiled[i]) < 1e-5 * (1.0 + max_abs(tiled[i])));
+  }
 }
 
 TEST_CASE("fused attention: bad shapes and masks are errors naming the op") {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <utility>
@@ -20,11 +21,16 @@
 #include "autograd/ops/arith.h"
 #include "autograd/ops/attention.h"
 #include "autograd/ops/cross_entropy.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/layer_norm.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
+#include "nn_test_util.h"
 #include "rounding.h"
 #include "tensor/kernels/bf16.h"
+#include "tensor/kernels/attention.h"
 #include "tensor/kernels/bf16_tile.h"
+#include "tensor/kernels/layer_norm.h"
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/reduce.h"
 #include "tensor/kernels/random.h"
@@ -441,6 +447,141 @@ TEST_CASE("fused attention under bf16: within the bfloat16 rounding of float64, 
       }
     });
   }
+}
+
+namespace {
+// Whether b (bfloat16) holds exactly the bits to_bf16_reference gives for a (float32), elementwise.
+bool same_as_rounded(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const Tensor ac = a.contiguous();
+  std::vector<bfloat16> want(static_cast<size_t>(ac.numel()));
+  kernels::to_bf16_reference(ac.data<float>(), want.data(), ac.numel());
+  const bfloat16* got = b.contiguous().data<bfloat16>();
+  for (int64_t i = 0; i < ac.numel(); ++i)
+    if (got[i].bits != want[static_cast<size_t>(i)].bits) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("to_bf16_and_column_sums: to_bf16's bits and sum(x, {0})'s bits in one pass, on each path, any thread count") {
+  on_each_path([&](Bf16Path) {
+    for (const Shape& shape : {Shape{1, 5}, Shape{37, 70}, Shape{3001, 33}}) {  // one row; one block; many blocks with a short last one
+      const Tensor x = tensor_of(random_floats(shape_numel(shape), 61), shape);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Tensor sums;
+        const Tensor b = kernels::to_bf16_and_column_sums(x, sums);
+        set_num_threads(0);
+        CHECK(same_as_rounded(x, b));
+        CHECK(sums.to_vector<float>() == kernels::sum(x, {0}, false).to_vector<float>());
+      }
+    }
+  });
+}
+
+TEST_CASE("the bfloat16 copies written with an op's output (layer norm, add_layer_norm, relu + dropout, attention) are to_bf16's bits") {
+  on_each_path([&](Bf16Path) {
+    const Tensor x = tensor_of(random_floats(41 * 3 * 40, 62), {41, 3, 40}), y = tensor_of(random_floats(41 * 3 * 40, 63), {41, 3, 40});
+    const Tensor w = tensor_of(random_floats(40, 64), {40}), b = tensor_of(random_floats(40, 65), {40});
+    Tensor ob;
+    kernels::LayerNormResult ln = kernels::layer_norm(x, w, b, 1e-5, &ob);
+    CHECK(same_as_rounded(ln.out, ob));
+    CHECK(ln.out.to_vector<float>() == kernels::layer_norm(x, w, b, 1e-5).out.to_vector<float>());  // the float32 output unchanged
+    Generator g1(7);
+    Tensor keep, ob2;
+    kernels::LayerNormResult aln = kernels::add_layer_norm(x, y, 0.1, 1.0 / 0.9, g1, keep, w, b, 1e-5, &ob2);
+    CHECK(same_as_rounded(aln.out, ob2));
+    Generator g2(8);
+    Tensor ob3;
+    const Tensor rd = kernels::relu_dropout_forward(tensor_of(random_floats(3 * 3001, 66), {3, 3001}), 0.2, 1.25, g2, &ob3);  // chunks of 1,024 and a short one
+    CHECK(same_as_rounded(rd, ob3));
+    kernels::AttentionConfig cfg;
+    cfg.heads = cfg.kv_heads = 2;
+    cfg.scale = 0.25;
+    cfg.out_bf16 = true;
+    const Tensor q = tensor_of(random_floats(2 * 9 * 32, 67), {2, 9, 32}).to(DType::BFloat16);
+    const Tensor k = tensor_of(random_floats(2 * 11 * 32, 68), {2, 11, 32}).to(DType::BFloat16);
+    kernels::AttentionForward at = kernels::attention_forward(q, k, k, cfg);
+    CHECK(same_as_rounded(at.out, at.out_bf16));
+  });
+}
+
+TEST_CASE("linear under bf16 reads the bfloat16 copy its input's op wrote: the same bits as rounding the input itself") {
+  on_each_path([&](Bf16Path) {
+    kernels::PrecisionScope bf16(Precision::BFloat16);
+    const Tensor x0 = tensor_of(random_floats(23 * 48, 71), {23, 48}), w0 = tensor_of(random_floats(17 * 48, 72, 0.2f), {17, 48});
+    Variable x(x0, true), w(w0, true), nw(Tensor::ones({48}), true), nb(Tensor::zeros({48}), true);
+    Variable h = layer_norm(x, nw, nb);
+    REQUIRE(h.bf16_copy().defined());  // layer norm wrote it under bf16
+    Variable plain(h.data().clone());  // the same values, without a copy: linear rounds them itself
+    CHECK_FALSE(plain.bf16_copy().defined());
+    CHECK(linear(h, w).data().to_vector<float>() == linear(plain, w).data().to_vector<float>());
+    // set_data drops the copy (it would no longer match the data).
+    Variable z = layer_norm(x, nw, nb);
+    z.set_data(Tensor::zeros({23, 48}));
+    CHECK_FALSE(z.bf16_copy().defined());
+    // No copy outside bf16.
+    kernels::PrecisionScope fp32(Precision::Float32);
+    CHECK_FALSE(layer_norm(x, nw, nb).bf16_copy().defined());
+  });
+}
+
+namespace {
+// The tensor a node saved under `name` (undefined if it saved none by that name).
+Tensor saved_by(const Variable& v, const std::string& name) {
+  for (auto& [n, t] : v.grad_fn()->saved())
+    if (name == n) return *t;
+  return Tensor();
+}
+}  // namespace
+
+TEST_CASE("under bf16 the feed-forward block's hidden layer is kept once, in bfloat16; the attention keeps no output") {
+  on_each_path([&](Bf16Path) {
+    kernels::PrecisionScope bf16(Precision::BFloat16);
+    const int64_t N = 29, D = 24, F = 70;
+    const Tensor x0 = tensor_of(random_floats(N * D, 81), {N, D}), w10 = tensor_of(random_floats(F * D, 82, 0.3f), {F, D}),
+                 b10 = tensor_of(random_floats(F, 83), {F}), w20 = tensor_of(random_floats(D * F, 84, 0.2f), {D, F}),
+                 b20 = tensor_of(random_floats(D, 85), {D}), up = tensor_of(random_floats(N * D, 86), {N, D});
+    auto run = [&](bool keep_copy, bool& f32_freed) {
+      Variable x(x0.clone(), true), w1(w10.clone(), true), b1(b10.clone(), true), w2(w20.clone(), true), b2(b20.clone(), true);
+      Generator g(5);
+      Variable h = relu_dropout(linear(x, w1, b1), 0.25, true, g);  // (N, F)
+      REQUIRE(h.bf16_copy().defined());
+      CHECK(saved_by(h, "out").dtype() == DType::BFloat16);  // relu_dropout's backward reads the copy's signs
+      if (!keep_copy) h.set_bf16_copy(Tensor());               // the reference: linear rounds h itself and keeps it in float32
+      const std::weak_ptr<Storage> f32 = h.data().storage();
+      Variable y = linear(h, w2, b2);  // (N, D)
+      CHECK(saved_by(y, "x2b").defined() == keep_copy);
+      CHECK(saved_by(y, "x2").defined() == !keep_copy);
+      h = Variable();
+      f32_freed = f32.expired();
+      sum(y * Variable(up)).backward();
+      return std::vector<Tensor>{y.data(), x.grad(), w1.grad(), b1.grad(), w2.grad(), b2.grad()};
+    };
+    bool freed = false, freed_ref = false;
+    const auto kept = run(true, freed), ref = run(false, freed_ref);
+    CHECK(freed);           // only the bfloat16 copy outlives the forward
+    CHECK_FALSE(freed_ref);  // the float32 hidden layer, kept by the linear
+    for (size_t i = 0; i < kept.size(); ++i) CHECK(kept[i].to_vector<float>() == ref[i].to_vector<float>());
+    // relu_dropout's backward from the copy's signs: the float32 output's, subnormals aside (bfloat16 flushes them to 0).
+    const Tensor out = Tensor::of({1.0, -2.0, 0.0, -0.0, 3e-39, INFINITY, -INFINITY, NAN, 1e-30}, {9});
+    const Tensor g = Tensor::full({9}, 2.0);
+    const std::vector<float> want{3, 0, 0, 0, 0, 3, 0, 0, 3}, got = kernels::relu_dropout_backward(g, out.to(DType::BFloat16), 1.5).to_vector<float>();
+    CHECK(got == want);
+    CHECK(kernels::relu_dropout_backward(g, out, 1.5).to_vector<float>()[4] == 3.0f);  // float32: the subnormal passes
+    // The fused attention keeps no output under bf16 (its backward's D comes from the tiles).
+    const Tensor qkv0 = tensor_of(random_floats(2 * 7 * 48, 87), {2, 7, 48});
+    FusedAttentionOptions o;
+    o.heads = o.kv_heads = 2;
+    o.scale = 0.25;
+    Variable qkv(qkv0, true);
+    Variable a = fused_self_attention(qkv, o);
+    CHECK_FALSE(saved_by(a, "out").defined());
+    sum(a * a).backward();
+    CHECK(all_finite(qkv.grad()));
+    kernels::PrecisionScope fp32(Precision::Float32);
+    CHECK(saved_by(fused_self_attention(Variable(qkv0, true), o), "out").defined());
+  });
 }
 
 TEST_CASE("Bf16WeightCache: one conversion per weight while it lives, none kept after, on each path") {

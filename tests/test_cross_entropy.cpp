@@ -9,6 +9,7 @@
 #include "tensor/storage.h"
 #include "gradcheck_util.h"
 #include "nn_test_util.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/kernels/cross_entropy.h"
 #include "tensor/kernels/reduce.h"
 
@@ -158,6 +159,34 @@ TEST_CASE("cross_entropy_and_backward: the loss, lse, gradient and its column su
         kernels::cross_entropy_and_backward(again, t, -100, ls, 0.25);  // no column sums asked for
         CHECK(max_abs_diff(again, want_grad) == 0.0);
       }
+}
+
+TEST_CASE("cross_entropy_and_backward with rows_to_bf16: each row's gradient rounded in the same pass, as to_bf16 rounds it, on each path") {
+  std::vector<kernels::Bf16Path> paths{kernels::Bf16Path::Portable};
+  if (kernels::bf16_native_available()) paths.push_back(kernels::Bf16Path::Native);
+  for (kernels::Bf16Path path : paths) {
+    kernels::Bf16PathScope scope(path);
+    for (int64_t c : {900, 7, 1000}) {  // spans of 256 with a short last one; a row shorter than one span
+      CAPTURE(c);
+      const int64_t n = 40;
+      Tensor logits = randn({n, c}, 23, 3.0).to(DType::Float32);  // (n, C)
+      std::vector<int64_t> tv(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) tv[i] = i % 5 == 1 ? -100 : (i * 31) % c;
+      Tensor t = targets(tv);
+      Tensor plain = logits.clone(), rounded = logits.clone(), s1 = Tensor::empty({c}), s2 = Tensor::empty({c});
+      const double l1 = kernels::cross_entropy_and_backward(plain, t, -100, 0.1, 0.5, &s1).total;
+      const double l2 = kernels::cross_entropy_and_backward(rounded, t, -100, 0.1, 0.5, &s2, true).total;
+      CHECK(l1 == l2);
+      CHECK(max_abs_diff(s1, s2) == 0.0);  // the column sums of the float32 gradient, before rounding
+      const float* g = plain.data<float>();
+      const auto* b = reinterpret_cast<const bfloat16*>(rounded.data<float>());
+      std::vector<bfloat16> want(static_cast<size_t>(c));
+      for (int64_t i = 0; i < n; ++i) {
+        kernels::to_bf16_reference(g + i * c, want.data(), c);
+        for (int64_t j = 0; j < c; ++j) REQUIRE(b[i * 2 * c + j].bits == want[static_cast<size_t>(j)].bits);  // rows 2C bfloat16 apart
+      }
+    }
+  }
 }
 
 TEST_CASE("cross_entropy errors") {

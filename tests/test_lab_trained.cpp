@@ -289,7 +289,7 @@ TEST_CASE("the attribution lab analyses trained run folders given by --models, o
   args = {"attribution", "--out", tmp.file("out2"), "--models", runs[0], tmp.file("nothing")};
   argv.clear();
   for (auto& a : args) argv.push_back(a.data());
-  CHECK(app::cmd_lab(static_cast<int>(argv.size()), argv.data()) != 0);
+  GF_CHECK_CONTAINS(error_of([&] { app::cmd_lab(static_cast<int>(argv.size()), argv.data()); }), "nothing' does not exist");
   CHECK(!fs::exists(fs::path(tmp.file("out2")) / "attribution.json"));
 }
 

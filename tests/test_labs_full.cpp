@@ -4,7 +4,7 @@
 //    with its kind, outcome, mean and interval, and no paper claim whose per-seed values are all
 //    equal (that is a check, item 4);
 //  - its negative control, where it has one (--control: the same protocol without the causal
-//    ingredient), must leave every claim marked control_targets in lab/claims.cpp unsupported.
+//    ingredient), must leave every claim marked control_targets (beside its code) unsupported.
 // The margin. A lab trains through BLAS, whose summation order differs between CPUs and kernels, so
 // a claim whose interval sits near its threshold can land on the other side of it on another
 // machine. The test therefore accepts the *neighbouring* outcome (unsettled for a recorded

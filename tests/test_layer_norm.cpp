@@ -2,12 +2,16 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 #include <tuple>
 
 #include "autograd/ops/arith.h"
+#include "autograd/ops/dropout.h"
 #include "autograd/ops/layer_norm.h"
 #include "gradcheck_util.h"
 #include "tensor/kernels/layer_norm.h"
+#include "tensor/kernels/random.h"
 #include "tensor/parallel.h"
 
 using namespace gf;
@@ -156,4 +160,105 @@ TEST_CASE("layer_norm keeps its output, not its input, unless the weight has a z
   Tensor wz = randn({6}, 72);
   wz.flat_set(2, 0.0);
   GF_CHECK_GRADS(ln, (std::vector<Variable>{leaf(randn({4, 6}, 73)), leaf(wz), leaf(randn({6}, 74))}));
+}
+
+TEST_CASE("add_layer_norm: the kernel gives the bits of add, dropout_forward and layer_norm in turn, and the same draws") {
+  for (DType dt : {DType::Float32, DType::Float64})
+    for (double p : {0.0, 0.1, 1.0})
+      for (bool affine : {true, false}) {
+        INFO("dtype " << dtype_name(dt) << " p " << p << " affine " << affine);
+        Tensor x = randn({37, 3, 48}, 70, 1.0, dt), y = randn({37, 3, 48}, 71, 2.0, dt);  // rows split unevenly
+        Tensor w = affine ? randn({48}, 72, 1.0, dt) : Tensor(), b = affine ? randn({48}, 73, 1.0, dt) : Tensor();
+        const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
+        Generator g1(5), g2(5);
+        Tensor k1, k2;
+        kernels::LayerNormResult fused = kernels::add_layer_norm(x, y, p, scale, g1, k1, w, b, 1e-5);
+        kernels::LayerNormResult plain = kernels::add_layer_norm_reference(x, y, p, scale, g2, k2, w, b, 1e-5);
+        CHECK(g1.offset() == g2.offset());
+        CHECK(fused.out.to_vector<double>() == plain.out.to_vector<double>());
+        CHECK(fused.mean.to_vector<double>() == plain.mean.to_vector<double>());
+        CHECK(fused.rstd.to_vector<double>() == plain.rstd.to_vector<double>());
+        REQUIRE(k1.defined() == k2.defined());
+        if (k1.defined()) CHECK(k1.to_vector<double>() == k2.to_vector<double>());
+        // The backward: dx as layer_norm_backward_from_output gives, dy as apply_mask(dx) gives, one pass.
+        Tensor g = randn({37, 3, 48}, 74, 1.0, dt);
+        kernels::AddLayerNormGrads gr = kernels::add_layer_norm_backward(g, fused.out, fused.rstd, w, b, k1, scale, true, true, affine, affine);
+        kernels::LayerNormGrads ln = kernels::layer_norm_backward_from_output(g, plain.out, plain.rstd, w, b, true, affine, affine);
+        CHECK(gr.x.to_vector<double>() == ln.x.to_vector<double>());
+        const Tensor dy = k1.defined() ? kernels::apply_mask(ln.x, k1, scale) : ln.x;
+        CHECK(gr.y.to_vector<double>() == dy.to_vector<double>());
+        if (affine) {
+          CHECK(gr.weight.to_vector<double>() == ln.weight.to_vector<double>());
+          CHECK(gr.bias.to_vector<double>() == ln.bias.to_vector<double>());
+        }
+      }
+}
+
+TEST_CASE("add_layer_norm: the op's values and gradients are those of layer_norm(x + dropout(y)), the same for any thread count") {
+  for (double p : {0.0, 0.3}) {
+    Tensor xt = randn({5, 7, 16}, 80, 1.0, DType::Float32), yt = randn({5, 7, 16}, 81, 1.0, DType::Float32);
+    Tensor wt = randn({16}, 82, 1.0, DType::Float32), bt = randn({16}, 83, 1.0, DType::Float32), up = randn({5, 7, 16}, 84, 1.0, DType::Float32);
+    auto run = [&](bool fused, int threads) {
+      set_num_threads(threads);
+      Variable x(xt.clone(), true), y(yt.clone(), true), w(wt.clone(), true), b(bt.clone(), true);
+      Generator g(11);
+      Variable out = fused ? add_layer_norm(x, y, p, true, g, w, b, 1e-5) : layer_norm(x + dropout(y, p, true, g), w, b, 1e-5);
+      out.backward(up);
+      set_num_threads(0);
+      return std::vector<std::vector<double>>{out.data().to_vector<double>(), x.grad().to_vector<double>(), y.grad().to_vector<double>(),
+                                              w.grad().to_vector<double>(), b.grad().to_vector<double>(), {double(g.offset())}};
+    };
+    const auto plain = run(false, 2);
+    CHECK(run(true, 2) == plain);
+    CHECK(run(true, 1) == plain);
+  }
+  // Not training: no draws, the plain sum.
+  Generator g(3);
+  Variable x(randn({4, 8}, 85)), y(randn({4, 8}, 86));
+  CHECK(add_layer_norm(x, y, 0.5, false, g).data().to_vector<double>() == layer_norm(x + y).data().to_vector<double>());
+  CHECK(g.offset() == 0);
+  CHECK_THROWS_WITH(add_layer_norm(x, Variable(randn({4, 7}, 87)), 0.1, true, g),
+                    "add_layer_norm: residual (4, 8) and sub-layer output (4, 7) differ in shape");
+}
+
+TEST_CASE("gradcheck: add_layer_norm against its unfused composition, with and without dropout") {
+  for (double p : {0.0, 0.4}) {
+    // The generator is reseeded per call, so every evaluation drops the same elements.
+    auto fused = [p](const std::vector<Variable>& in) {
+      static Generator g;
+      g.seed(3);
+      return add_layer_norm(in[0], in[1] * in[1], p, true, g, in[2], in[3], 1e-5) * in[0];
+    };
+    auto plain = [p](const std::vector<Variable>& in) {
+      static Generator g;
+      g.seed(3);
+      return layer_norm(in[0] + dropout(in[1] * in[1], p, true, g), in[2], in[3], 1e-5) * in[0];
+    };
+    const std::vector<Variable> in{leaf(randn({3, 6}, 90)), leaf(randn({3, 6}, 91)), leaf(randn({6}, 92)), leaf(randn({6}, 93))};
+    GF_CHECK_GRADS(fused, in);
+    GF_CHECK_GRADS(plain, in);
+    // The two compositions agree to float64 rounding in value and gradient.
+    std::vector<Variable> a, b;
+    for (const auto& v : in) a.push_back(leaf(v.data().clone())), b.push_back(leaf(v.data().clone()));
+    Variable fa = fused(a), fb = plain(b);
+    Tensor up = randn({3, 6}, 94);
+    fa.backward(up);
+    fb.backward(up);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const auto ga = a[i].grad().to_vector<double>(), gb = b[i].grad().to_vector<double>();
+      for (size_t j = 0; j < ga.size(); ++j) CHECK(ga[j] == doctest::Approx(gb[j]).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("add_layer_norm with a zero weight element runs the three ops (its output cannot be undone)") {
+  Tensor w = randn({6}, 95);
+  w.flat_set(2, 0.0);
+  Variable x(randn({3, 6}, 96), true), y(randn({3, 6}, 97), true), wv(w, true);
+  Generator g(4);
+  Variable out = add_layer_norm(x, y, 0.2, true, g, wv);
+  CHECK(std::string(out.grad_fn()->name()) == "layer_norm");
+  Generator g2(4);
+  Variable x2(x.data().clone(), true), y2(y.data().clone(), true), w2(w.clone(), true);
+  CHECK(out.data().to_vector<double>() == layer_norm(x2 + dropout(y2, 0.2, true, g2), w2).data().to_vector<double>());
 }

@@ -18,7 +18,7 @@ struct FusedAttentionBackward : Node {
   // (B, L, H*d_k), (B, S, KV*d_k), (B, S, KV*d_k): views of the projections, or under bf16 their
   // bfloat16 copies (the products' operands; half the bytes, and the float32 projections are freed)
   Tensor q, k, v;
-  Tensor out;      // (B, L, H*d_k)
+  Tensor out;      // (B, L, H*d_k); undefined under bf16 (the backward does not read it)
   Tensor lse;      // (B, H, L)
   kernels::AttentionConfig cfg;
   Op kind() const override { return Op::Attention; }
@@ -65,24 +65,28 @@ Variable fused_attention(const Variable& q, const Variable& k, const Variable& v
            shape_str(k.shape()));
   kernels::AttentionConfig cfg = make_config(o, q.size(0), q.size(1), k.size(1), q.shape());
   const Tensor qd = operand(q.data()), kd = operand(k.data()), vd = operand(v.data());
+  cfg.out_bf16 = qd.dtype() == DType::BFloat16;  // out_proj reads the output in bfloat16
   kernels::AttentionForward r = kernels::attention_forward(qd, kd, vd, cfg);  // (B, L, H*d_k)
   auto node = make_node<FusedAttentionBackward>({&q, &k, &v});
   if (node) {
     node->q = qd, node->k = kd, node->v = vd;
-    node->out = r.out, node->lse = std::move(r.lse);
+    // Under bf16 the backward's D comes from its tiles, not from the output: not kept.
+    node->out = cfg.out_bf16 ? Tensor() : r.out, node->lse = std::move(r.lse);
     node->cfg = std::move(cfg);
   }
-  return Variable::from_op(std::move(r.out), node);
+  Variable out = Variable::from_op(std::move(r.out), node);
+  out.set_bf16_copy(std::move(r.out_bf16));
+  return out;
 }
 
 struct FusedSelfAttentionBackward : Node {
   Tensor qkv;  // (B, L, (H + 2 KV) d_k): the projection, or under bf16 its bfloat16 copy
-  Tensor out;  // (B, L, H*d_k)
+  Tensor out;  // (B, L, H*d_k); undefined under bf16 (the backward does not read it)
   Tensor lse;  // (B, H, L)
   kernels::AttentionConfig cfg;
   Op kind() const override { return Op::Attention; }
   std::vector<Tensor> backward(const Tensor& g) override {  // g: (B, L, H*d_k)
-    Tensor gx = Tensor::zeros(qkv.shape(), out.dtype());  // (B, L, (H + 2 KV) d_k), the scores' type
+    Tensor gx = Tensor::zeros(qkv.shape(), lse.dtype());  // (B, L, (H + 2 KV) d_k), the scores' type
     auto [q, k, v] = unpack(qkv, cfg.heads, cfg.kv_heads);
     auto [gq, gk, gv] = unpack(gx, cfg.heads, cfg.kv_heads);
     kernels::attention_backward_into(g, q, k, v, out, lse, cfg, gq, gk, gv);
@@ -98,14 +102,18 @@ Variable fused_self_attention(const Variable& qkv, const FusedAttentionOptions& 
   kernels::AttentionConfig cfg = make_config(o, qkv.size(0), qkv.size(1), qkv.size(1), qkv.shape());
   const Tensor qkvd = operand(qkv.data());  // (B, L, (H + 2 KV) d_k)
   auto [q, k, v] = unpack(qkvd, o.heads, o.kv_heads);
+  cfg.out_bf16 = qkvd.dtype() == DType::BFloat16;  // out_proj reads the output in bfloat16
   kernels::AttentionForward r = kernels::attention_forward(q, k, v, cfg);  // (B, L, H*d_k)
   auto node = make_node<FusedSelfAttentionBackward>({&qkv});
   if (node) {
     node->qkv = qkvd;
-    node->out = r.out, node->lse = std::move(r.lse);
+    // Under bf16 the backward's D comes from its tiles, not from the output: not kept.
+    node->out = cfg.out_bf16 ? Tensor() : r.out, node->lse = std::move(r.lse);
     node->cfg = std::move(cfg);
   }
-  return Variable::from_op(std::move(r.out), node);
+  Variable out = Variable::from_op(std::move(r.out), node);
+  out.set_bf16_copy(std::move(r.out_bf16));
+  return out;
 }
 
 }  // namespace gf

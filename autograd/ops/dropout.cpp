@@ -9,6 +9,7 @@
 #include "autograd/function.h"
 #include "autograd/ops/unary.h"
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 
 namespace gf {
 
@@ -42,7 +43,9 @@ Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
 }
 
 struct ReluDropoutBackward : Node {
-  Tensor out;  // (...): relu(x) * (scale or 0); the next layer's input, so no extra memory
+  // (...): relu(x) * (scale or 0), the next layer's input, so no extra memory; under bf16 its
+  // bfloat16 copy instead (the next linear keeps that one, and the float32 output is freed)
+  Tensor out;
   double scale = 1.0;
   Op kind() const override { return Op::ReluDropout; }
   std::vector<Tensor> backward(const Tensor& g) override { return {kernels::relu_dropout_backward(g, out, scale)}; }
@@ -52,10 +55,13 @@ struct ReluDropoutBackward : Node {
 Variable relu_dropout(const Variable& x, double p, bool training, Generator& gen) {
   const double scale = kept_scale(x, p, "relu_dropout");
   if (!training || p == 0.0) return relu(x);
-  Tensor out = kernels::relu_dropout_forward(x.data(), p, scale, gen);  // (...)
+  Tensor out_bf16;  // under bf16, the output rounded as it is written: the next linear reads it
+  Tensor out = kernels::relu_dropout_forward(x.data(), p, scale, gen, kernels::bf16_products(x.dtype()) ? &out_bf16 : nullptr);  // (...)
   auto node = make_node<ReluDropoutBackward>({&x});
-  if (node) node->out = out, node->scale = scale;
-  return Variable::from_op(std::move(out), node);
+  if (node) node->out = out_bf16.defined() ? out_bf16 : out, node->scale = scale;
+  Variable result = Variable::from_op(std::move(out), node);
+  result.set_bf16_copy(std::move(out_bf16));
+  return result;
 }
 
 }  // namespace gf

@@ -43,6 +43,7 @@ Variable matmul(const Variable& a, const Variable& b) {
 // anyway, costs less memory than a second, bfloat16 copy), g rounded once for both. ----
 struct LinearBackward : Node {
   Tensor x2;      // (N, in): x with its leading dims flattened, kept only when W needs a gradient
+  Tensor x2b;     // (N, in) bfloat16, under bf16 instead of x2 when x came with its copy (Variable::bf16_copy)
   Tensor weight;  // (out, in), kept only when x needs a gradient; bfloat16 under bf16
   Shape x_shape;
   bool bf16 = false;
@@ -53,17 +54,18 @@ struct LinearBackward : Node {
     Tensor g2 = g.reshape({rows, out_f});  // (N, out)
     Tensor gx, gw, gb;
     if (bf16) {
-      const Tensor g2b = kernels::to_bf16(g2);                                                         // (N, out)
+      // The gradient rounded and, in the same pass, the bias gradient's column sums (the bits of sum(g2, {0})).
+      const Tensor g2b = needs_grad(2) ? kernels::to_bf16_and_column_sums(g2, gb) : kernels::to_bf16(g2);  // (N, out)
       if (needs_grad(0)) gx = kernels::matmul_bf16(g2b, weight).reshape(x_shape);                     // (..., in)
-      if (needs_grad(1)) gw = kernels::matmul_bf16(g2b.transpose(0, 1), kernels::to_bf16(x2));        // (out, in)
+      if (needs_grad(1)) gw = kernels::matmul_bf16(g2b.transpose(0, 1), x2b.defined() ? x2b : kernels::to_bf16(x2));  // (out, in)
     } else {
       if (needs_grad(0)) gx = kernels::matmul(g2, weight).reshape(x_shape);  // (..., in)
       if (needs_grad(1)) gw = kernels::matmul(g2.transpose(0, 1), x2);     // (out, in)
     }
-    if (needs_grad(2)) gb = kernels::sum(g2, {0}, false);  // (out,)
+    if (needs_grad(2) && !bf16) gb = kernels::sum(g2, {0}, false);  // (out,)
     return {gx, gw, gb};
   }
-  std::vector<SavedTensor> saved() override { return {{"x2", &x2}, {"weight", &weight}}; }
+  std::vector<SavedTensor> saved() override { return {{"x2", &x2}, {"x2b", &x2b}, {"weight", &weight}}; }
 };
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
@@ -78,12 +80,25 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
              precision_name(kernels::precision()));
   const Tensor w = bf16 ? kernels::bf16_weight(weight.data()) : weight.data();  // (out, in)
   const Tensor b = bias.defined() ? bias.data() : Tensor();                       // (out)
-  Tensor out = bf16 ? kernels::linear_bf16(kernels::to_bf16(xc), w, b) : kernels::linear(xc, w, b);  // (..., out)
+  // Under bf16, x's bfloat16 copy when the op that made x wrote one with it (layer norm, relu + dropout,
+  // attention: Variable::bf16_copy), else x rounded here.
+  const Tensor& xb_made = x.bf16_copy();
+  const Tensor xb = !bf16 ? Tensor() : xb_made.defined() && xb_made.shape() == xc.shape() ? xb_made : kernels::to_bf16(xc);  // (..., in)
+  Tensor out = bf16 ? kernels::linear_bf16(xb, w, b) : kernels::linear(xc, w, b);  // (..., out)
   auto node = make_node<LinearBackward>({&x, &weight, &bias});
   if (node) {
     node->x_shape = x.shape();
     node->bf16 = bf16;
-    if (node->needs_grad(1)) node->x2 = xc.view({shape_numel(Shape(x.shape().begin(), x.shape().end() - 1)), x.shape().back()});
+    const Shape rows_in{shape_numel(Shape(x.shape().begin(), x.shape().end() - 1)), x.shape().back()};  // (N, in)
+    // Under bf16 the weight gradient reads x in bfloat16: the copy x came with, kept instead of the
+    // float32 x (the same bits as rounding x again, without the pass; and where only the next
+    // products read x, as the feed-forward block's hidden layer, the float32 x is then freed).
+    if (node->needs_grad(1)) {
+      if (bf16 && xb_made.defined() && xb.storage() == xb_made.storage())
+        node->x2b = xb.view(rows_in);
+      else
+        node->x2 = xc.view(rows_in);
+    }
     if (node->needs_grad(0)) node->weight = w;
   }
   return Variable::from_op(std::move(out), node);

@@ -148,12 +148,6 @@ double level_trend(const V& v, const Settings& s, double (*stat)(const ModelStud
   return trend(s.ss_rates, at_levels(v, s, stat, positions(v.all(), s.min_support)), TrendKind::Slope);
 }
 
-std::vector<double> per_seed(const Grid<Measured>& g, const std::function<double(const V&)>& f) {
-  std::vector<double> out;
-  for (int i = 0; i < g.seeds(); ++i) out.push_back(f(g.seed(i)));
-  return out;
-}
-
 std::string list(const std::vector<double>& v) {
   std::string s;
   for (double x : v) s += fmt::format("{}{:.3f}", s.empty() ? "" : ", ", x);
@@ -199,8 +193,8 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
        .evidence = [gap_of, support](const Grid<Measured>& g, const std::vector<double>& x) {
          const size_t P = positions(g.all(), support);
          return fmt::format("teacher forcing: gap at positions {}-{} minus at 0-{}, per seed: {} (late {}; early {})", P / 2, P - 1, P / 2 - 1,
-                            list(x), list(per_seed(g, [&](const V& v) { return gap_of(v, late_gap); })),
-                            list(per_seed(g, [&](const V& v) { return gap_of(v, early_gap); })));
+                            list(x), list(g.per_seed([&](const V& v) { return gap_of(v, late_gap); })),
+                            list(g.per_seed([&](const V& v) { return gap_of(v, early_gap); })));
        },
        .no_placebo = one_arm},
       {.spec = {.id = "derails", .kind = ClaimKind::Paper,
@@ -214,7 +208,7 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
        .per_seed = [](const V& v) { return derailment(v(kArm, 0).study.drift); },
        .evidence = [](const Grid<Measured>& g, const std::vector<double>& x) {
          auto rates = [&](bool forced) {
-           return list(per_seed(g, [&](const V& v) {
+           return list(g.per_seed([&](const V& v) {
              const auto [f, c] = error_rates(v(kArm, 0).study.drift, kDerailSteps);
              return forced ? f : c;
            }));

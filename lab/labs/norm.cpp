@@ -151,19 +151,8 @@ double depth_slope(const SeedView<Measured>& v, const std::string& arm, const Se
 // An arm's gain from the warm-up: its NLL without minus with the longest.
 double gain(const SeedView<Measured>& v, const std::string& arm, double longest) { return v(arm, 0).nll - v(arm, longest).nll; }
 
-std::string interval_text(const std::vector<double>& v) {
-  const Interval iv = t_interval(v);
-  return fmt::format("{:.3g} [{:.3g}, {:.3g}]", iv.mean, iv.lo, iv.hi);
-}
-std::vector<double> per_seed(const Grid<Measured>& g, const std::function<double(const SeedView<Measured>&)>& f) {
-  std::vector<double> out;
-  for (int i = 0; i < g.seeds(); ++i) out.push_back(f(g.seed(i)));
-  return out;
-}
 
-const char* kPostColor = "#d62728";
-const char* kPreColor = "#1f77b4";
-const char* kDeepColor = "#2ca02c";
+const char *kPostColor = "#d62728", *kPreColor = "#1f77b4", *kDeepColor = "#2ca02c";
 const char* const kArchs[] = {"Post-LN", "Pre-LN", "DeepNorm"};
 const char* const kColors[] = {kPostColor, kPreColor, kDeepColor};
 
@@ -173,13 +162,6 @@ std::vector<Spread> layers_of(const Grid<Measured>& g, const std::string& arm, d
   std::vector<std::vector<double>> rows;
   for (const Measured* m : g.of(arm, level)) rows.push_back(pick(m->grads));
   return spread_per_column(rows);
-}
-
-ChartSeries series(const std::string& name, const std::vector<double>& x, const std::vector<Spread>& s, const std::string& color, bool band) {
-  ChartSeries c{name, x, {}, {}, {}, !band, color};
-  for (const auto& v : s) c.y.push_back(v.mean), c.lo.push_back(v.min), c.hi.push_back(v.max);
-  if (!band) c.lo.clear(), c.hi.clear();
-  return c;
 }
 
 void describe_init(const Settings& s, const Grid<Measured>& g, Report& r) {
@@ -196,7 +178,7 @@ void describe_init(const Settings& s, const Grid<Measured>& g, Report& r) {
       t.row({stack ? "decoder" : "encoder", static_cast<int64_t>(l + 1), sp[0][l].mean, sp[0][l].min, sp[0][l].max, sp[1][l].mean, sp[1][l].min,
              sp[1][l].max, sp[2][l].mean});
     r.add_panel(Chart{fmt::format("{}: |grad linear2.weight| at init", stack ? "decoder" : "encoder"), "layer", "norm (band: seeds min..max)", false,
-                      true, {series("Post-LN", x, sp[0], kPostColor, true), series("Pre-LN", x, sp[1], kPreColor, true), series("DeepNorm", x, sp[2], kDeepColor, false)},
+                      true, {spread_series("Post-LN", x, sp[0], kPostColor, true), spread_series("Pre-LN", x, sp[1], kPreColor, true), spread_series("DeepNorm", x, sp[2], kDeepColor, false)},
                       x, stack ? Chart::Corner::TopRight : Chart::Corner::BottomLeft});
   }
   r.print(t);
@@ -204,7 +186,7 @@ void describe_init(const Settings& s, const Grid<Measured>& g, Report& r) {
   for (int stack = 0; stack < 2; ++stack) {
     std::vector<std::string> cells;
     for (const char* a : kArchs)
-      cells.push_back(interval_text(per_seed(g, [&](const SeedView<Measured>& v) {
+      cells.push_back(interval_text(g.per_seed([&](const SeedView<Measured>& v) {
         const LayerGradNorms& n = v(std::string("init:") + a).grads;
         return ratio(stack ? n.decoder : n.encoder);
       })));
@@ -247,8 +229,8 @@ void describe_depth(const Settings& s, const Grid<Measured>& g, Report& r) {
   ChartSeries ref{"1/sqrt(L) (Theorem 1, Pre-LN)", x, {}, {}, {}, true, "#7f7f7f"};
   for (double L : x) ref.y.push_back(dec[1].front().mean * std::sqrt(x.front() / L));
   r.add_panel(Chart{"last layer's |grad linear2.weight| against depth", "layers L", "norm (band: seeds min..max)", true, true,
-                    {series("Post-LN decoder", x, dec[0], kPostColor, true), series("Pre-LN decoder", x, dec[1], kPreColor, true),
-                     series("Post-LN encoder", x, enc[0], kPostColor, false), series("Pre-LN encoder", x, enc[1], kPreColor, false), ref},
+                    {spread_series("Post-LN decoder", x, dec[0], kPostColor, true), spread_series("Pre-LN decoder", x, dec[1], kPreColor, true),
+                     spread_series("Post-LN encoder", x, enc[0], kPostColor, false), spread_series("Pre-LN encoder", x, enc[1], kPreColor, false), ref},
                     x, Chart::Corner::BottomLeft});
 }
 
@@ -269,13 +251,8 @@ void describe_training(const Settings& s, const Grid<Measured>& g, Report& r) {
       const Spread sp = spread(nll);
       t.row({kArchs[a], static_cast<int64_t>(w), iv.mean, fmt::format("[{:.3f}, {:.3f}]", iv.lo, iv.hi), sp.min, sp.max, diverged});
       const std::vector<double> mean = means(spread_per_column(losses));
-      ChartSeries c{fmt::format("{}, warm-up {:g}", kArchs[a], w), {}, {}, {}, {}, w == 0, kColors[a]};
-      for (size_t k = window - 1; k < mean.size(); ++k) {  // a moving average of `window` steps reads through batch noise
-        double v = 0;
-        for (size_t j = 0; j < window; ++j) v += mean[k - j] / static_cast<double>(window);
-        c.x.push_back(static_cast<double>(k + 1)), c.y.push_back(v);
-      }
-      curves.push_back(c);
+      // a moving average of `window` steps reads through batch noise
+      curves.push_back(moving_average(fmt::format("{}, warm-up {:g}", kArchs[a], w), mean, window, w == 0, kColors[a]));
     }
   }
   r.print(t);
@@ -309,7 +286,7 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
        .per_seed = [](const V& v) { return ratio(v("init:Post-LN").grads.decoder); },
        .evidence = [](const Grid<Measured>& g, const std::vector<double>& x) {
          return fmt::format("decoder last/first per seed {:.3f}; the encoder's, reported not tested: {}", fmt::join(x, ", "),
-                            interval_text(per_seed(g, [](const V& v) { return ratio(v("init:Post-LN").grads.encoder); })));
+                            interval_text(g.per_seed([](const V& v) { return ratio(v("init:Post-LN").grads.encoder); })));
        },
        .no_placebo = one_arm},
       {.spec = {.id = "preln_not_growing", .kind = ClaimKind::Paper,
@@ -325,8 +302,8 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
                 .pilot_sd = 0.0821, .pilot_n = 5},
        .per_seed = [](const V& v) { return std::max(ratio(v("init:Pre-LN").grads.decoder), ratio(v("init:Pre-LN").grads.encoder)); },
        .evidence = [](const Grid<Measured>& g, const std::vector<double>&) {
-         return fmt::format("last/first: decoder {}, encoder {}", interval_text(per_seed(g, [](const V& v) { return ratio(v("init:Pre-LN").grads.decoder); })),
-                            interval_text(per_seed(g, [](const V& v) { return ratio(v("init:Pre-LN").grads.encoder); })));
+         return fmt::format("last/first: decoder {}, encoder {}", interval_text(g.per_seed([](const V& v) { return ratio(v("init:Pre-LN").grads.decoder); })),
+                            interval_text(g.per_seed([](const V& v) { return ratio(v("init:Pre-LN").grads.encoder); })));
        },
        .no_placebo = one_arm},
       {.spec = {.id = "preln_falls_with_depth", .kind = ClaimKind::Paper,
@@ -338,7 +315,7 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
                 .min_effect_reason = "half the way from the threshold (-0.25) to Theorem 1's slope for Pre-LN (-0.5)", .pilot_sd = 0.0466, .pilot_n = 5},
        .per_seed = [s](const V& v) { return depth_slope(v, "depth:Pre-LN", s); },
        .evidence = [s](const Grid<Measured>& g, const auto&) {
-         return "encoder's slope: " + interval_text(per_seed(g, [&](const V& v) { return depth_slope(v, "depth:Pre-LN", s, true); }));
+         return "encoder's slope: " + interval_text(g.per_seed([&](const V& v) { return depth_slope(v, "depth:Pre-LN", s, true); }));
        },
        .no_placebo = one_arm},
       {.spec = {.id = "postln_flat_with_depth", .kind = ClaimKind::Paper,
@@ -349,7 +326,7 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
                 .min_effect_reason = "half the way from the threshold (-0.25) to Theorem 1's slope for Post-LN (0)", .pilot_sd = 0.0695, .pilot_n = 5},
        .per_seed = [s](const V& v) { return depth_slope(v, "depth:Post-LN", s); },
        .evidence = [s](const Grid<Measured>& g, const auto&) {
-         return "encoder's slope: " + interval_text(per_seed(g, [&](const V& v) { return depth_slope(v, "depth:Post-LN", s, true); }));
+         return "encoder's slope: " + interval_text(g.per_seed([&](const V& v) { return depth_slope(v, "depth:Post-LN", s, true); }));
        },
        .no_placebo = one_arm},
       {.spec = {.id = "postln_warmup_trend", .kind = ClaimKind::Paper,
@@ -377,8 +354,8 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
        .per_seed = [longest](const V& v) { return gain(v, "train:Post-LN", longest) - gain(v, "train:Pre-LN", longest); },
        .evidence = [longest](const Grid<Measured>& g, const auto&) {
          return fmt::format("test NLL without - with {:g} warm-up steps: Post-LN per seed {:.3f}; Pre-LN per seed {:.3f}", longest,
-                            fmt::join(per_seed(g, [&](const V& v) { return gain(v, "train:Post-LN", longest); }), ", "),
-                            fmt::join(per_seed(g, [&](const V& v) { return gain(v, "train:Pre-LN", longest); }), ", "));
+                            fmt::join(g.per_seed([&](const V& v) { return gain(v, "train:Post-LN", longest); }), ", "),
+                            fmt::join(g.per_seed([&](const V& v) { return gain(v, "train:Pre-LN", longest); }), ", "));
        }},
       {.spec = {.id = "deepnorm_trains", .kind = ClaimKind::Paper,
                 .statement = "the intervention: DeepNorm lets Post-LN train without warm-up: its held-out NLL ends more than 0.2 nats below plain "
@@ -392,7 +369,7 @@ std::vector<ClaimDef<Measured>> claims(const Settings& s) {
        .evidence = [longest](const Grid<Measured>& g, const std::vector<double>& x) {
          return fmt::format("test NLL Post-LN - DeepNorm, both without warm-up, per seed: {:.3f}; DeepNorm without warm-up - Post-LN with {:g}: {}",
                             fmt::join(x, ", "), longest,
-                            interval_text(per_seed(g, [&](const V& v) { return v("train:DeepNorm", 0).nll - v("train:Post-LN", longest).nll; })));
+                            interval_text(g.per_seed([&](const V& v) { return v("train:DeepNorm", 0).nll - v("train:Post-LN", longest).nll; })));
        }},
   };
 }

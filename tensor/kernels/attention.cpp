@@ -5,12 +5,14 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/check.h"
 #include "tensor/kernels/bf16.h"
 #include "tensor/kernels/bf16_tile.h"
 #include "tensor/kernels/matmul.h"
+#include "tensor/kernels/small_gemm.h"
 #include "tensor/kernels/softmax.h"
 #include "tensor/parallel.h"
 
@@ -22,6 +24,11 @@ namespace {
 // two thread pools never oversubscribe the cores.
 constexpr int64_t kSingleThreadGemm = 65536 * 4;
 constexpr int64_t kDefaultBlock = 64;
+// A head whose queries and keys are both at most this many (every sentence of Multi30k's batches
+// but the longest) takes the one-tile path: its whole (L, S) scores in one tile, multiplied by
+// small_gemm on operands packed once per head. Tests that choose their own blocks take the tiled
+// path, which is this path's reference.
+constexpr int64_t kOneTile = 64;
 
 // A tile's rows are stored `width(nk)` apart, nk rounded up to 16 (a 512-bit vector of floats):
 // the element-wise passes then run whole vectors over the padding too, instead of a scalar tail
@@ -75,6 +82,7 @@ struct Ctx {
   T drop_scale = 1;       // 1 / (1 - p), 0 when p == 1 (as dropout())
   const Generator* gen = nullptr;
   uint64_t base = 0;
+  bool one_tile = false;  // every head's queries and keys fit one tile: the one-tile path (below)
 };
 
 // live[r*wk + c] = 1 where query l0 + r may see key s0 + c (c < nk; 0 in the padding up to
@@ -165,7 +173,7 @@ void online_update(int64_t n, int64_t nk, int64_t wk, int64_t dk, Scratch<T>& w)
 
 // The output rows [l0, l0 + n) of head h for batch b: every key tile in turn, then normalised.
 template <class T, class In>
-void forward_block(const Ctx<T, In>& c, int64_t b, int64_t h, int64_t l0, T* out, T* lse, Scratch<T>& w) {
+void forward_block(const Ctx<T, In>& c, int64_t b, int64_t h, int64_t l0, T* out, T* lse, bfloat16* out_b, Scratch<T>& w) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const int64_t n = std::min(c.bq, c.L - l0), dk = c.dk, kvh = h / c.G;
   std::fill(w.acc.begin(), w.acc.begin() + n * dk, T(0));
@@ -191,6 +199,12 @@ void forward_block(const Ctx<T, In>& c, int64_t b, int64_t h, int64_t l0, T* out
     for (int64_t d = 0; d < dk; ++d) o[d] = w.acc[r * dk + d] * inv;
     *e = w.m[r] + static_cast<T>(std::log(w.sum[r]));
   }
+  if constexpr (std::is_same_v<T, float>)
+    if (out_b)
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t at = ((b * c.L + l0 + r) * c.H + h) * dk;
+        to_bf16(out + at, out_b + at, dk);
+      }
 }
 
 // P (n, nk; rows wk apart) = exp(S - lse) recomputed from the scores in w.s, 0 where blocked
@@ -309,6 +323,191 @@ void backward_task(const Ctx<T, In>& c, const Rows<T>& g, const Rows<In>& gp, co
         backward_tile(c, gp, lse, D.data() + gi * c.L, b, kvh * c.G + gi, l0, s0, dq, dkk, dvv, w);
 }
 
+// ---- The one-tile path: a head's whole (L, S) scores in one tile ----
+// Every product of a head is small (14 x 14 x 64 at Multi30k's lengths): it runs on small_gemm,
+// without a library call, on operands packed once per head: K and V transposed (d_k, wk) for the
+// products that read them across keys, and under bf16 each bfloat16 operand widened to float32
+// once (exactly; the float32 tiles P and dS are rounded to bfloat16 values before they are
+// multiplied, so every product still takes bfloat16 operands and sums in float32). The mask,
+// softmax and dropout of a row run while the row is in cache, with no running max to rescale. The
+// tiled path (forward_block, backward_task) is its reference: the same arithmetic but for the
+// order of the products' sums.
+
+// Buffers of one task, sized for a whole head.
+template <class T>
+struct HeadScratch {
+  std::vector<T> s, dp, pd, acc, kt, vt, qf, kf, vf, gf, D, m;
+  std::vector<double> sum;
+  std::vector<uint8_t> live, keep;
+  HeadScratch(int64_t L, int64_t S, int64_t dk)
+      : s(L * width(S)), dp(L * width(S)), pd(L * width(S)), acc(L * dk), kt(dk * width(S)), vt(dk * width(S)), qf(L * dk), kf(S * dk),
+        vf(S * dk), gf(L * dk), D(L), m(L), sum(L), live(L * width(S)), keep(width(S)) {}
+};
+
+// Rows [0, n) of head `head` of x as T rows ld apart: in place when In is T, else widened into buf.
+template <class T, class In>
+const T* rows_as(const Rows<In>& x, int64_t b, int64_t head, int64_t n, std::vector<T>& buf, int64_t& ld) {
+  if constexpr (std::is_same_v<In, T>) {
+    ld = x.sl;
+    return x.at(b, 0, head);
+  } else {
+    for (int64_t r = 0; r < n; ++r) {
+      const In* src = x.at(b, r, head);
+      T* dst = buf.data() + r * x.dk;
+      for (int64_t d = 0; d < x.dk; ++d) dst[d] = static_cast<T>(src[d]);
+    }
+    ld = x.dk;
+    return buf.data();
+  }
+}
+
+// Head `head` of x's rows [0, nk) transposed: dst (d_k, wk), dst[d * wk + j] = x[j][d], 0 for j >= nk.
+template <class T, class In>
+void pack_transposed(const Rows<In>& x, int64_t b, int64_t head, int64_t nk, int64_t wk, T* dst) {
+  kernels::pack_transposed(x.at(b, 0, head), x.sl, nk, x.dk, dst, wk);
+}
+
+// A float32 row rounded to bfloat16 values in place (as the bf16 tiles round P and dS when they
+// pack them); float64 and float32 under fp32 are left as they are.
+template <class T, class In>
+void round_row(T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && !std::is_same_v<In, T>) {
+    bfloat16 tmp[kOneTile];
+    to_bf16(x, tmp, n);
+    for (int64_t j = 0; j < n; ++j) x[j] = static_cast<float>(tmp[j]);
+  }
+}
+
+// Blocked entries (live 0, the padding too) of a row set to -inf, and the row's max; 16 lanes.
+template <class T>
+T masked_max(T* sr, const uint8_t* lr, int64_t wk) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  T mx[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) mx[l] = kNegInf;
+  for (int64_t j = 0; j < wk; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const T v = lr[j + l] ? sr[j + l] : kNegInf;
+      sr[j + l] = v;
+      mx[l] = v > mx[l] ? v : mx[l];
+    }
+  T m = kNegInf;
+  for (int64_t l = 0; l < kLanes; ++l) m = mx[l] > m ? mx[l] : m;
+  return m;
+}
+
+// P = exp(S - lse) over a row of the tile, 0 where blocked: two loops, the exp over one array and
+// then the select, because with both in one loop GCC ran the (16-entry) row's loop unvectorised. A
+// blocked entry's exp may overflow to inf; the select replaces it, nothing multiplies it.
+template <class T>
+void probs_row(T* __restrict s, const uint8_t* __restrict live, T shift, int64_t wk) {
+  for (int64_t j = 0; j < wk; ++j) s[j] = fast::exp(s[j] - shift);
+  for (int64_t j = 0; j < wk; ++j) s[j] = live[j] ? s[j] : T(0);
+}
+
+// The forward of head h of batch b: every query row and key in one tile.
+template <class T, class In>
+void forward_head(const Ctx<T, In>& c, int64_t b, int64_t h, T* out, T* lse, bfloat16* out_b, HeadScratch<T>& w) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const int64_t n = c.L, nk = c.S, wk = width(nk), dk = c.dk, kvh = h / c.G;
+  T* o0 = out + (b * c.L * c.H + h) * dk;  // row r at o0 + r * H * dk
+  T* e = lse + (b * c.H + h) * c.L;
+  if (nk == 0 || !tile_mask(c, b, 0, n, 0, nk, wk, w.live.data())) {  // every key blocked: weights 0, as softmax() gives
+    for (int64_t r = 0; r < n; ++r) std::fill(o0 + r * c.H * dk, o0 + r * c.H * dk + dk, T(0)), e[r] = kNegInf;
+  } else {
+    int64_t ldq = 0, ldv = 0;
+    const T* qa = rows_as(c.q, b, h, n, w.qf, ldq);        // (n, d_k)
+    const T* va = rows_as(c.v, b, kvh, nk, w.vf, ldv);     // (nk, d_k)
+    pack_transposed(c.k, b, kvh, nk, wk, w.kt.data());     // (d_k, wk)
+    count_gemm_flops(static_cast<uint64_t>(4 * n * nk * dk));  // S and P V, as the tiled path counts them
+    small_gemm(n, wk, dk, c.scale, qa, ldq, int64_t{1}, w.kt.data(), wk, T(0), w.s.data(), wk);  // S (n, wk): 0 in the padding
+    for (int64_t r = 0; r < n; ++r) {  // mask, softmax and dropout while the row is in cache
+      T* sr = w.s.data() + r * wk;
+      const T mx = masked_max(sr, w.live.data() + r * wk, wk);
+      w.m[r] = mx;
+      if (mx == kNegInf) {  // every key of this row blocked
+        std::fill(sr, sr + wk, T(0));
+        continue;
+      }
+      // Whole vectors: blocked entries and the padding (-inf) give 0, which the sum's 16 lanes add
+      // without a scalar tail (the tiled path sums to nk: the same terms, in another order).
+      for (int64_t j = 0; j < wk; ++j) sr[j] = fast::exp(sr[j] - mx);
+      w.sum[r] = lane_sum(wk, [&](int64_t j) { return sr[j]; });
+      if (c.p > 0) drop_tile(c, b, h, r, 1, 0, wk, w.keep.data(), sr);
+      round_row<T, In>(sr, wk);
+    }
+    small_gemm(n, dk, nk, T(1), w.s.data(), wk, int64_t{1}, va, ldv, T(0), w.acc.data(), dk);  // P V (n, d_k)
+    for (int64_t r = 0; r < n; ++r) {
+      T* o = o0 + r * c.H * dk;
+      if (w.m[r] == kNegInf) {
+        std::fill(o, o + dk, T(0));
+        e[r] = kNegInf;
+        continue;
+      }
+      const T inv = static_cast<T>(1.0 / w.sum[r]);
+      for (int64_t d = 0; d < dk; ++d) o[d] = w.acc[r * dk + d] * inv;
+      e[r] = w.m[r] + static_cast<T>(std::log(w.sum[r]));
+    }
+  }
+  if constexpr (std::is_same_v<T, float>)
+    if (out_b)
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t at = ((b * c.L + r) * c.H + h) * dk;
+        to_bf16(out + at, out_b + at, dk);
+      }
+}
+
+// The backward of batch b's key/value head kvh and its G query heads, every head in one tile, in
+// the tiled path's order (query heads in turn, adding into dK and dV).
+template <class T, class In>
+void backward_heads(const Ctx<T, In>& c, const Rows<T>& g, const Rows<In>& gp, const Rows<T>& o, const T* lse_all, int64_t b, int64_t kvh,
+                    const Rows<T>& dq, const Rows<T>& dkk, const Rows<T>& dvv, HeadScratch<T>& w) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const int64_t n = c.L, nk = c.S, wk = width(nk), dk = c.dk;
+  if (nk == 0 || !tile_mask(c, b, 0, n, 0, nk, wk, w.live.data())) return;  // every weight 0: so are the gradients
+  int64_t ldk = 0;
+  const T* ka = rows_as(c.k, b, kvh, nk, w.kf, ldk);  // (nk, d_k), for dQ
+  pack_transposed(c.k, b, kvh, nk, wk, w.kt.data());   // (d_k, wk), for S
+  pack_transposed(c.v, b, kvh, nk, wk, w.vt.data());   // (d_k, wk), for dP
+  for (int64_t gi = 0; gi < c.G; ++gi) {
+    const int64_t h = kvh * c.G + gi;
+    const T* lse = lse_all + (b * c.H + h) * c.L;
+    int64_t ldq = 0, ldg = 0;
+    const T* qa = rows_as(c.q, b, h, n, w.qf, ldq);  // (n, d_k)
+    const T* ga = rows_as(gp, b, h, n, w.gf, ldg);   // dO as the products read it (n, d_k)
+    count_gemm_flops(static_cast<uint64_t>(8 * n * nk * dk));  // dP, dV, dK, dQ (the recomputed S is not counted)
+    // Over wk columns: the padding's S and dP are 0 (K^T and V^T are 0 there), so every entry of the
+    // rows below is a number and the padding adds exact zeros.
+    small_gemm(n, wk, dk, c.scale, qa, ldq, int64_t{1}, w.kt.data(), wk, T(0), w.s.data(), wk);  // S
+    small_gemm(n, wk, dk, T(1), ga, ldg, int64_t{1}, w.vt.data(), wk, T(0), w.dp.data(), wk);      // dP = dO V^T
+    if constexpr (std::is_same_v<In, T>)
+      for (int64_t r = 0; r < n; ++r) {  // D = rowsum(dO * O)
+        const T *gr = g.at(b, r, h), *orow = o.at(b, r, h);
+        w.D[r] = static_cast<T>(lane_sum(dk, [&](int64_t d) { return gr[d] * orow[d]; }));
+      }
+    for (int64_t r = 0; r < n; ++r) {  // P, dropout, D (bf16) and dS while the row is in cache
+      T *sr = w.s.data() + r * wk, *dpr = w.dp.data() + r * wk, *pdr = w.pd.data() + r * wk;
+      const uint8_t* lr = w.live.data() + r * wk;
+      if (lse[r] == kNegInf) {  // a fully blocked row: zero weights, zero gradients
+        std::fill(pdr, pdr + wk, T(0));
+        std::fill(dpr, dpr + wk, T(0));
+        continue;
+      }
+      probs_row(sr, lr, lse[r], wk);
+      std::copy(sr, sr + wk, pdr);
+      if (c.p > 0) drop_tile(c, b, h, r, 1, 0, wk, w.keep.data(), pdr, dpr);  // Pd = P Z, dP Z
+      // Under bf16, D from this tile's P and dP (see row_sums_of_p_dp for why not from O).
+      if constexpr (!std::is_same_v<In, T>) w.D[r] = static_cast<T>(lane_sum(wk, [&](int64_t j) { return sr[j] * dpr[j]; }));
+      const T dr = w.D[r];
+      for (int64_t j = 0; j < wk; ++j) dpr[j] = sr[j] * (dpr[j] - dr);  // dS
+      round_row<T, In>(pdr, wk);
+      round_row<T, In>(dpr, wk);
+    }
+    small_gemm(nk, dk, n, T(1), w.pd.data(), int64_t{1}, wk, ga, ldg, T(1), dvv.at(b, 0, kvh), dvv.sl);      // dV += Pd^T dO
+    small_gemm(nk, dk, n, c.scale, w.dp.data(), int64_t{1}, wk, qa, ldq, T(1), dkk.at(b, 0, kvh), dkk.sl);  // dK += scale dS^T Q
+    small_gemm(n, dk, nk, c.scale, w.dp.data(), wk, int64_t{1}, ka, ldk, T(1), dq.at(b, 0, h), dq.sl);      // dQ += scale dS K
+  }
+}
+
 void check_operand(const Tensor& t, int64_t heads, const char* what, const Tensor& q) {
   GF_CHECK(t.defined() && t.ndim() == 3 && t.size(0) == q.size(0) && t.size(2) % heads == 0,
            "attention: {} {} must be (B, len, heads*d_k) with B = {} and {} heads", what,
@@ -336,6 +535,7 @@ Ctx<T, In> make_ctx(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   c.drop_scale = static_cast<T>(cfg.dropout_p >= 1.0 ? 0.0 : 1.0 / (1.0 - cfg.dropout_p));
   c.gen = &cfg.gen;
   c.base = cfg.dropout_base;
+  c.one_tile = cfg.block_q <= 0 && cfg.block_k <= 0 && c.L <= kOneTile && c.S <= kOneTile;
   return c;
 }
 
@@ -381,14 +581,25 @@ AttentionForward attention_forward(const Tensor& q_in, const Tensor& k_in, const
   const DType out_type = scores_dtype(q.dtype());
   r.out = Tensor::empty(q.shape(), out_type);  // (B, L, H*d_k)
   r.lse = Tensor::empty({B, H, L}, out_type);  // (B, H, L)
+  GF_CHECK(!cfg.out_bf16 || out_type == DType::Float32, "attention: a bfloat16 copy of the output needs a float32 output, got {}",
+           dtype_name(out_type));
+  if (cfg.out_bf16) r.out_bf16 = Tensor::empty(q.shape(), DType::BFloat16);  // (B, L, H*d_k)
   auto run = [&]<class T, class In>() {
     const Ctx<T, In> c = make_ctx<T, In>(q, k, v, cfg, kpm, am);
     const int64_t nqb = (L + c.bq - 1) / c.bq, tasks = B * H * nqb;
     T *out = r.out.data<T>(), *lse = r.lse.data<T>();
+    bfloat16* out_b = cfg.out_bf16 ? r.out_bf16.data<bfloat16>() : nullptr;
+    if (c.one_tile) {  // a task per head
+      parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
+        HeadScratch<T> w(c.L, c.S, c.dk);
+        for (int64_t t = lo; t < hi; ++t) forward_head(c, t / H, t % H, out, lse, out_b, w);
+      });
+      return;
+    }
     // A task is one block of queries of one head: a few tiles of work, so a grain of 1.
     parallel_for(tasks, 1, [&](int64_t lo, int64_t hi) {
       Scratch<T> w(c.bq, c.bk, c.dk);
-      for (int64_t t = lo; t < hi; ++t) forward_block(c, t / (H * nqb), t / nqb % H, t % nqb * c.bq, out, lse, w);
+      for (int64_t t = lo; t < hi; ++t) forward_block(c, t / (H * nqb), t / nqb % H, t % nqb * c.bq, out, lse, out_b, w);
     });
   };
   if (q.dtype() == DType::BFloat16)
@@ -403,19 +614,22 @@ void attention_backward_into(const Tensor& g_in, const Tensor& q_in, const Tenso
                              const Tensor& dk, const Tensor& dv) {
   Tensor kpm, am;
   check_inputs(q_in, k_in, v_in, cfg, kpm, am);
-  GF_CHECK(g_in.shape() == q_in.shape() && out.shape() == q_in.shape() && dq.shape() == q_in.shape() &&
+  // Under bf16 the backward makes D from its tiles and never reads the output: it may be undefined.
+  const bool bf16 = q_in.dtype() == DType::BFloat16;
+  GF_CHECK(out.defined() || bf16, "attention_backward: the output is needed for {} q", dtype_name(q_in.dtype()));
+  GF_CHECK(g_in.shape() == q_in.shape() && (!out.defined() || out.shape() == q_in.shape()) && dq.shape() == q_in.shape() &&
                dk.shape() == k_in.shape() && dv.shape() == v_in.shape(),
            "attention_backward: gradient {}, output {} and destinations {}, {}, {} must match q {} and k {}",
-           shape_str(g_in.shape()), shape_str(out.shape()), shape_str(dq.shape()), shape_str(dk.shape()),
+           shape_str(g_in.shape()), out.defined() ? shape_str(out.shape()) : std::string("undefined"), shape_str(dq.shape()), shape_str(dk.shape()),
            shape_str(dv.shape()), shape_str(q_in.shape()), shape_str(k_in.shape()));
   const DType t = scores_dtype(q_in.dtype());
   for (const Tensor* d : {&g_in, &out, &lse, &dq, &dk, &dv})
-    GF_CHECK(d->dtype() == t, "attention_backward: the gradient, output, log-sum-exp and destinations must be {} for {} q, got {} {}",
+    GF_CHECK(!d->defined() || d->dtype() == t, "attention_backward: the gradient, output, log-sum-exp and destinations must be {} for {} q, got {} {}",
              dtype_name(t), dtype_name(q_in.dtype()), dtype_name(d->dtype()), shape_str(d->shape()));
   for (const Tensor* d : {&dq, &dk, &dv})
     GF_CHECK(d->strides()[2] == 1, "attention_backward: a destination {} needs unit stride in its last dim", shape_str(d->shape()));
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), g = unit_last(g_in);
-  const Tensor o = out.contiguous(), ls = lse.contiguous();  // (B, L, H*d_k), (B, H, L)
+  const Tensor o = out.defined() ? out.contiguous() : g, ls = lse.contiguous();  // (B, L, H*d_k) (not read under bf16), (B, H, L)
   // Under bf16 the products read dO rounded to bfloat16 once; D = rowsum(dO * O) reads it unrounded.
   const Tensor gp = q.dtype() == DType::BFloat16 ? to_bf16(g) : g;  // (B, L, H*d_k)
   auto run = [&]<class T, class In>() {
@@ -423,6 +637,13 @@ void attention_backward_into(const Tensor& g_in, const Tensor& q_in, const Tenso
     const Rows<T> gr = rows_of<T>(g, c.dk), orow = rows_of<T>(o, c.dk);
     const Rows<In> gpr = rows_of<In>(gp, c.dk);
     const Rows<T> rq = rows_of<T>(dq, c.dk), rk = rows_of<T>(dk, c.dk), rv = rows_of<T>(dv, c.dk);
+    if (c.one_tile) {
+      parallel_for(c.B * c.KV, 1, [&](int64_t lo, int64_t hi) {
+        HeadScratch<T> w(c.L, c.S, c.dk);
+        for (int64_t t = lo; t < hi; ++t) backward_heads(c, gr, gpr, orow, ls.data<T>(), t / c.KV, t % c.KV, rq, rk, rv, w);
+      });
+      return;
+    }
     parallel_for(c.B * c.KV, 1, [&](int64_t lo, int64_t hi) {
       Scratch<T> w(c.bq, c.bk, c.dk);
       std::vector<T> D(c.G * c.L);

@@ -31,11 +31,13 @@ struct AttentionConfig {
   Generator gen;                  // a copy: at() reads only the seed
   uint64_t dropout_base = 0;
   int64_t block_q = 0, block_k = 0;  // 0 = the default tile sizes (tests use small odd ones)
+  bool out_bf16 = false;  // the forward also writes its output rounded to bfloat16 (float32 output only)
 };
 
 struct AttentionForward {
   Tensor out;  // (B, L, H*d_k)
   Tensor lse;  // (B, H, L): log-sum-exp of each row's scores, -inf for a row with every key blocked
+  Tensor out_bf16;  // (B, L, H*d_k) bfloat16: out as to_bf16 rounds it, with cfg.out_bf16; else undefined
 };
 
 struct AttentionGrads {

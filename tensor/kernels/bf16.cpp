@@ -20,6 +20,7 @@
 #include "tensor/check.h"
 #include "tensor/cpu_features.h"
 #include "tensor/kernels/matmul.h"
+#include "tensor/kernels/row_blocks.h"
 #include "tensor/parallel.h"
 
 namespace gf {
@@ -285,6 +286,31 @@ Tensor to_bf16(const Tensor& x) {
   const float* s = xc.data<float>();
   bfloat16* d = out.data<bfloat16>();
   parallel_for(xc.numel(), kSerialGrain, [&](int64_t lo, int64_t hi) { to_bf16(s + lo, d + lo, hi - lo); });
+  return out;
+}
+
+Tensor to_bf16_and_column_sums(const Tensor& x, Tensor& sums) {
+  check_dtype(x, DType::Float32, "to_bf16_and_column_sums");
+  GF_CHECK(x.ndim() == 2, "to_bf16_and_column_sums: expected a matrix (N, C), got {}", shape_str(x.shape()));
+  const Tensor xc = x.contiguous();  // (N, C)
+  const int64_t rows = xc.size(0), cols = xc.size(1);
+  Tensor out = Tensor::empty(xc.shape(), DType::BFloat16);  // (N, C)
+  sums = Tensor::empty({cols}, DType::Float32);             // (C,)
+  const RowBlocks blocks = row_blocks(rows, cols);         // as sum(x, {0}) cuts the rows
+  std::vector<double> part(static_cast<size_t>(blocks.count * cols), 0.0);  // (blocks, C)
+  const float* s = xc.data<float>();
+  bfloat16* d = out.data<bfloat16>();
+  parallel_for(blocks.count, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t blk = lo; blk < hi; ++blk) {
+      double* acc = part.data() + blk * cols;
+      for (int64_t r = blocks.begin(blk); r < blocks.end(blk); ++r) {
+        const float* p = s + r * cols;
+        for (int64_t j = 0; j < cols; ++j) acc[j] += p[j];
+        to_bf16(p, d + r * cols, cols);
+      }
+    }
+  });
+  add_partials_in_order(part, blocks.count, cols, sums.data<float>());
   return out;
 }
 

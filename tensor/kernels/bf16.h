@@ -104,6 +104,12 @@ void to_bf16_in_place(float* x, int64_t n);
 // column-major matrix (a transposed view of a contiguous one) the same column-major layout.
 Tensor to_bf16(const Tensor& x);
 
+// x (N, C) float32 as to_bf16(x) gives it and, in the same pass, its column sums into sums ((C,),
+// float32): the same bits as sum(x, {0}) (row blocks of row_blocks.h, partials added in block
+// order). A linear's backward under bf16 rounds its output gradient and takes its bias gradient
+// with one read.
+Tensor to_bf16_and_column_sums(const Tensor& x, Tensor& sums);
+
 // ---- products: bfloat16 operands, float32 accumulation and result ----
 // C (m, n) = op(A) @ op(B) + beta * C (+ bias (n) on every row when given), all row-major with
 // leading dims (ta/tb: A/B read transposed); beta is 0 or 1. A large product is cut across the

@@ -29,7 +29,9 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
                                  double label_smoothing);
 
 // d loss / d logits scaled by `scale` (the upstream gradient over count):
-// (softmax - ((1 - ls) * onehot + ls / C)) * scale; ignored rows get 0. Returns (N, C).
+// (softmax - ((1 - ls) * onehot + ls / C)) * scale; ignored rows get 0. Returns (N, C). The softmax
+// is exp(x - max) / sum, as cross_entropy_and_backward makes it (the same bits): each row's max and
+// sum are made again from the logits (lse, the forward's, is checked for its shape only).
 // With in_place, the gradient is written over the logits' own buffer (contiguous logits only)
 // and returned as a view of it: autograd does so on the last backward through a loss whose
 // logits nothing else holds, so the step's largest tensor is not allocated twice.
@@ -38,7 +40,9 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Ten
 
 // Both at once, one row at a time while it is in cache (linear_cross_entropy's chunks): the loss
 // as cross_entropy, and the gradient (as cross_entropy_backward's, the same bits) written over the
-// logits (contiguous). column_sums, if given ((C,), the logits' dtype), receives the gradient's
+// logits (contiguous). Three passes over a row: its max (with the sum of its logits under label
+// smoothing); exp(x - max) written over it, and its sum; the gradient e / sum - target, with its
+// column sums and rounding below, from one exp per logit. column_sums, if given ((C,), the logits' dtype), receives the gradient's
 // sum over rows, the bias gradient of a linear layer before the loss: the same bits as
 // sum(gradient, {0}). With rows_to_bf16 (float32 logits only), each row of the gradient is then
 // rounded to bfloat16 in place: row i's C values fill the first half of its own bytes, so the

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "tensor/check.h"
+#include "tensor/kernels/sgemm.h"
 #include "tensor/parallel.h"
 #include "tensor/runtime.h"
 
@@ -67,11 +68,22 @@ std::atomic<int> g_small_rows_scopes{0};  // live SmallRowsGemmScopes
 // With gemm_on_tbb(): a large GEMM cut into one slab of C's rows (or columns) per thread, each a
 // single-threaded BLAS call on a TBB thread. Every output element is still one BLAS dot product
 // over the whole k, and only one thread pool is ever busy.
+// One single-threaded product of the step: float32 on the library chosen for its layout
+// (sgemm.h: OpenBLAS or oneDNN, measured once per machine), float64 on OpenBLAS.
+template <class T>
+void step_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+               int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    sgemm_on(sgemm_library_for(ta, tb), ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  else
+    blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+
 template <class T>
 void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
                 T* c, int64_t ldc) {
   for_each_gemm_slab(m, n, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-    blas_gemm(ta, tb, rows, cols, k, T(1), ta ? a + r0 : a + r0 * lda, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + r0 * ldc + c0, ldc);
+    step_gemm(ta, tb, rows, cols, k, ta ? a + r0 : a + r0 * lda, lda, tb ? b + c0 * ldb : b + c0, ldb, beta, c + r0 * ldc + c0, ldc);
   });
 }
 
@@ -154,8 +166,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   if (m * n * k >= kSplitWork) {
     // On one thread too: the blocks, and so the bits of a decoded sentence, follow the shape alone.
     if (g_small_rows_scopes.load(std::memory_order_relaxed) > 0) return column_blocks(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    if (gemm_on_tbb() && max_threads() > 1 && std::max(m, n) >= max_threads() * kMinSplit)
-      return split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    if (!gemm_on_tbb()) return blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);  // OpenBLAS threads it (A/B runs)
+    if constexpr (std::is_same_v<T, float>) (void)sgemm_choice();  // decided here, before the threads start their slabs
+    if (max_threads() > 1 && std::max(m, n) >= max_threads() * kMinSplit) return split_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return step_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
   blas_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }

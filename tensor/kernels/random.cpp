@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tensor/check.h"
+#include "tensor/kernels/bf16.h"
 #include "tensor/parallel.h"
 
 namespace gf {
@@ -54,6 +55,15 @@ void scale_by_mask(const T* x, const bool* mask, T s, T* out, int64_t b, int64_t
 template <class T>
 void pass_where_positive(const T* g, const T* y, T s, T* out, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) out[i] = y[i] > 0 ? g[i] * s : T(0);
+}
+
+// The same from a bfloat16 output's bits: positive is sign 0, not zero, not NaN (magnitude in
+// (0, 0x7f80]: +inf counts, as inf > 0).
+void pass_where_positive_bits(const float* g, const uint16_t* y, float s, float* out, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) {
+    const uint16_t v = y[i];
+    out[i] = v != 0 && v <= 0x7f80u ? g[i] * s : 0.0f;
+  }
 }
 
 constexpr int64_t kMaskChunk = 1024;  // elements per mask-then-apply chunk: stays in L1
@@ -155,10 +165,14 @@ Tensor dropout_forward(const Tensor& x, double p, double scale, Generator& gen, 
   return out;
 }
 
-Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen) {
+Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen, Tensor* out_bf16) {
   GF_CHECK(p >= 0.0 && p <= 1.0, "relu_dropout_forward: drop probability {} is outside [0, 1] (input {})", p, shape_str(x.shape()));
+  GF_CHECK(!out_bf16 || x.dtype() == DType::Float32, "relu_dropout_forward: a bfloat16 copy of the output needs float32 input, got {}",
+           dtype_name(x.dtype()));
   Tensor xc = x.contiguous();                         // (shape)
   Tensor out = Tensor::empty(x.shape(), x.dtype());  // (shape)
+  if (out_bf16) *out_bf16 = Tensor::empty(x.shape(), DType::BFloat16);  // (shape)
+  bfloat16* pb = out_bf16 ? out_bf16->data<bfloat16>() : nullptr;
   const uint64_t base = gen.reserve(static_cast<uint64_t>(out.numel())), threshold = keep_threshold(p);
   dispatch_float(x.dtype(), "relu_dropout_forward", [&]<class T>() {
     const T* px = xc.data<T>();
@@ -171,6 +185,8 @@ Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& 
         for (int64_t i = c; i < ce; ++i) keep[i - c] = keeps(gen.at(base + i), threshold);
         // relu as kernels::relu (v < 0 ? 0 : v lets NaN through), then dropout's x * (s * 0 or 1).
         for (int64_t i = c; i < ce; ++i) po[i] = (px[i] < 0 ? T(0) : px[i]) * (s * static_cast<T>(keep[i - c]));
+        if constexpr (std::is_same_v<T, float>)
+          if (pb) to_bf16(po + c, pb + c, ce - c);
       }
     });
   });
@@ -182,6 +198,16 @@ Tensor relu_dropout_backward(const Tensor& g, const Tensor& out, double scale) {
            shape_str(out.shape()));
   Tensor gc = g.contiguous(), oc = out.contiguous();  // (shape), (shape)
   Tensor gx = Tensor::empty(g.shape(), g.dtype());     // (shape)
+  if (out.dtype() == DType::BFloat16) {  // the output's bfloat16 copy: its sign is the float32 output's
+    check_dtype(g, DType::Float32, "relu_dropout_backward");
+    const float* pg = gc.data<float>();
+    const uint16_t* po = reinterpret_cast<const uint16_t*>(oc.data<bfloat16>());
+    float* px = gx.data<float>();
+    const float s = static_cast<float>(scale);
+    parallel_for(gx.numel(), kSerialGrain, [&](int64_t b, int64_t e) { pass_where_positive_bits(pg, po, s, px, b, e); });
+    return gx;
+  }
+  check_same_dtype(g, out, "relu_dropout_backward");
   dispatch_float(g.dtype(), "relu_dropout_backward", [&]<class T>() {
     const T *pg = gc.data<T>(), *po = oc.data<T>();
     T* px = gx.data<T>();

@@ -76,8 +76,13 @@ Tensor dropout_forward(const Tensor& x, double p, double scale, Generator& gen, 
 // relu(x) * (scale or 0). Its backward needs only out: an element passes the gradient (times
 // scale) exactly where out > 0, i.e. where relu passed and dropout kept it. The feed-forward
 // layer's hidden activation thus keeps one tensor for backward, not relu's output and a mask.
-Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen);
-Tensor relu_dropout_backward(const Tensor& g, const Tensor& out, double scale);  // g * scale where out > 0, else 0
+// out_bf16, if given (float32 x only), receives the output rounded to bfloat16 (as to_bf16), chunk
+// by chunk as it is written.
+Tensor relu_dropout_forward(const Tensor& x, double p, double scale, Generator& gen, Tensor* out_bf16 = nullptr);
+// g * scale where out > 0, else 0. out may be the output's bfloat16 copy (float32 g): rounding keeps
+// every sign, and only a float32 output below 2^-126, which bfloat16 flushes to 0, stops its
+// gradient (under --precision bf16 the op keeps that copy, not the float32 output).
+Tensor relu_dropout_backward(const Tensor& g, const Tensor& out, double scale);
 
 // One element's keep decision, to_unit(bits) >= p, made on the integer: to_unit is
 // (bits >> 11) * 2^-53 and p * 2^53 is exact, so (bits >> 11) >= ceil(p * 2^53) is the same test
