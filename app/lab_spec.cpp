@@ -20,7 +20,7 @@
 namespace gf::app {
 namespace {
 
-using json = nlohmann::ordered_json;  // keys in the file's order: a measure may read the ones before it
+using spec_json = nlohmann::ordered_json;  // keys in the file's order: a measure may read the ones before it
 
 // The flags a recipe may set: the model's and the optimisation's. The rest of `gradflow train`'s
 // (--out, --steps, --data, --seed, ...) belong to the file's own keys or to no experiment.
@@ -37,26 +37,26 @@ const std::vector<std::string>& recipe_flag_names() {
   throw UsageError(fmt::format("lab run {}: {}: {}", s.file, key, problem));
 }
 
-const json& need(const LabSpec& s, const json& j, const std::string& key, const std::string& where) {
+const spec_json& need(const LabSpec& s, const spec_json& j, const std::string& key, const std::string& where) {
   if (!j.contains(key)) fail(s, where.empty() ? key : where + "." + key, "missing");
   return j.at(key);
 }
 
-void only_keys(const LabSpec& s, const json& j, const std::set<std::string>& known, const std::string& where) {
+void only_keys(const LabSpec& s, const spec_json& j, const std::set<std::string>& known, const std::string& where) {
   if (!j.is_object()) fail(s, where, "must be an object");
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) fail(s, where.empty() ? k : where + "." + k, fmt::format("unknown key (known: {})", fmt::join(known, ", ")));
 }
 
-std::string text(const LabSpec& s, const json& j, const std::string& key) {
+std::string text(const LabSpec& s, const spec_json& j, const std::string& key) {
   if (!j.is_string()) fail(s, key, "must be a string");
   return j.get<std::string>();
 }
-double number(const LabSpec& s, const json& j, const std::string& key) {
+double number(const LabSpec& s, const spec_json& j, const std::string& key) {
   if (!j.is_number() || !std::isfinite(j.get<double>())) fail(s, key, "must be a finite number");
   return j.get<double>();
 }
-int64_t whole(const LabSpec& s, const json& j, const std::string& key, int64_t min) {
+int64_t whole(const LabSpec& s, const spec_json& j, const std::string& key, int64_t min) {
   if (!j.is_number_integer() || j.get<int64_t>() < min) fail(s, key, fmt::format("must be a whole number of at least {}", min));
   return j.get<int64_t>();
 }
@@ -66,7 +66,7 @@ void check_name(const LabSpec& s, const std::string& name, const std::string& ke
 }
 
 // A flag list, from "--a 1 --b" or ["--a", "1", "--b"]; every flag a recipe flag.
-std::vector<std::string> flag_list(const LabSpec& s, const json& j, const std::string& key) {
+std::vector<std::string> flag_list(const LabSpec& s, const spec_json& j, const std::string& key) {
   std::vector<std::string> out;
   if (j.is_string()) {
     std::istringstream in(j.get<std::string>());
@@ -127,7 +127,7 @@ SpecMeasure parse_measure(const LabSpec& s, const std::string& name, const std::
   return m;
 }
 
-lab::Condition condition(const LabSpec& s, const json& j, const std::string& key) {
+lab::Condition condition(const LabSpec& s, const spec_json& j, const std::string& key) {
   only_keys(s, j, {"arm", "level"}, key);
   lab::Condition c{text(s, need(s, j, "arm", key), key + ".arm"), 0};
   if (std::none_of(s.arms.begin(), s.arms.end(), [&](const SpecArm& a) { return a.name == c.arm; }))
@@ -142,7 +142,7 @@ lab::Condition condition(const LabSpec& s, const json& j, const std::string& key
   return c;
 }
 
-SpecClaim parse_claim(const LabSpec& s, const json& j, size_t i) {
+SpecClaim parse_claim(const LabSpec& s, const spec_json& j, size_t i) {
   const std::string key = fmt::format("claims[{}]", i);
   only_keys(s, j, {"id", "statement", "source", "type", "measure", "arm", "level", "a", "b", "trend", "side", "threshold", "min_effect",
                    "min_effect_reason", "pilot_sd", "pilot_n"}, key);
@@ -170,7 +170,7 @@ SpecClaim parse_claim(const LabSpec& s, const json& j, size_t i) {
     p.pilot_n = j.contains("pilot_n") ? static_cast<int>(whole(s, j.at("pilot_n"), key + ".pilot_n", 2)) : 0;
   }
   if (c.type == "value") {
-    json one = {{"arm", need(s, j, "arm", key)}};
+    spec_json one = {{"arm", need(s, j, "arm", key)}};
     if (j.contains("level")) one["level"] = j.at("level");
     c.a = condition(s, one, key);
   } else if (c.type == "difference" || c.type == "ratio" || c.type == "log_ratio") {
@@ -191,7 +191,7 @@ SpecClaim parse_claim(const LabSpec& s, const json& j, size_t i) {
   return c;
 }
 
-void parse_data(LabSpec& s, const json& j) {
+void parse_data(LabSpec& s, const spec_json& j) {
   if (j.is_string()) {
     if (j != "builtin") fail(s, "data", "must be \"builtin\" or an object: {\"builtin\": {...}}, {\"task\": {...}} or {\"dir\": \"PATH\", ...}");
     return;
@@ -203,7 +203,7 @@ void parse_data(LabSpec& s, const json& j) {
     if (j.at("builtin").contains("pairs")) s.pairs = whole(s, j.at("builtin").at("pairs"), "data.builtin.pairs", 20);
   } else if (j.contains("task")) {
     s.data_kind = "task";
-    const json& t = j.at("task");
+    const spec_json& t = j.at("task");
     only_keys(s, t, {"task", "symbols", "min_len", "max_len", "train", "eval"}, "data.task");
     if (t.contains("task")) s.task.task = text(s, t.at("task"), "data.task.task");
     if (t.contains("symbols")) s.task.symbols = whole(s, t.at("symbols"), "data.task.symbols", 2);
@@ -268,10 +268,10 @@ LabSpec parse_lab_spec(const std::string& file) {
   Digest d;
   d.add(bytes.data(), bytes.size());
   s.digest = d.text();
-  json j;
+  spec_json j;
   try {
-    j = json::parse(bytes);
-  } catch (const json::parse_error& e) {
+    j = spec_json::parse(bytes);
+  } catch (const spec_json::parse_error& e) {
     fail(s, "(the file)", fmt::format("not JSON: {}", e.what()));
   }
   only_keys(s, j, {"name", "title", "question", "source", "recipe", "arms", "factor", "seeds", "first_seed", "steps", "data", "measures",
@@ -285,19 +285,19 @@ LabSpec parse_lab_spec(const std::string& file) {
   s.seeds = static_cast<int>(j.contains("seeds") ? whole(s, j.at("seeds"), "seeds", 2) : 3);
   s.first_seed = static_cast<uint64_t>(j.contains("first_seed") ? whole(s, j.at("first_seed"), "first_seed", 1) : 1);
   s.recipe = j.contains("recipe") ? flag_list(s, j.at("recipe"), "recipe") : std::vector<std::string>{};
-  const json& arms = need(s, j, "arms", "");
+  const spec_json& arms = need(s, j, "arms", "");
   if (!arms.is_object() || arms.empty()) fail(s, "arms", "must be an object of one or more arms: {\"NAME\": \"--flag value ...\"}");
   for (const auto& [name, flags] : arms.items()) {
     check_name(s, name, "arms." + name);
     s.arms.push_back({name, flag_list(s, flags, "arms." + name)});
   }
   if (j.contains("factor")) {
-    const json& f = j.at("factor");
+    const spec_json& f = j.at("factor");
     only_keys(s, f, {"flag", "levels", "arms"}, "factor");
     s.factor_flag = text(s, need(s, f, "flag", "factor"), "factor.flag");
     if (s.factor_flag.starts_with("--")) s.factor_flag = s.factor_flag.substr(2);
-    (void)flag_list(s, json::array({"--" + s.factor_flag}), "factor.flag");
-    const json& levels = need(s, f, "levels", "factor");
+    (void)flag_list(s, spec_json::array({"--" + s.factor_flag}), "factor.flag");
+    const spec_json& levels = need(s, f, "levels", "factor");
     if (!levels.is_array() || levels.size() < 2) fail(s, "factor.levels", "a factor needs two or more levels");
     for (const auto& l : levels) s.levels.push_back(number(s, l, "factor.levels"));
     for (size_t k = 1; k < s.levels.size(); ++k)
@@ -310,13 +310,13 @@ LabSpec parse_lab_spec(const std::string& file) {
       }
   }
   if (j.contains("data")) parse_data(s, j.at("data"));
-  const json& measures = need(s, j, "measures", "");
+  const spec_json& measures = need(s, j, "measures", "");
   if (!measures.is_object() || measures.empty()) fail(s, "measures", "must be an object of one or more measures: {\"NAME\": \"test_loss\"}");
   for (const auto& [name, expr] : measures.items()) {
     check_name(s, name, "measures." + name);
     s.measures.push_back(parse_measure(s, name, text(s, expr, "measures." + name), s.measures));
   }
-  const json& claims = need(s, j, "claims", "");
+  const spec_json& claims = need(s, j, "claims", "");
   if (!claims.is_array() || claims.empty()) fail(s, "claims", "must be an array of one or more claims");
   for (size_t i = 0; i < claims.size(); ++i) {
     s.claims.push_back(parse_claim(s, claims[i], i));
@@ -324,9 +324,9 @@ LabSpec parse_lab_spec(const std::string& file) {
       if (s.claims[k].spec.id == s.claims.back().spec.id) fail(s, fmt::format("claims[{}].id", i), fmt::format("'{}' twice", s.claims[k].spec.id));
   }
   if (j.contains("placebo")) {
-    const json& p = j.at("placebo");
+    const spec_json& p = j.at("placebo");
     only_keys(s, p, {"arm", "level", "pools"}, "placebo");
-    json c = {{"arm", need(s, p, "arm", "placebo")}};
+    spec_json c = {{"arm", need(s, p, "arm", "placebo")}};
     if (p.contains("level")) c["level"] = p.at("level");
     s.null = condition(s, c, "placebo");
     if (p.contains("pools")) s.pools = static_cast<int>(whole(s, p.at("pools"), "placebo.pools", 1));
