@@ -335,6 +335,7 @@ TEST_CASE("Ctrl-C saves a checkpoint, says where and exits 130; SIGTERM 143") {
     const int status = wait_for(c, 60);
     const std::string err = slurp(c.err);
     INFO(err);
+    INFO("terminated by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 128 + sig);
     const RunState st = load_state(out.string());

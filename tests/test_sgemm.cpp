@@ -4,16 +4,19 @@
 // published choice wins, GRADFLOW_SGEMM forces one and refuses anything else, and `gradflow info`
 // prints it.
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rounding.h"
 #include "tensor/kernels/sgemm.h"
+#include "tensor/kernels/signal_stack.h"
 #include "tests/child_process.h"
 #include "tests/temp_dir.h"
 
@@ -104,4 +107,21 @@ TEST_CASE("the sgemm choice: measured once, cached, read by later processes; GRA
   const test::Ran bad = info(logs, {cache, "GRADFLOW_SGEMM=mkl"});
   CHECK(bad.exit_code() != 0);
   CHECK((bad.out + bad.err).find("GRADFLOW_SGEMM must be 'openblas', 'onednn', 'auto' or unset, got 'mkl'") != std::string::npos);
+}
+
+TEST_CASE("a thread that calls oneDNN gets a signal stack of its own, once, and a thread's own is kept") {
+  std::thread([] {
+    stack_t before{};
+    REQUIRE(sigaltstack(nullptr, &before) == 0);
+    CHECK((before.ss_flags & SS_DISABLE));  // a new thread has none
+    gf::kernels::ensure_signal_stack();
+    stack_t after{};
+    REQUIRE(sigaltstack(nullptr, &after) == 0);
+    CHECK(!(after.ss_flags & SS_DISABLE));
+    CHECK(after.ss_size >= 65536);
+    gf::kernels::ensure_signal_stack();  // again: the same stack
+    stack_t again{};
+    REQUIRE(sigaltstack(nullptr, &again) == 0);
+    CHECK(again.ss_sp == after.ss_sp);
+  }).join();
 }

@@ -22,6 +22,7 @@
 #include "tensor/kernels/matmul.h"
 #include "tensor/kernels/row_blocks.h"
 #include "tensor/parallel.h"
+#include "tensor/kernels/signal_stack.h"
 
 namespace gf {
 
@@ -81,7 +82,10 @@ dnnl::memory::dims strides_of(bool trans, int64_t ld) { return trans ? dnnl::mem
 struct ThreadState {
   dnnl::stream stream;
   std::map<PrimKey, std::pair<dnnl::matmul, std::string>> prims;  // the primitive and its implementation's name
-  ThreadState() : stream(engine()) { omp_set_num_threads(1); }
+  ThreadState() : stream(engine()) {
+    omp_set_num_threads(1);
+    ensure_signal_stack();  // a Ctrl-C's handler never runs on oneDNN's stack (signal_stack.h)
+  }
 };
 
 ThreadState& thread_state() {

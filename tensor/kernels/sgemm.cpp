@@ -20,6 +20,7 @@
 
 #include "tensor/check.h"
 #include "tensor/runtime.h"
+#include "tensor/kernels/signal_stack.h"
 
 namespace gf::kernels {
 namespace {
@@ -45,6 +46,7 @@ void onednn_thread() {
   // bf16.cpp does, so a product runs on the oneTBB thread that asks for it.
   thread_local const bool once = [] {
     omp_set_num_threads(1);
+    ensure_signal_stack();  // a Ctrl-C's handler never runs on oneDNN's stack (signal_stack.h)
     return true;
   }();
   (void)once;

@@ -35,7 +35,10 @@ InterruptGuard::InterruptGuard() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // system calls (file writes) continue; the trainer polls between steps
+  // SA_RESTART: system calls (file writes) continue; the trainer polls between steps. SA_ONSTACK:
+  // on a thread that calls oneDNN, the handler runs on that thread's own signal stack
+  // (tensor/kernels/signal_stack.h), never on a JIT kernel's.
+  sa.sa_flags = SA_RESTART | SA_ONSTACK;
   // A signal the parent set to be ignored (nohup, a background job of a script) stays ignored.
   sigaction(SIGINT, nullptr, &g_old_int);
   sigaction(SIGTERM, nullptr, &g_old_term);
